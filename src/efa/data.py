@@ -1,0 +1,191 @@
+"""``Sequences``: a batch of padded sequences (or sets) of tokens, one tensor per field.
+
+Each field is a tensor of shape [N, I] (categories and values) or [N, I, size] (attributes);
+``lengths`` [N] says how many leading positions of each row are real, the rest is padding.
+Optional ``observed`` masks mark missing values (hidden from the model and not predicted) and
+``targets`` marks which positions are predicted (default: every real position), e.g. only
+today's cities when yesterday's temperatures are context.
+
+Every check on what a user passes in lives in :func:`check_sequences`, called by the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Sequences:
+    fields: dict[str, Tensor]
+    lengths: Tensor
+    observed: dict[str, Tensor] = field(default_factory=dict)
+    targets: Tensor | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.fields, Mapping) or not self.fields:
+            raise ValueError("Sequences needs at least one field (a dict name -> tensor)")
+        for name, t in self.fields.items():
+            if not isinstance(t, Tensor):
+                raise TypeError(
+                    f"field {name!r}: expected a torch.Tensor of shape [N, I], got "
+                    f"{type(t).__name__}; ragged Python lists go through Sequences.from_lists, "
+                    "which pads them"
+                )
+        if not isinstance(self.lengths, Tensor):
+            self.lengths = torch.as_tensor(self.lengths)
+        shapes = {name: tuple(t.shape[:2]) for name, t in self.fields.items()}
+        if len(set(shapes.values())) != 1 or any(t.dim() < 2 for t in self.fields.values()):
+            raise ValueError(f"all fields must have the same [N, I] leading shape, got {shapes}")
+        n, i = next(iter(shapes.values()))
+        if n == 0 or i == 0:
+            raise ValueError(f"empty data: {n} sequences of length {i}")
+        if self.lengths.shape != (n,) or self.lengths.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"lengths must be an integer tensor of shape [{n}]")
+        if (self.lengths < 1).any() or (self.lengths > i).any():
+            bad = int(((self.lengths < 1) | (self.lengths > i)).nonzero()[0, 0])
+            raise ValueError(f"sequence {bad} has length {int(self.lengths[bad])}, expected 1..{i}")
+        for name, m in self.observed.items():
+            if name not in self.fields or m.shape != (n, i) or m.dtype != torch.bool:
+                raise ValueError(f"observed[{name!r}] must be a bool tensor of shape [{n}, {i}]")
+        if self.targets is not None and (
+            self.targets.shape != (n, i) or self.targets.dtype != torch.bool
+        ):
+            raise ValueError(f"targets must be a bool tensor of shape [{n}, {i}]")
+
+    def __len__(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @property
+    def max_len(self) -> int:
+        return int(next(iter(self.fields.values())).shape[1])
+
+    def valid(self) -> Tensor:
+        """[N, I] bool: the real (non-padding) positions."""
+        return torch.arange(self.max_len) < self.lengths[:, None]
+
+    def predicted(self, name: str) -> Tensor:
+        """[N, I] bool: the positions whose ``name`` value is predicted."""
+        m = self.valid()
+        if self.targets is not None:
+            m = m & self.targets
+        if name in self.observed:
+            m = m & self.observed[name]
+        return m
+
+    def __getitem__(self, idx) -> Sequences:
+        """Select sequences (an index tensor, slice or bool mask) and trim extra padding."""
+        lengths = self.lengths[idx]
+        width = int(lengths.max())
+        return Sequences(
+            {k: v[idx][:, :width] for k, v in self.fields.items()},
+            lengths,
+            {k: v[idx][:, :width] for k, v in self.observed.items()},
+            None if self.targets is None else self.targets[idx][:, :width],
+        )
+
+    def to(self, dtype: torch.dtype) -> Sequences:
+        """Cast the floating-point fields (values, attributes) to ``dtype``."""
+        cast = {k: v.to(dtype) if v.is_floating_point() else v for k, v in self.fields.items()}
+        return Sequences(cast, self.lengths, self.observed, self.targets)
+
+    @classmethod
+    def from_lists(
+        cls,
+        fields: Mapping[str, Sequence],
+        observed: Mapping[str, Sequence] | None = None,
+        targets: Sequence | None = None,
+    ) -> Sequences:
+        """Pad ragged per-sequence lists into tensors.
+
+        ``fields[name][n]`` is the list of values of sequence n (a list of vectors for an
+        attribute). Integer lists become int64 tensors, real ones float32 (float64 input stays
+        float64), so categories and counts keep their integer type.
+        """
+        if not fields:
+            raise ValueError("from_lists needs at least one field")
+        names = list(fields)
+        n = len(fields[names[0]])
+        if n == 0:
+            raise ValueError("empty data: no sequences given")
+        lengths = []
+        for s in range(n):
+            ls = {name: len(fields[name][s]) for name in names}
+            if len(set(ls.values())) != 1:
+                raise ValueError(f"sequence {s}: fields have different lengths {ls}")
+            lengths.append(ls[names[0]])
+        for name in names:
+            if len(fields[name]) != n:
+                raise ValueError(
+                    f"field {name!r} has {len(fields[name])} sequences, field {names[0]!r} has {n}"
+                )
+        width = max(lengths)
+        if min(lengths) == 0:
+            raise ValueError(f"sequence {lengths.index(0)} is empty")
+        out = {name: _pad([np.asarray(x) for x in fields[name]], width, name) for name in names}
+        obs = {
+            name: _pad([np.asarray(x, dtype=bool) for x in m], width, name).bool()
+            for name, m in (observed or {}).items()
+        }
+        tgt = None
+        if targets is not None:
+            tgt = _pad([np.asarray(x, dtype=bool) for x in targets], width, "targets").bool()
+        return cls(out, torch.tensor(lengths), obs, tgt)
+
+
+def _pad(arrays: list[np.ndarray], width: int, name: str) -> Tensor:
+    kinds = {a.dtype.kind for a in arrays if a.size}
+    if kinds - set("biuf"):
+        raise TypeError(f"field {name!r}: values must be numbers, got dtype kinds {sorted(kinds)}")
+    dtype = (
+        np.dtype(np.int64) if kinds <= set("biu") else np.result_type(*[a.dtype for a in arrays])
+    )
+    if dtype.kind == "f" and dtype != np.float64:
+        dtype = np.float32
+    tail = arrays[0].shape[1:]
+    out = np.zeros((len(arrays), width, *tail), dtype=dtype)
+    for s, a in enumerate(arrays):
+        if a.shape[1:] != tail:
+            raise ValueError(f"field {name!r}, sequence {s}: item shape {a.shape[1:]} != {tail}")
+        out[s, : len(a)] = a
+    return torch.from_numpy(out)
+
+
+def check_sequences(data: Sequences, fields, max_len: int | None) -> None:
+    """Raise a clear error if ``data`` does not fit the model's ``fields``."""
+    if not isinstance(data, Sequences):
+        raise TypeError(
+            f"expected efa.Sequences, got {type(data).__name__}; build one with "
+            "Sequences.from_lists or Sequences.from_frame"
+        )
+    if max_len is not None and data.max_len > max_len:
+        raise ValueError(
+            f"sequences of length {data.max_len} are longer than the positional table "
+            f"({max_len}); build the model with max_len >= {data.max_len}"
+        )
+    valid = data.valid()
+    for f in fields:
+        if f.name not in data.fields:
+            raise KeyError(f"field {f.name!r} is missing from the data (has {list(data.fields)})")
+        x = data.fields[f.name]
+        where = f"field {f.name!r}"
+        if f.kind == "attribute":
+            if x.dim() != 3 or x.shape[2] != f.size:
+                raise ValueError(f"{where}: expected shape [N, I, {f.size}], got {tuple(x.shape)}")
+            if not x.is_floating_point():
+                raise TypeError(f"{where}: attributes must be floating point, got {x.dtype}")
+            bad = ~torch.isfinite(x[valid])
+            if bad.any():
+                raise ValueError(f"{where}: {int(bad.sum())} NaN/inf attribute values")
+            continue
+        if x.dim() != 2:
+            raise ValueError(f"{where}: expected shape [N, I], got {tuple(x.shape)}")
+        m = valid & data.observed.get(f.name, valid)
+        f.family.validate(x[m], where)
+    extra = set(data.fields) - {f.name for f in fields}
+    if extra:
+        raise KeyError(f"data has fields the model does not know: {sorted(extra)}")

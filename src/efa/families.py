@@ -1,0 +1,681 @@
+"""Exponential families for the output layer of exponential family attention.
+
+Each family describes how an observation y is modelled given the network's readout. A density
+is written in natural form
+
+    log p(y | eta) = <eta, t(y)> - A(eta) + log h(y)
+
+and a family bundles the pieces: ``link`` (raw readout z -> natural parameter eta), the
+sufficient statistic ``t``, the log-partition ``A``, the log base measure ``log h``, plus
+``mean``, ``sample``, ``validate`` and a JSON ``config``.
+
+Shape conventions, shared by every family:
+
+* ``z`` has shape ``[..., num_outputs]`` and ``eta`` has shape ``[..., num_natural]``, even when
+  ``num_natural == 1``; a missing trailing dim would otherwise broadcast silently.
+* ``y`` has shape ``[...]`` (the batch shape of ``eta``); ``t(y)`` has shape ``[..., num_natural]``.
+* ``log_partition``, ``log_base_measure``, ``log_prob`` and ``mean`` return ``[...]``, except
+  ``Categorical.mean`` which returns the class probabilities ``[..., K]``.
+* Discrete families (``is_discrete``) take integer-dtype targets and sample ``torch.long``;
+  continuous families take and sample floating tensors. Computations follow ``eta``'s dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "FAMILIES",
+    "Bernoulli",
+    "Binomial",
+    "Categorical",
+    "Family",
+    "Gamma",
+    "Gaussian",
+    "HeteroscedasticGaussian",
+    "LearnedGaussian",
+    "NegativeBinomial",
+    "Poisson",
+    "family_from_config",
+]
+
+_LOG_2 = math.log(2.0)
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _as_real(y: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    # Integer targets must be cast before they meet eta in arithmetic or lgamma.
+    if dtype is None:
+        dtype = y.dtype if y.is_floating_point() else torch.get_default_dtype()
+    return y.to(dtype)
+
+
+def _log1mexp(x: Tensor) -> Tensor:
+    """log(1 - exp(x)) for x < 0, accurate on both sides of -log 2 (Maechler, 2012)."""
+    near_zero = x > -_LOG_2
+    # Each branch sees a clamped input so the branch torch.where discards has a finite
+    # gradient; otherwise 0 * inf = nan leaks into the backward pass.
+    a = torch.log(-torch.expm1(torch.where(near_zero, x, -_LOG_2)))
+    b = torch.log1p(-torch.exp(torch.where(near_zero, -_LOG_2, x)))
+    return torch.where(near_zero, a, b)
+
+
+def _check_last_dim(x: Tensor, size: int, what: str, family: Family) -> None:
+    if x.dim() == 0 or x.shape[-1] != size:
+        raise ValueError(
+            f"{family!r}: {what} must have a trailing dim of size {size}, "
+            f"got shape {tuple(x.shape)}"
+        )
+
+
+class Family(nn.Module):
+    """Base class: an exponential family parameterised by its natural parameter ``eta``.
+
+    Subclasses implement ``link``, ``sufficient_stat``, ``log_partition``,
+    ``log_base_measure``, ``mean``, ``sample``, ``distribution`` and ``_check_support``;
+    the base class supplies ``log_prob``, the generic parts of ``validate``, ``config`` and
+    ``repr``. It is an ``nn.Module`` so that a family can own learnable parameters
+    (``LearnedGaussian``); calling the module applies ``link``.
+    """
+
+    name: str = "family"
+    is_discrete: bool = False
+    num_outputs: int
+    num_natural: int
+
+    # -- the exponential family --------------------------------------------------------------
+
+    def link(self, z: Tensor) -> Tensor:
+        """Map an unconstrained readout ``z [..., num_outputs]`` to ``eta [..., num_natural]``."""
+        raise NotImplementedError
+
+    def forward(self, z: Tensor) -> Tensor:
+        return self.link(z)
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def log_prob(self, y: Tensor, eta: Tensor, base_measure: bool = True) -> Tensor:
+        """``<eta, t(y)> - A(eta) + log h(y)``, shape ``[...]``.
+
+        With ``base_measure=False`` the ``log h(y)`` term is dropped. It does not depend on
+        eta, so gradients are unchanged, but the value is then *not* a log-likelihood. This is
+        the reporting convention of the EFA paper, whose Poisson "cross-entropy" omits the
+        ``-log y!`` term; use ``base_measure=True`` (the default) for comparable
+        log-likelihoods, and say which one you report.
+        """
+        _check_last_dim(eta, self.num_natural, "eta", self)
+        y = y.to(eta.dtype)
+        lp = (eta * self.sufficient_stat(y)).sum(-1) - self.log_partition(eta)
+        if base_measure:
+            lp = lp + self.log_base_measure(y)
+        return lp
+
+    def mean(self, eta: Tensor) -> Tensor:
+        """E[y] under ``eta``."""
+        raise NotImplementedError
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Draw one y per element of ``eta``'s batch shape (no gradient)."""
+        raise NotImplementedError
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Distribution:
+        """The equivalent ``torch.distributions`` object (of the unshifted variable)."""
+        raise NotImplementedError
+
+    # -- validation -----------------------------------------------------------------------
+
+    def validate(self, y: Any, where: str) -> None:
+        """Raise ``ValueError`` unless ``y`` is a valid target tensor for this family.
+
+        ``where`` names the data in the message, e.g. ``"field 'rating'"``. Checks are strict:
+        discrete families need an integer dtype (whole-valued floats are rejected too, so a
+        silent ``float -> long`` truncation can never happen), continuous ones a floating
+        dtype; then finiteness and the support.
+        """
+        if not isinstance(y, Tensor):
+            raise ValueError(
+                f"{where}: expected a torch.Tensor for {self!r}, got {type(y).__name__}"
+            )
+        if y.is_floating_point():
+            self._reject(where, y, torch.isnan(y), "are NaN", "no missing values")
+            self._reject(where, y, torch.isinf(y), "are infinite", "finite values")
+        integer = not (y.is_floating_point() or y.is_complex() or y.dtype == torch.bool)
+        if self.is_discrete and not integer:
+            hint = "convert it with .long()"
+            if y.is_floating_point():
+                fractional = y != torch.round(y)
+                if fractional.any():
+                    self._reject(
+                        where,
+                        y,
+                        fractional,
+                        "are not whole numbers",
+                        f"integer values in an integer tensor (got {y.dtype})",
+                    )
+                hint = "its values are whole numbers, so convert it with .long()"
+            raise ValueError(
+                f"{where}: {self!r} expects an integer tensor, got dtype {y.dtype}; {hint}"
+            )
+        if not self.is_discrete and not y.is_floating_point():
+            raise ValueError(
+                f"{where}: {self!r} expects a floating-point tensor, got dtype {y.dtype}; "
+                "convert it with .float()"
+            )
+        self._check_support(y, where)
+
+    def _check_support(self, y: Tensor, where: str) -> None:
+        pass
+
+    def _reject(self, where: str, y: Tensor, bad: Tensor, problem: str, expected: str) -> None:
+        """Raise if any element of ``bad`` is set, citing the count and the first offender."""
+        if not bad.any():
+            return
+        bad_idx = bad.nonzero()
+        first = tuple(bad_idx[0].tolist())
+        raise ValueError(
+            f"{where}: {len(bad_idx)} of {y.numel()} values {problem} "
+            f"(first: {y[first].item()!r} at index {first}); {self!r} expects {expected}"
+        )
+
+    # -- serialisation --------------------------------------------------------------------
+
+    def _config_args(self) -> dict[str, Any]:
+        return {}
+
+    def config(self) -> dict[str, Any]:
+        """JSON-serialisable constructor arguments; learned parameters live in state_dict."""
+        return {"family": self.name, **self._config_args()}
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self._config_args().items())
+
+
+# -- discrete families ------------------------------------------------------------------------
+
+
+class Categorical(Family):
+    """y in {0, ..., K-1}; eta = logits, t = one-hot(y), A = logsumexp, h = 1."""
+
+    name = "categorical"
+    is_discrete = True
+
+    def __init__(self, num_categories: int):
+        super().__init__()
+        if int(num_categories) != num_categories or num_categories < 2:
+            raise ValueError(f"num_categories must be an integer >= 2, got {num_categories!r}")
+        self.num_categories = int(num_categories)
+        self.num_outputs = self.num_natural = self.num_categories
+
+    def _config_args(self) -> dict[str, Any]:
+        return {"num_categories": self.num_categories}
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return z
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        dtype = y.dtype if y.is_floating_point() else torch.get_default_dtype()
+        return F.one_hot(y.long(), self.num_categories).to(dtype)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        return torch.logsumexp(eta, dim=-1)
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        return torch.zeros(y.shape, dtype=_as_real(y).dtype, device=y.device)
+
+    def mean(self, eta: Tensor) -> Tensor:
+        """Class probabilities ``[..., K]`` (the mean of the one-hot encoding)."""
+        return torch.softmax(eta, dim=-1)
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        probs = self.mean(eta.detach()).reshape(-1, self.num_categories)
+        y = torch.multinomial(probs, 1, generator=generator)
+        return y.reshape(eta.shape[:-1])
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Categorical:
+        return torch.distributions.Categorical(logits=eta)
+
+    def _check_support(self, y: Tensor, where: str) -> None:
+        K = self.num_categories
+        self._reject(where, y, (y < 0) | (y >= K), "are out of range", f"class indices in [0, {K})")
+
+
+class Bernoulli(Family):
+    """y in {0, 1}; eta = logit, t = y, A = softplus(eta), h = 1."""
+
+    name = "bernoulli"
+    is_discrete = True
+    num_outputs = 1
+    num_natural = 1
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return z
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        return _as_real(y).unsqueeze(-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        return F.softplus(eta[..., 0])
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        return torch.zeros_like(_as_real(y))
+
+    def mean(self, eta: Tensor) -> Tensor:
+        return torch.sigmoid(eta[..., 0])
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        return torch.bernoulli(self.mean(eta.detach()), generator=generator).long()
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Bernoulli:
+        return torch.distributions.Bernoulli(logits=eta[..., 0])
+
+    def _check_support(self, y: Tensor, where: str) -> None:
+        self._reject(where, y, (y != 0) & (y != 1), "are not 0 or 1", "values in {0, 1}")
+
+
+class Poisson(Family):
+    """Counts y >= shift with y - shift ~ Poisson(rate); eta = log rate, t = y - shift.
+
+    ``link="log"`` takes the readout as the log-rate (eta = z). ``link="softplus"`` uses
+    eta = softplus(z), i.e. rate = 1 + exp(z), which keeps the rate >= 1. In the EFA paper's
+    terms, "v1" is ``Poisson(shift=1, link="log")`` and "v2" is ``Poisson(link="softplus")``.
+    """
+
+    name = "poisson"
+    is_discrete = True
+    num_outputs = 1
+    num_natural = 1
+    _links = ("log", "softplus")
+
+    def __init__(self, shift: int = 0, link: str = "log"):
+        super().__init__()
+        if int(shift) != shift:
+            raise ValueError(f"shift must be an integer, got {shift!r}")
+        if link not in self._links:
+            raise ValueError(f"link must be one of {self._links}, got {link!r}")
+        self.shift = int(shift)
+        self.link_name = link  # ``self.link`` is the method
+
+    def _config_args(self) -> dict[str, Any]:
+        return {"shift": self.shift, "link": self.link_name}
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return F.softplus(z) if self.link_name == "softplus" else z
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        return (_as_real(y) - self.shift).unsqueeze(-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        return torch.exp(eta[..., 0])
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        return -torch.lgamma(_as_real(y) - self.shift + 1)
+
+    def mean(self, eta: Tensor) -> Tensor:
+        return self.shift + torch.exp(eta[..., 0])
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        rate = torch.exp(eta.detach()[..., 0])
+        return torch.poisson(rate, generator=generator).long() + self.shift
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Poisson:
+        """Distribution of ``y - shift``."""
+        return torch.distributions.Poisson(torch.exp(eta[..., 0]))
+
+    def _check_support(self, y: Tensor, where: str) -> None:
+        problem = "are negative" if self.shift == 0 else f"are below shift={self.shift}"
+        self._reject(where, y, y < self.shift, problem, f"integer counts >= {self.shift}")
+
+
+class Binomial(Family):
+    """y in {0, ..., n} successes of n known trials; eta = logit, A = n softplus(eta)."""
+
+    name = "binomial"
+    is_discrete = True
+    num_outputs = 1
+    num_natural = 1
+
+    def __init__(self, total_count: int):
+        super().__init__()
+        if int(total_count) != total_count or total_count < 1:
+            raise ValueError(f"total_count must be an integer >= 1, got {total_count!r}")
+        self.total_count = int(total_count)
+
+    def _config_args(self) -> dict[str, Any]:
+        return {"total_count": self.total_count}
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return z
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        return _as_real(y).unsqueeze(-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        return self.total_count * F.softplus(eta[..., 0])
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        y, n = _as_real(y), self.total_count
+        return math.lgamma(n + 1) - torch.lgamma(y + 1) - torch.lgamma(n - y + 1)
+
+    def mean(self, eta: Tensor) -> Tensor:
+        return self.total_count * torch.sigmoid(eta[..., 0])
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        probs = torch.sigmoid(eta.detach()[..., 0])
+        count = torch.full_like(probs, self.total_count)
+        return torch.binomial(count, probs, generator=generator).long()
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Binomial:
+        return torch.distributions.Binomial(self.total_count, logits=eta[..., 0])
+
+    def _check_support(self, y: Tensor, where: str) -> None:
+        n = self.total_count
+        self._reject(where, y, (y < 0) | (y > n), "are out of range", f"counts in 0..{n}")
+
+
+class NegativeBinomial(Family):
+    """Counts y >= 0 with known ``total_count`` r, in torch's convention.
+
+    y counts successes before r failures, each trial succeeding with probability p:
+    p(y) = C(y + r - 1, y) (1 - p)^r p^y. Natural parameter eta = log p < 0, t = y,
+    A = -r log(1 - e^eta). The link eta = logsigmoid(z) means p = sigmoid(z).
+    Mean r p / (1 - p).
+    """
+
+    name = "negative_binomial"
+    is_discrete = True
+    num_outputs = 1
+    num_natural = 1
+
+    def __init__(self, total_count: float):
+        super().__init__()
+        if not total_count > 0:
+            raise ValueError(f"total_count must be > 0, got {total_count!r}")
+        self.total_count = float(total_count)
+
+    def _config_args(self) -> dict[str, Any]:
+        return {"total_count": self.total_count}
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return F.logsigmoid(z)
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        return _as_real(y).unsqueeze(-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        return -self.total_count * _log1mexp(eta[..., 0])
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        y, r = _as_real(y), self.total_count
+        return torch.lgamma(y + r) - math.lgamma(r) - torch.lgamma(y + 1)
+
+    def _odds(self, eta: Tensor) -> Tensor:
+        return torch.exp(eta[..., 0]) / -torch.expm1(eta[..., 0])  # p / (1 - p)
+
+    def mean(self, eta: Tensor) -> Tensor:
+        return self.total_count * self._odds(eta)
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        # Gamma-Poisson mixture, as in torch.distributions, but threading the generator.
+        odds = self._odds(eta.detach())
+        shape = torch.full_like(odds, self.total_count)
+        rate = torch._standard_gamma(shape, generator=generator) * odds
+        return torch.poisson(rate, generator=generator).long()
+
+    def distribution(self, eta: Tensor) -> torch.distributions.NegativeBinomial:
+        logits = eta[..., 0] - _log1mexp(eta[..., 0])
+        return torch.distributions.NegativeBinomial(self.total_count, logits=logits)
+
+    def _check_support(self, y: Tensor, where: str) -> None:
+        self._reject(where, y, y < 0, "are negative", "integer counts >= 0")
+
+
+# -- continuous families ----------------------------------------------------------------------
+
+
+class Gaussian(Family):
+    """Real y ~ N(mu, sigma^2) with a fixed, known sigma; the readout z is the mean.
+
+    eta = mu / sigma^2, t = y, A = sigma^2 eta^2 / 2,
+    log h = -y^2 / (2 sigma^2) - log(2 pi sigma^2) / 2. For a learned sigma use
+    ``LearnedGaussian`` (one global sigma) or ``HeteroscedasticGaussian`` (per prediction):
+    they have two natural parameters, so they are separate classes rather than a mode here.
+    """
+
+    name = "gaussian"
+    num_outputs = 1
+    num_natural = 1
+
+    def __init__(self, sigma: float = 1.0):
+        super().__init__()
+        if isinstance(sigma, str):
+            raise ValueError(
+                f"sigma must be a positive number, got {sigma!r}; "
+                "for a learned sigma use LearnedGaussian or HeteroscedasticGaussian"
+            )
+        if not sigma > 0:
+            raise ValueError(f"sigma must be > 0, got {sigma!r}")
+        self.sigma = float(sigma)
+
+    def _config_args(self) -> dict[str, Any]:
+        return {"sigma": self.sigma}
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return z / self.sigma**2
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        return _as_real(y).unsqueeze(-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        return 0.5 * self.sigma**2 * eta[..., 0] ** 2
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        var = self.sigma**2
+        return -(_as_real(y) ** 2) / (2 * var) - 0.5 * (_LOG_2PI + math.log(var))
+
+    def mean(self, eta: Tensor) -> Tensor:
+        return self.sigma**2 * eta[..., 0]
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        mu = self.mean(eta.detach())
+        return mu + self.sigma * torch.randn(
+            mu.shape, generator=generator, dtype=mu.dtype, device=mu.device
+        )
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Normal:
+        return torch.distributions.Normal(self.mean(eta), self.sigma)
+
+
+class _NormalNatural(Family):
+    """Gaussian with both natural parameters: eta = (mu / sigma^2, -1 / (2 sigma^2)).
+
+    t = (y, y^2), A = -eta1^2 / (4 eta2) - log(-2 eta2) / 2, log h = -log(2 pi) / 2.
+    Subclasses only differ in where sigma comes from, i.e. in ``link``.
+    """
+
+    num_natural = 2
+
+    @staticmethod
+    def _natural(mu: Tensor, sigma: Tensor) -> Tensor:
+        var = sigma**2
+        return torch.stack(torch.broadcast_tensors(mu / var, -0.5 / var), dim=-1)
+
+    def _loc_scale(self, eta: Tensor) -> tuple[Tensor, Tensor]:
+        eta1, eta2 = eta[..., 0], eta[..., 1]
+        return eta1 / (-2 * eta2), torch.rsqrt(-2 * eta2)
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        y = _as_real(y)
+        return torch.stack([y, y**2], dim=-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        eta1, eta2 = eta[..., 0], eta[..., 1]
+        return -(eta1**2) / (4 * eta2) - 0.5 * torch.log(-2 * eta2)
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        return torch.full(y.shape, -0.5 * _LOG_2PI, dtype=_as_real(y).dtype, device=y.device)
+
+    def mean(self, eta: Tensor) -> Tensor:
+        return self._loc_scale(eta)[0]
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        mu, sigma = self._loc_scale(eta.detach())
+        return mu + sigma * torch.randn(
+            mu.shape, generator=generator, dtype=mu.dtype, device=mu.device
+        )
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Normal:
+        return torch.distributions.Normal(*self._loc_scale(eta))
+
+
+class LearnedGaussian(_NormalNatural):
+    """Real y ~ N(mu, sigma^2) with one global learnable sigma; the readout z is the mean.
+
+    sigma is stored as the parameter ``log_sigma`` (scalar), initialised to
+    ``log(init_sigma)``. ``config`` records only ``init_sigma``; the learned value travels
+    with ``state_dict`` like any other parameter.
+    """
+
+    name = "learned_gaussian"
+    num_outputs = 1
+
+    def __init__(self, init_sigma: float = 1.0):
+        super().__init__()
+        if not init_sigma > 0:
+            raise ValueError(f"init_sigma must be > 0, got {init_sigma!r}")
+        self.init_sigma = float(init_sigma)
+        self.log_sigma = nn.Parameter(torch.tensor(math.log(self.init_sigma)))
+
+    @property
+    def sigma(self) -> Tensor:
+        return self.log_sigma.exp()
+
+    def _config_args(self) -> dict[str, Any]:
+        return {"init_sigma": self.init_sigma}
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return self._natural(z[..., 0], self.log_sigma.to(z.dtype).exp())
+
+
+class HeteroscedasticGaussian(_NormalNatural):
+    """Real y ~ N(mu, sigma^2) with mean and scale both predicted: z = (mu, raw scale).
+
+    sigma = softplus(raw) + ``min_scale``. The floor (default 1e-4) keeps the likelihood
+    bounded: without it the model can drive sigma -> 0 on a well-fit point and log p -> inf.
+    """
+
+    name = "heteroscedastic_gaussian"
+    num_outputs = 2
+
+    def __init__(self, min_scale: float = 1e-4):
+        super().__init__()
+        if not min_scale >= 0:
+            raise ValueError(f"min_scale must be >= 0, got {min_scale!r}")
+        self.min_scale = float(min_scale)
+
+    def _config_args(self) -> dict[str, Any]:
+        return {"min_scale": self.min_scale}
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return self._natural(z[..., 0], F.softplus(z[..., 1]) + self.min_scale)
+
+
+class Gamma(Family):
+    """Positive y ~ Gamma(shape alpha, rate beta), both predicted: z = (raw alpha, raw beta).
+
+    alpha = softplus(z0) + ``floor``, beta = softplus(z1) + ``floor`` (default 1e-4, which
+    keeps eta strictly inside the domain). eta = (alpha - 1, -beta), t = (log y, y),
+    A = lgamma(eta1 + 1) - (eta1 + 1) log(-eta2), h = 1. Mean alpha / beta.
+    """
+
+    name = "gamma"
+    num_outputs = 2
+    num_natural = 2
+
+    def __init__(self, floor: float = 1e-4):
+        super().__init__()
+        if not floor >= 0:
+            raise ValueError(f"floor must be >= 0, got {floor!r}")
+        self.floor = float(floor)
+
+    def _config_args(self) -> dict[str, Any]:
+        return {"floor": self.floor}
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        alpha_beta = F.softplus(z) + self.floor
+        return torch.stack([alpha_beta[..., 0] - 1, -alpha_beta[..., 1]], dim=-1)
+
+    def _shape_rate(self, eta: Tensor) -> tuple[Tensor, Tensor]:
+        return eta[..., 0] + 1, -eta[..., 1]
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        y = _as_real(y)
+        return torch.stack([torch.log(y), y], dim=-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        alpha, beta = self._shape_rate(eta)
+        return torch.lgamma(alpha) - alpha * torch.log(beta)
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        return torch.zeros_like(_as_real(y))
+
+    def mean(self, eta: Tensor) -> Tensor:
+        alpha, beta = self._shape_rate(eta)
+        return alpha / beta
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        alpha, beta = self._shape_rate(eta.detach())
+        y = torch._standard_gamma(alpha, generator=generator) / beta
+        # Small shapes can underflow to 0, which is outside the support (as torch does).
+        return y.clamp(min=torch.finfo(y.dtype).tiny)
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Gamma:
+        return torch.distributions.Gamma(*self._shape_rate(eta))
+
+    def _check_support(self, y: Tensor, where: str) -> None:
+        self._reject(where, y, y <= 0, "are not positive", "values > 0")
+
+
+FAMILIES: dict[str, type[Family]] = {
+    cls.name: cls
+    for cls in (
+        Categorical,
+        Bernoulli,
+        Gaussian,
+        LearnedGaussian,
+        HeteroscedasticGaussian,
+        Poisson,
+        Binomial,
+        NegativeBinomial,
+        Gamma,
+    )
+}
+
+
+def family_from_config(config: dict[str, Any]) -> Family:
+    """Rebuild a family from ``Family.config()``; learned parameters come from state_dict."""
+    args = dict(config)
+    name = args.pop("family", None)
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {name!r}; expected one of {sorted(FAMILIES)}")
+    return FAMILIES[name](**args)

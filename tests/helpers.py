@@ -1,0 +1,72 @@
+"""Shared test fixtures: small random mixed-type data and the naive per-copy EFA computation."""
+
+from __future__ import annotations
+
+import torch
+
+from efa import EFA, Attribute, Category, EFAConfig, Sequences, Value
+from efa.families import Gaussian, Poisson
+
+
+def mixed_fields():
+    return [
+        Attribute("where", size=2, dim=3, hidden=5),
+        Category("item", 7, dim=4),
+        Value("count", Poisson(shift=1), dim=3, hidden=6, readout_hidden=(5,)),
+        Value("temp", Gaussian(sigma=1.5), dim=2, hidden=4, readout="linear"),
+    ]
+
+
+def mixed_data(n=5, max_len=6, seed=0, dtype=torch.float64, missing=True) -> Sequences:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, max_len + 1, (n,), generator=g)
+    lengths[0] = max_len
+    data = Sequences(
+        {
+            "where": torch.randn(n, max_len, 2, generator=g, dtype=dtype),
+            "item": torch.randint(0, 7, (n, max_len), generator=g),
+            "count": torch.randint(1, 5, (n, max_len), generator=g),
+            "temp": torch.randn(n, max_len, generator=g, dtype=dtype) * 3,
+        },
+        lengths,
+        observed={"temp": torch.rand(n, max_len, generator=g) > (0.2 if missing else -1)},
+    )
+    return data
+
+
+def make_model(seed=0, dtype=torch.float64, fields=None, **kw) -> EFA:
+    torch.manual_seed(seed)
+    cfg = dict(num_layers=2, num_heads=2, head_dim=3, max_len=8)
+    cfg.update(kw)
+    return EFA(EFAConfig(fields or mixed_fields(), **cfg)).to(dtype)
+
+
+def naive_natural_params(model: EFA, data: Sequences) -> dict[str, torch.Tensor]:
+    """The definition: one masked copy of the sequence per predicted position, run in full."""
+    out = {}
+    allowed = model.allowed(data)
+    target_names = [f.name for f in model.targets]
+    for f in model.targets:
+        pred = data.predicted(f.name)
+        eta = torch.zeros(*pred.shape, f.family.num_natural, dtype=torch.float64)
+        for b in range(len(data)):
+            one = data[torch.tensor([b])]
+            one = Sequences(
+                {k: v[[b]] for k, v in data.fields.items()},
+                data.lengths[[b]],
+                {k: v[[b]] for k, v in data.observed.items()},
+            )
+            for i in range(data.max_len):
+                if not pred[b, i]:
+                    continue
+                hidden = {k: ~v for k, v in one.observed.items()}
+                for name in target_names[target_names.index(f.name) :]:
+                    h = hidden.get(name, torch.zeros_like(one.valid())).clone()
+                    h[0, i] = True
+                    hidden[name] = h
+                x = model.encode(one, hidden)
+                for block in model.blocks:
+                    x, _ = block(x, allowed[[b]])
+                eta[b, i] = model.readouts[f.name](x[0, i])
+        out[f.name] = eta
+    return out
