@@ -185,7 +185,20 @@ def check_sequences(data: Sequences, fields, max_len: int | None) -> None:
         if x.dim() != 2:
             raise ValueError(f"{where}: expected shape [N, I], got {tuple(x.shape)}")
         m = valid & data.observed.get(f.name, valid)
-        f.family.validate(x[m], where)
+        try:
+            f.family.validate(x[m], where)
+        except ValueError as err:
+            raise ValueError(f"{err} [first at {_first_bad(f, x, m, where)}]") from None
     extra = set(data.fields) - {f.name for f in fields}
     if extra:
         raise KeyError(f"data has fields the model does not know: {sorted(extra)}")
+
+
+def _first_bad(f, x: Tensor, mask: Tensor, where: str) -> str:
+    """Locate the first invalid value as (sequence, position): only runs once a check failed."""
+    for s, i in mask.nonzero().tolist():
+        try:
+            f.family.validate(x[s, i].reshape(1), where)
+        except ValueError:
+            return f"sequence {s}, position {i}"
+    return "an unknown position"

@@ -132,7 +132,7 @@ def fit(
     ckpt = Path(cfg.checkpoint_dir) / "checkpoint.pt" if cfg.checkpoint_dir else None
     if ckpt is not None and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
-        if state["config"] != asdict(cfg):
+        if _resume_key(state["config"]) != _resume_key(asdict(cfg)):
             raise ValueError(
                 f"{ckpt} was written with a different TrainConfig; use another checkpoint_dir "
                 "or delete it to start over"
@@ -165,7 +165,7 @@ def fit(
             loss = model.loss(batch)
             if not torch.isfinite(loss):
                 raise FloatingPointError(
-                    f"non-finite training loss {float(loss)} at epoch {epoch}; lower the "
+                    f"non-finite training loss {float(loss.detach())} at epoch {epoch}; lower the "
                     "learning rate or check the data scale"
                 )
             opt.zero_grad(set_to_none=True)
@@ -175,7 +175,7 @@ def fit(
             opt.step()
             if sched is not None:
                 sched.step()
-            total += float(loss)
+            total += float(loss.detach())
             n_batches += 1
         hist.train_loss.append(total / n_batches)
         if val is not None:
@@ -201,6 +201,11 @@ def fit(
         model.load_state_dict(best_state)
     model.eval()
     return hist
+
+
+def _resume_key(cfg: dict) -> dict:
+    """The settings a resumed run must share with the run that wrote the checkpoint."""
+    return {k: v for k, v in cfg.items() if k not in ("progress", "checkpoint_dir")}
 
 
 def _scheduler(opt, cfg: TrainConfig, steps_per_epoch: int):

@@ -1,0 +1,16 @@
+"""Experiments: each a small module with ``run(seeds, quick, progress, command) -> Report`` and
+``write_plots(report, out_dir)``, registered here by name for ``efa reproduce NAME``."""
+
+from __future__ import annotations
+
+import importlib
+
+EXPERIMENTS = {
+    "synthetic": "efa.experiments.synthetic",
+}
+
+
+def get(name: str):
+    if name not in EXPERIMENTS:
+        raise KeyError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}")
+    return importlib.import_module(EXPERIMENTS[name])

@@ -1,0 +1,24 @@
+"""The README's Python example runs, and its results tables match the committed files."""
+
+import re
+from pathlib import Path
+
+from efa.experiments.summary import END, START, tables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_example_runs(tmp_path, monkeypatch):
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "my-efa-model" / "model.safetensors").exists()
+
+
+def test_readme_tables_are_generated_from_results():
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(START) + len(START) : text.index(END)].strip()
+    assert block == tables(ROOT / "results"), "run `efa summary` to regenerate the README tables"

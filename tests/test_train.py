@@ -1,0 +1,115 @@
+import pytest
+import torch
+
+import efa
+from efa import train as train_mod
+from tests.helpers import make_model, mixed_data
+
+
+def _data(n=40, seed=0):
+    return mixed_data(n=n, seed=seed, dtype=torch.float32)
+
+
+def _model(seed=0):
+    return make_model(seed=seed, dtype=torch.float32, num_layers=1)
+
+
+def test_same_seed_same_numbers():
+    runs = []
+    for _ in range(2):
+        model = _model()
+        hist = efa.fit(model, _data(), _data(seed=1), max_epochs=3, seed=5, progress=False)
+        runs.append((hist.train_loss, hist.val_loss, efa.evaluate(model, _data(seed=2))))
+    assert runs[0] == runs[1]
+
+
+def test_early_stopping_restores_best_weights():
+    model = _model()
+    hist = efa.fit(
+        model,
+        _data(),
+        _data(seed=1),
+        lr=0.05,
+        max_epochs=60,
+        patience=3,
+        schedule="constant",
+        progress=False,
+    )
+    assert hist.epochs_run < 60 and hist.best_epoch < hist.epochs_run - 1
+    val = -sum(efa.evaluate(model, _data(seed=1)).values())
+    assert val == pytest.approx(hist.best_val, abs=1e-5)
+    assert val < hist.val_loss[-1]
+
+
+def test_checkpoint_resumes_after_a_kill(tmp_path, monkeypatch):
+    cfg = efa.TrainConfig(max_epochs=5, seed=3, progress=False, checkpoint_dir=str(tmp_path))
+    reference = _model()
+    ref_hist = efa.fit(
+        reference, _data(), _data(seed=1), cfg.__class__(**{**cfg.__dict__, "checkpoint_dir": None})
+    )
+
+    saves = []
+    real_save = train_mod._save_checkpoint
+
+    def dying_save(*args):
+        real_save(*args)
+        saves.append(1)
+        if len(saves) == 2:
+            raise KeyboardInterrupt  # the process is killed after epoch 2
+
+    monkeypatch.setattr(train_mod, "_save_checkpoint", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        efa.fit(_model(), _data(), _data(seed=1), cfg)
+    monkeypatch.setattr(train_mod, "_save_checkpoint", real_save)
+    resumed = _model(seed=99)  # different init: the checkpoint must overwrite it
+    hist = efa.fit(resumed, _data(), _data(seed=1), cfg)
+    assert hist.epochs_run == 5
+    assert hist.val_loss == pytest.approx(ref_hist.val_loss, abs=1e-6)
+    for a, b in zip(reference.state_dict().values(), resumed.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_checkpoint_with_other_settings_is_refused(tmp_path):
+    efa.fit(_model(), _data(), None, max_epochs=1, progress=False, checkpoint_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="different TrainConfig"):
+        efa.fit(
+            _model(),
+            _data(),
+            None,
+            max_epochs=1,
+            lr=0.1,
+            progress=False,
+            checkpoint_dir=str(tmp_path),
+        )
+
+
+def test_save_load_round_trip(tmp_path):
+    model = _model()
+    efa.fit(model, _data(), None, max_epochs=2, progress=False)
+    path = efa.save(model, tmp_path / "m")
+    loaded = efa.load(path)
+    data = _data(seed=3)
+    for name, eta in model.natural_params(data).items():
+        torch.testing.assert_close(loaded.natural_params(data)[name], eta)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        efa.save(model, path)
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        efa.load(tmp_path / "nothing")
+
+
+def test_non_finite_loss_is_an_error_not_a_nan():
+    model = _model()
+    with torch.no_grad():
+        model.readouts["temp"].net.weight.fill_(float("inf"))
+    with pytest.raises(FloatingPointError, match="non-finite training loss"):
+        efa.fit(model, _data(), None, max_epochs=1, progress=False)
+
+
+def test_mean_squared_error_and_predictions():
+    model = _model()
+    data = _data()
+    y, mu = efa.predictions(model, data, "temp")
+    assert y.shape == mu.shape == (int(data.predicted("temp").sum()),)
+    assert efa.mean_squared_error(model, data, "temp") == pytest.approx(
+        float(((y - mu) ** 2).mean())
+    )
