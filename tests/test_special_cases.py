@@ -7,7 +7,7 @@ whose weights are set as in the proofs (Apps. E–G), and checks they agree exac
 import torch
 from torch import nn
 
-from efa import EFA, Attribute, Category, EFAConfig, Sequences, Value
+from efa import EFA, Attribute, CategoricalFM, Category, EFAConfig, Sequences, Value, ValueFM
 from efa.families import Categorical, Gaussian, Poisson
 
 K, D, I, N = 4, 6, 5, 8
@@ -21,12 +21,14 @@ def _bare(fields, **kw):
 
 def test_prop1_cbow_is_efa_with_uniform_attention():
     g = torch.Generator().manual_seed(1)
-    alpha = torch.randn(D, K, generator=g, dtype=torch.float64)
-    rho = torch.randn(D, K, generator=g, dtype=torch.float64)
     x = torch.stack([torch.randperm(D, generator=g)[:I] for _ in range(N)])
+    data = Sequences({"x": x}, torch.full((N,), I))
     # FM: x_i | x_-i ~ Cat(softmax(rho^T sum_{j != i} alpha_{x_j} / (I - 1)))
+    fm_model = CategoricalFM(Category("x", D), dim=K, pooling="paper").double()
+    alpha, rho = fm_model.alpha.weight.detach(), fm_model.rho.weight.detach()
     ctx = (alpha[x].sum(1, keepdim=True) - alpha[x]) / (I - 1)
     fm = torch.distributions.Categorical(logits=ctx @ rho.T).log_prob(x)
+    torch.testing.assert_close(fm_model.log_likelihood(data)["x"][0], fm.sum())
 
     model = _bare([Category("x", D, dim=K)])
     with torch.no_grad():
@@ -36,7 +38,6 @@ def test_prop1_cbow_is_efa_with_uniform_attention():
         attn.k.weight.zero_()  # uniform attention 1/I over all I positions
         attn.v.weight.copy_(torch.eye(K))
         model.readouts["x"].net.weight.copy_(rho * I / (I - 1))  # δ = I/(I−1) ρ
-    data = Sequences({"x": x}, torch.full((N,), I))
     eta = model.natural_params(data)["x"]
     efa = Categorical(D).log_prob(x, eta)
     torch.testing.assert_close(efa, fm, atol=1e-10, rtol=0)
@@ -79,17 +80,19 @@ def test_prop3_poisson_rating_fm_is_linear_efa():
     """The printed matrices of the App. G proof have a typo (a second W^V that must be W^K,
     with its block in the wrong place); the identity holds with the key map below."""
     g = torch.Generator().manual_seed(3)
-    alpha = torch.randn(D, K, generator=g, dtype=torch.float64) * 0.3
-    rho = torch.randn(D, K, generator=g, dtype=torch.float64) * 0.3
     x = torch.stack([torch.randperm(D, generator=g)[:I] for _ in range(N)])
     y = torch.randint(1, 4, (N, I), generator=g)
+    fam = Poisson(shift=1)
+    fm_model = ValueFM(Category("x", D), Value("y", fam), dim=K, pooling="paper").double()
+    alpha, rho = fm_model.alpha.weight.detach(), fm_model.rho.weight.detach()
     # FM: y_i − 1 | y_-i ~ Poisson(exp(rho_{x_i}^T sum_{j != i} alpha_{x_j} y_j / (I − 1)))
     yf = y.double()[..., None]
     s = (alpha[x] * yf).sum(1, keepdim=True) - alpha[x] * yf
     rate = torch.exp((rho[x] * s).sum(-1) / (I - 1))
     fm = torch.distributions.Poisson(rate).log_prob(y.double() - 1)
+    data = Sequences({"x": x, "y": y}, torch.full((N,), I))
+    torch.testing.assert_close(fm_model.log_likelihood(data)["y"][0], fm.sum())
 
-    fam = Poisson(shift=1)
     model = _bare(
         [
             Category("x", D, dim=2 * K, target=False),
@@ -116,7 +119,6 @@ def test_prop3_poisson_rating_fm_is_linear_efa():
         ro.weight.zero_()
         ro.weight[0, -1] = d  # λ₂(z) = (2K+1) z_{2K+1}
         ro.bias.zero_()
-    data = Sequences({"x": x, "y": y}, torch.full((N,), I))
     eta = model.natural_params(data)["y"]
     torch.testing.assert_close(fam.log_prob(y, eta), fm, atol=1e-10, rtol=0)
 

@@ -176,9 +176,18 @@ class Attention(nn.Module):
         b, i, _ = x.shape
         return x.view(b, i, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: Tensor, allowed: Tensor, content: Tensor | None = None):
+    def forward(
+        self,
+        x: Tensor,
+        allowed: Tensor,
+        content: Tensor | None = None,
+        memory: Tensor | None = None,
+    ):
+        """``x`` attends to itself; with ``memory`` [B, I, d], the queries ``x`` [B, 1, d]
+        attend to ``memory`` instead (the masked position's row in the last layer)."""
         q = self.split(self.q(x))
-        k, v = self.split(self.k(x)), self.split(self.v(x))
+        src = x if memory is None else memory
+        k, v = self.split(self.k(src)), self.split(self.v(src))
         if content is None:
             s = q @ k.transpose(-1, -2)
         else:
@@ -212,13 +221,20 @@ class Block(nn.Module):
                 nn.Linear(d_model, cfg.ffn_hidden), nn.ReLU(), nn.Linear(cfg.ffn_hidden, d_model)
             )
 
-    def forward(self, x: Tensor, allowed: Tensor, content: Tensor | None = None):
+    def forward(
+        self,
+        x: Tensor,
+        allowed: Tensor,
+        content: Tensor | None = None,
+        memory: Tensor | None = None,
+    ):
         if self.kind == "pre_ln":
             c = None if content is None else self.ln1(content)
-            a, w = self.attn(self.ln1(x), allowed, c)
+            m = None if memory is None else self.ln1(memory)
+            a, w = self.attn(self.ln1(x), allowed, c, m)
             x = x + a
             return x + self.ffn(self.ln2(x)), w
-        a, w = self.attn(x, allowed, content)
+        a, w = self.attn(x, allowed, content, memory)
         if self.kind == "bare":
             return a, w
         if self.kind == "residual":
@@ -424,11 +440,16 @@ class EFA(ConditionalModel):
             x = content[b].clone()
             x[rows, i] = query[b, i]
             ws = []
-            for block in self.blocks:
+            for block in self.blocks[:-1]:
                 x, w = block(x, allowed[b])
                 if want_attention:
                     ws.append(w[rows, :, i])  # [P, H, I]: the masked query's row
-            eta[b, i] = self.readouts[f.name](x[rows, i])
+            # Only position i of the last layer is read out: compute that row alone.
+            last = allowed[b][rows, :, i][:, :, None]
+            h, w = self.blocks[-1](x[rows, i][:, None], last, memory=x)
+            if want_attention:
+                ws.append(w[:, :, 0])
+            eta[b, i] = self.readouts[f.name](h[:, 0])
             if want_attention:
                 weights.append(torch.stack(ws))
         if not want_attention:
