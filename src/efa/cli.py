@@ -19,8 +19,17 @@ def reproduce(
     out: Path = typer.Option(Path("results"), help="results go to OUT/NAME/"),
     quick: bool = typer.Option(False, help="tiny configuration exercising the same code path"),
     progress: bool = typer.Option(True, help="show progress bars"),
+    threads: int = typer.Option(
+        1,
+        min=1,
+        help="torch CPU threads; 1 is as fast for these small models and never "
+        "thrashes when several runs share the cores",
+    ),
 ):
     """Run an experiment and write OUT/NAME/results.json, results.md and plots."""
+    import torch
+
+    torch.set_num_threads(threads)
     try:
         module = experiments.get(name)
     except KeyError as e:

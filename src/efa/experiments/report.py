@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -80,7 +81,7 @@ class Report:
             f"Regenerate with: `{self.command}`",
             "",
             f"Seeds: {self.seeds} (mean ± std over seeds); wall time {self.wall_seconds:.0f} s "
-            f"on {torch.get_num_threads()} threads.",
+            f"with {torch.get_num_threads()} torch thread(s).",
             "",
             "| setting | model | metric | mean ± std | paper |",
             "|---|---|---|---|---|",
@@ -141,13 +142,14 @@ def bar_plot(report: Report, metric: str, path: Path, title: str, ylabel: str) -
 
 
 def heatmap(matrix, labels, path: Path, title: str, vmax=None) -> None:
-    fig, ax = plt.subplots(figsize=(1 + 0.45 * len(labels), 0.8 + 0.4 * len(labels)))
+    n = len(labels)
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.5 + 0.45 * n), max(4.5, 1.2 + 0.4 * n)))
     im = ax.imshow(matrix, cmap="viridis", vmin=0, vmax=vmax)
     ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.set_xlabel("attended position (key)")
     ax.set_ylabel("masked position (query)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title("\n".join(textwrap.wrap(title, 60)), fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

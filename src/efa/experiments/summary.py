@@ -17,7 +17,7 @@ def tables(results: Path) -> str:
         doc = json.loads(path.read_text())
         parts += [
             f"**{doc['experiment']}** — `{doc['command']}` ({len(doc['seeds'])} seeds, "
-            f"{doc['wall_seconds']:.0f} s; details in `{path.parent.as_posix()}/results.md`)",
+            f"{doc['wall_seconds']:.0f} s; details in `results/{path.parent.name}/results.md`)",
             "",
             "| setting | model | metric | mean ± std | paper |",
             "|---|---|---|---|---|",

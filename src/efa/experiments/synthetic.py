@@ -121,7 +121,7 @@ def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str
     directions = ("unidirectional", "bidirectional")
     mse = {(d, m): [] for d in directions for m in ("FM", "EFA", "per-movie mean", "oracle")}
     epochs_run: dict[str, list[int]] = {}
-    attention = None
+    attention, first_user = None, []
     for seed in range(seeds):
         orders, ratings, means = generate(n_users, seed=42 + seed)
         data = to_sequences(orders, ratings)
@@ -151,6 +151,7 @@ def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str
                 epochs_run.setdefault(f"{direction}/{name}", []).append(hist.epochs_run)
                 if (name, direction, seed) == ("EFA", "bidirectional", 0):
                     attention = model.attention(test[torch.arange(1)], "rating")
+                    first_user = orders[te[0]].tolist()
 
     report = Report("synthetic", command, list(range(seeds)))
     paper_oracle = _paper_data_oracle_mse()
@@ -189,6 +190,7 @@ def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str
     ]
     report.wall_seconds = time.perf_counter() - t0
     report.attention = attention
+    report.attention_labels = [f"{i + 1}: movie {m}" for i, m in enumerate(first_user)]
     return report
 
 
@@ -202,7 +204,7 @@ def write_plots(report: Report, out) -> None:
     )
     att = getattr(report, "attention", None)
     if att is not None:
-        labels = [f"pos {i + 1}" for i in range(att.shape[-1])]
+        labels = report.attention_labels
         for layer in range(att.shape[0]):
             heatmap(
                 att[layer, 0].mean(0).numpy(),
