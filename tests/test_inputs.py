@@ -132,3 +132,34 @@ def test_bad_config_is_explained():
         Category("movie", 1)
     with pytest.raises(TypeError, match="family must be"):
         Value("rating", "poisson")
+
+
+def test_from_frame_builds_ordered_padded_sequences():
+    import pandas as pd
+
+    df = pd.DataFrame(
+        {
+            "user": [2, 1, 1, 2, 1],
+            "t": [5, 3, 1, 4, 2],
+            "movie": [4, 0, 1, 3, 2],
+            "rating": pd.array([1, 2, None, 3, 1], dtype="Int64"),
+            "lat": [0.1, 0.2, 0.3, 0.4, 0.5],
+            "lon": [1.0, 2.0, 3.0, 4.0, 5.0],
+        }
+    )
+    with pytest.raises(ValueError, match="field 'rating': NaN in sequence 0"):
+        Sequences.from_frame(df, "user", {"rating": "rating"}, order="t")
+    data = Sequences.from_frame(
+        df,
+        "user",
+        {"movie": "movie", "rating": "rating", "where": ["lat", "lon"]},
+        order="t",
+        missing=True,
+    )
+    assert data.lengths.tolist() == [3, 2]
+    assert data.fields["movie"].tolist() == [[1, 2, 0], [3, 4, 0]]
+    assert data.fields["rating"].dtype == torch.int64
+    assert data.observed["rating"].tolist() == [[False, True, True], [True, True, False]]
+    assert data.fields["where"].shape == (2, 3, 2)
+    with pytest.raises(KeyError, match="'nope'"):
+        Sequences.from_frame(df, "user", {"movie": "nope"})

@@ -94,6 +94,46 @@ class Sequences:
         return Sequences(cast, self.lengths, self.observed, self.targets)
 
     @classmethod
+    def from_frame(
+        cls, frame, by: str, fields: Mapping, order: str | None = None, missing: bool = False
+    ) -> Sequences:
+        """One sequence per value of column ``by`` (rows sorted by ``order``) from a long table.
+
+        ``fields`` maps a field name to a column, or to a list of columns for an attribute.
+        Integer columns stay integers; use pandas' nullable ``Int64`` for counts with gaps.
+        NaN is an error unless ``missing=True``, which marks it unobserved (hidden from the
+        model and not predicted).
+        """
+        import pandas as pd
+
+        if not isinstance(frame, pd.DataFrame) or frame.empty:
+            raise ValueError("from_frame needs a non-empty pandas DataFrame")
+        cols = {name: [c] if isinstance(c, str) else list(c) for name, c in fields.items()}
+        absent = [c for c in [by, order, *sum(cols.values(), [])] if c and c not in frame]
+        if absent:
+            raise KeyError(f"columns {absent} are not in the frame (it has {list(frame)})")
+        if order:
+            frame = frame.sort_values([by, order], kind="stable")
+        groups = [g for _, g in frame.groupby(by, sort=True)]
+        lists, observed = {}, {}
+        for name, cs in cols.items():
+            integer = all(frame[c].dtype.kind in "iu" or str(frame[c].dtype) == "Int64" for c in cs)
+            values = [g[cs].to_numpy(dtype=float, na_value=np.nan) for g in groups]
+            nan = [np.isnan(v).any(1) for v in values]
+            if any(n.any() for n in nan):
+                if not missing:
+                    s = next(k for k, n in enumerate(nan) if n.any())
+                    raise ValueError(
+                        f"field {name!r}: NaN in sequence {s} ({by}={groups[s][by].iloc[0]!r}); "
+                        "pass missing=True to treat NaN as unobserved"
+                    )
+                observed[name] = [~n for n in nan]
+            values = [np.nan_to_num(v, nan=0.0) for v in values]
+            values = [v.astype(np.int64) if integer else v for v in values]
+            lists[name] = [v[:, 0] if len(cs) == 1 else v for v in values]
+        return cls.from_lists(lists, observed or None)
+
+    @classmethod
     def from_lists(
         cls,
         fields: Mapping[str, Sequence],
