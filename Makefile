@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/efa reproduce synthetic --seeds 1 --out runs/demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check .
 
 test: lint
 	$(BIN)/pytest

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 import platform
+import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
