@@ -1,4 +1,5 @@
-"""README tables generated from the committed ``results/*/results.json`` files."""
+"""README tables generated from the committed ``results/*/results.json`` files: per experiment,
+its headline metric (the first row's) as settings × models, paper numbers in brackets."""
 
 from __future__ import annotations
 
@@ -11,24 +12,36 @@ from efa.experiments.report import fmt
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
+def table(doc: dict) -> list[str]:
+    metric = doc["rows"][0]["metric"]
+    rows = [r for r in doc["rows"] if r["metric"] == metric]
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    cell = {(r["setting"], r["model"]): r for r in rows}
+    lines = [f"| {metric} | " + " | ".join(models) + " |", "|---" * (len(models) + 1) + "|"]
+    for s in settings:
+        cells = []
+        for m in models:
+            r = cell.get((s, m))
+            text = "" if r is None else fmt(r["mean"], r["std"])
+            if r is not None and r["paper"] is not None:
+                text += f" [{r['paper']:.3f}]"
+            cells.append(text)
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def tables(results: Path) -> str:
     parts = []
     for path in sorted(Path(results).glob("*/results.json")):
         doc = json.loads(path.read_text())
         parts += [
             f"**{doc['experiment']}** — `{doc['command']}` ({len(doc['seeds'])} seeds, "
-            f"{doc['wall_seconds']:.0f} s; details in `results/{path.parent.name}/results.md`)",
+            f"{doc['wall_seconds']:.0f} s; all metrics in `results/{path.parent.name}/results.md`)",
             "",
-            "| setting | model | metric | mean ± std | paper |",
-            "|---|---|---|---|---|",
+            *table(doc),
+            "",
         ]
-        for r in doc["rows"]:
-            paper = "—" if r["paper"] is None else f"{r['paper']:.3f}"
-            parts.append(
-                f"| {r['setting']} | {r['model']} | {r['metric']} | {fmt(r['mean'], r['std'])} "
-                f"| {paper} |"
-            )
-        parts.append("")
     return "\n".join(parts).strip() or "(no results yet)"
 
 
