@@ -7,6 +7,10 @@ import importlib
 
 EXPERIMENTS = {
     "synthetic": "efa.experiments.synthetic",
+    "temperature": "efa.experiments.temperature",
+    "movielens-sequence": "efa.experiments.movielens",
+    "movielens-ratings": "efa.experiments.movielens_ratings",
+    "instacart": "efa.experiments.instacart",
 }
 
 
