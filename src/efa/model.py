@@ -20,7 +20,7 @@ masked. Materialising the copies costs I forward passes per sequence; instead:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -63,7 +63,6 @@ class EFAConfig:
     out_proj: bool = True
     mode: str = "auto"
     chunk: int = 4096
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         names = [f.name for f in self.fields]

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from efa.data import Sequences
+from efa.datasets.temperature import haversine_km
 from efa.families import Gaussian
 from efa.fields import Attribute, Category, Value
 from efa.model import EFA, ConditionalModel, EFAConfig
@@ -48,7 +49,6 @@ __all__ = [
     "warm_start",
 ]
 
-EARTH_RADIUS_KM = 6371.0
 COORDS = "coords"
 LAG = "lag"
 
@@ -278,21 +278,35 @@ def spatial_efa(
     fields = [
         Attribute(COORDS, size=2, dim=dim, hidden=128, loc=c_loc, scale=c_scale),
         Value(
-            name, Gaussian(sigma), dim=dim, hidden=128, readout_hidden=(128, 16),
-            loc=y_loc, scale=y_scale,
+            name,
+            Gaussian(sigma),
+            dim=dim,
+            hidden=128,
+            readout_hidden=(128, 16),
+            loc=y_loc,
+            scale=y_scale,
         ),
     ]
     for k in train.fields:
         if k.startswith(f"{name}_lag"):  # the "fields" layout: past values of the same site
             fields.append(
-                Value(k, Gaussian(sigma), target=False, dim=dim, hidden=128, loc=y_loc,
-                      scale=y_scale)
+                Value(
+                    k, Gaussian(sigma), target=False, dim=dim, hidden=128, loc=y_loc, scale=y_scale
+                )
             )
     if LAG in train.fields:  # the "tokens" layout: which day a token is from
         fields.append(Category(LAG, int(train.fields[LAG].max()) + 1, target=False, dim=dim))
     cfg = dict(
-        num_layers=num_layers, num_heads=2, head_dim=16, d_model=32, mix="mlp", mix_hidden=64,
-        max_len=None, direction="bidirectional", block="post_ln", ffn_hidden=64,
+        num_layers=num_layers,
+        num_heads=2,
+        head_dim=16,
+        d_model=32,
+        mix="mlp",
+        mix_hidden=64,
+        max_len=None,
+        direction="bidirectional",
+        block="post_ln",
+        ffn_hidden=64,
     )
     cfg.update(config)
     return EFA(EFAConfig(fields, **cfg))
@@ -340,13 +354,11 @@ def warm_start(model: EFA, base: EFA) -> EFA:
 
 
 def haversine(lat1: Tensor, lon1: Tensor, lat2: Tensor, lon2: Tensor) -> Tensor:
-    """Great-circle distance in km (degrees in, broadcasting), as ``datasets.haversine_km``."""
-    phi1, lam1, phi2, lam2 = (torch.deg2rad(x) for x in (lat1, lon1, lat2, lon2))
-    a = (
-        torch.sin((phi2 - phi1) / 2) ** 2
-        + torch.cos(phi1) * torch.cos(phi2) * torch.sin((lam2 - lam1) / 2) ** 2
+    """Great-circle distance in km (degrees in, broadcasting): ``datasets.haversine_km`` on
+    tensors (coordinates carry no gradient)."""
+    return torch.from_numpy(
+        haversine_km(*(torch.as_tensor(x).numpy() for x in (lat1, lon1, lat2, lon2)))
     )
-    return 2 * EARTH_RADIUS_KM * torch.asin(torch.sqrt(a.clamp(0.0, 1.0)))
 
 
 def knn_indices(coords: Tensor, available: Tensor, k: int) -> tuple[Tensor, Tensor]:
