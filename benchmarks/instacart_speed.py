@@ -27,10 +27,10 @@ import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
+from efa.peers import Distinct  # noqa: E402
 
 from efa.experiments import instacart  # noqa: E402
 from efa.experiments.movielens import categorical_model  # noqa: E402
-from efa.peers import Distinct  # noqa: E402
 from efa.train import TrainConfig, evaluate, fit, seed_everything  # noqa: E402
 
 TARGET_CE, BUDGET_SECONDS = 3.420, 180.0

@@ -45,8 +45,8 @@ def naive_natural_params(model: EFA, data: Sequences) -> dict[str, torch.Tensor]
     """The definition: one masked copy of the sequence per predicted position, run in full."""
     out = {}
     allowed = model.allowed(data)
-    target_names = [f.name for f in model.targets]
-    for f in model.targets:
+    target_names = [f.name for f in model.target_fields]
+    for f in model.target_fields:
         pred = data.predicted(f.name)
         eta = torch.zeros(*pred.shape, f.family.num_natural, dtype=torch.float64)
         for b in range(len(data)):

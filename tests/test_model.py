@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from efa import EFA, Category, EFAConfig, Sequences
+from efa import EFA, KERNELS, Category, EFAConfig, Kernel, Sequences, register_kernel
 from tests.helpers import make_model, mixed_data, naive_natural_params
 
 
@@ -48,7 +48,7 @@ def test_copies_mode_matches_definition_everywhere(direction):
 
 def test_stream_and_copies_agree_for_unidirectional():
     data = mixed_data(n=4)
-    a = make_model(direction="unidirectional", mode="stream")
+    a = make_model(direction="unidirectional", mode="two_stream")
     b = make_model(direction="unidirectional", mode="copies")
     for name, eta in a.natural_params(data).items():
         m = data.predicted(name)
@@ -57,7 +57,7 @@ def test_stream_and_copies_agree_for_unidirectional():
 
 def test_stream_refused_where_not_exact():
     with pytest.raises(ValueError, match="exact only"):
-        make_model(num_layers=2, direction="bidirectional", mode="stream")
+        make_model(num_layers=2, direction="bidirectional", mode="two_stream")
 
 
 def test_unidirectional_ignores_the_future():
@@ -87,19 +87,21 @@ def test_padding_does_not_leak():
 def test_attention_rows_are_distributions_and_causal():
     model = make_model(direction="unidirectional", num_layers=2)
     data = mixed_data(n=2, missing=False)
-    w = model.attention(data, "item")
+    w = model.attention_weights(data, "item")
     assert w.shape == (2, 2, 2, data.max_len, data.max_len)
-    valid = data.valid()
-    rows = w[:, 0, :, : int(data.lengths[0])].sum(-1)
-    torch.testing.assert_close(rows, torch.ones_like(rows))
+    for b in range(2):
+        n = int(data.lengths[b])
+        rows = w[:, b, :, :n].sum(-1)
+        torch.testing.assert_close(rows, torch.ones_like(rows))
+        assert torch.all(w[:, b, :, n:] == 0)  # padding rows are not asked
+        assert torch.all(w[:, b, :, :, n:] == 0)  # and no weight goes to padding
     assert torch.all(w.triu(1) == 0)
-    assert valid.shape[0] == 2
 
 
 def test_copies_attention_matches_stream():
     data = mixed_data(n=2, missing=False)
-    a = make_model(direction="unidirectional", mode="stream").attention(data, "count")
-    b = make_model(direction="unidirectional", mode="copies").attention(data, "count")
+    a = make_model(direction="unidirectional", mode="two_stream").attention_weights(data, "count")
+    b = make_model(direction="unidirectional", mode="copies").attention_weights(data, "count")
     b_idx, i_idx = data.predicted("count").nonzero(as_tuple=True)
     torch.testing.assert_close(a[:, b_idx, :, i_idx], b[:, b_idx, :, i_idx])
 
@@ -116,7 +118,7 @@ def test_gradcheck_loss_wrt_attention_weights(direction, layers):
     def loss(w):
         etas = functional_call(model, {**params, name: w}, (data,))
         total = 0
-        for f in model.targets:
+        for f in model.target_fields:
             m = data.predicted(f.name)
             total = total - f.family.log_prob(data.fields[f.name][m], etas[f.name][m]).sum()
         return total
@@ -131,3 +133,88 @@ def test_category_only_model_runs_in_float32():
     ll = model.log_likelihood(data)
     assert ll["item"][1] == 5
     assert torch.isfinite(ll["item"][0])
+
+
+class Uniform(Kernel):
+    """A toy kernel defined here: equal weight on every allowed key."""
+
+    name = "uniform_test"
+
+    def scores(self, q, k):
+        return q.new_zeros(*q.shape[:-1], k.shape[-2])
+
+    def weights(self, s, allowed, q_pos, k_pos):
+        a = allowed.to(s.dtype).expand_as(s)
+        return a / a.sum(-1, keepdim=True)
+
+
+class Joint(Uniform):
+    """The same weights, declared as depending on the whole context (like kernel ridge)."""
+
+    name = "joint_test"
+    row_local = False
+
+
+@pytest.fixture
+def toy_kernels():
+    for cls in (Uniform, Joint):
+        register_kernel(cls)  # the one registry line a new kernel needs
+    yield
+    for cls in (Uniform, Joint):
+        KERNELS.pop(cls.name)
+
+
+@pytest.mark.parametrize("direction,layers", list(itertools.product(
+    ["unidirectional", "bidirectional"], [1, 2])))
+@pytest.mark.parametrize("mode", ["auto", "two_stream", "copies"])
+def test_a_new_kernel_is_one_class_and_exact_in_every_mode(toy_kernels, direction, layers, mode):
+    exact_two_stream = layers == 1 or direction == "unidirectional"
+    if mode == "two_stream" and not exact_two_stream:
+        with pytest.raises(ValueError, match="exact only"):
+            make_model(num_layers=layers, direction=direction, attention="uniform_test",
+                       mode=mode)
+        return
+    model = make_model(num_layers=layers, direction=direction, attention="uniform_test",
+                       mode=mode, block="post_ln")
+    _compare(model, mixed_data())
+    rows = model.attention_weights(mixed_data(missing=False), "item")
+    n = int(mixed_data().lengths[0])
+    expected = 1 / torch.arange(1, n + 1) if direction == "unidirectional" else torch.full(
+        (n,), 1 / n)
+    torch.testing.assert_close(rows[-1, 0, 0, :n].max(-1).values, expected.double())
+    # Saved configs name the kernel and rebuild it.
+    assert EFAConfig.from_dict(model.config.to_dict()).attention == "uniform_test"
+
+
+def test_kernels_that_see_the_whole_context_use_the_copies(toy_kernels):
+    model = make_model(num_layers=1, attention="joint_test")
+    assert model.config.strategy == "copies"
+    _compare(model, mixed_data())
+    with pytest.raises(ValueError, match="row-local"):
+        make_model(num_layers=1, attention="joint_test", mode="two_stream")
+
+
+def test_unknown_kernel_and_options_are_refused():
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        make_model(attention="nosuch")
+    with pytest.raises(ValueError, match="takes no options"):
+        make_model(attention={"kernel": "softmax", "alpha": 2})
+
+
+def test_predictions_at_missing_values_agree_between_strategies():
+    """predict_mean imputes a missing value (a position outside the likelihood mask) the same
+    way in both exact strategies (efa 0.1 returned 0 there in copies mode)."""
+    data = mixed_data(n=4)
+    missing = data.valid() & ~data.observed["temp"]
+    assert missing.any()
+    a = make_model(num_layers=1, direction="bidirectional", mode="two_stream")
+    b = make_model(num_layers=1, direction="bidirectional", mode="copies")
+    ma, mb = a.predict_mean(data)["temp"], b.predict_mean(data)["temp"]
+    assert torch.isfinite(ma[missing]).all() and (ma[missing] != 0).all()
+    torch.testing.assert_close(ma[missing], mb[missing])
+    # Any query mask: only the asked positions are computed, the rest is NaN.
+    at = torch.zeros_like(missing)
+    at[0, 1] = True
+    only = b.predict_mean(data, at=at)["temp"]
+    assert torch.isfinite(only[0, 1]) and torch.isnan(only[~at]).all()
+    torch.testing.assert_close(only[0, 1], mb[0, 1])

@@ -11,29 +11,20 @@ import pytest
 import torch
 
 from efa import Category, Sequences, TrainConfig, Value, evaluate, fit
-from efa.datasets import root
-from efa.experiments import get
+from efa.baselines import ContextLogit, RatingGLM, Unigram, fit_convex, select_l2
+from efa.experiments import get, runner
 from efa.experiments.instacart import co_purchase
 from efa.families import Poisson
-from efa.peers import ContextLogit, Distinct, RatingGLM, Unigram
-
-try:
-    root.data_root()
-    HAVE_DATA = True
-except FileNotFoundError:
-    HAVE_DATA = False
 
 ROW_KEYS = {"setting", "model", "metric", "mean", "std", "values", "paper"}
 
 
-@pytest.mark.skipif(not HAVE_DATA, reason="needs the real data (EFA_DATA)")
 @pytest.mark.parametrize("name, seeds", [("movielens-sequence", 2), ("movielens-ratings", 1),
                                          ("instacart", 1)])
 def test_quick_run_writes_the_results_contract(name, seeds, tmp_path):
-    module = get(name)
-    report = module.run(seeds=seeds, quick=True, progress=False, command=f"efa reproduce {name}")
-    folder = report.write(tmp_path)
-    module.write_plots(report, folder)
+    report = runner.reproduce(name, seeds, quick=True, progress=False,
+                              command=f"efa reproduce {name}")
+    folder = runner.write_atomically(report, tmp_path / name, get(name).plots)
     doc = json.loads((folder / "results.json").read_text())
     assert doc["experiment"] == name and doc["seeds"] == list(range(seeds))
     assert doc["command"] == f"efa reproduce {name}" and doc["wall_seconds"] > 0
@@ -62,34 +53,68 @@ def test_unigram_cross_entropy_is_the_entropy_of_the_counts():
 
 
 def test_distinct_removes_context_items_and_keeps_a_distribution():
-    item = Category("item", 4)
+    item = Category("item", 4, distinct=True)
     data = Sequences({"item": torch.tensor([[0, 2, 1, 3], [3, 1, 0, 0]])}, torch.tensor([4, 2]))
-    base = Unigram.from_data(item, data)
     for direction in ("unidirectional", "bidirectional"):
-        probs = Distinct(base, direction).predict_mean(data)["item"]
-        assert torch.allclose(probs.sum(-1), torch.ones(2, 4))
+        base = Unigram.from_data(item, data, direction=direction)
+        probs = base.predict_mean(data)["item"]
+        valid = data.valid()
+        assert torch.allclose(probs[valid].sum(-1), torch.ones(6))
         # Sequence 0, position 2 (item 1): uni context {0, 2}; bi context {0, 2, 3}.
         seen = {0, 2} if direction == "unidirectional" else {0, 2, 3}
         assert all(float(probs[0, 2, k]) == 0 for k in seen)
         assert float(probs[0, 2, 1]) > 0
-        assert math.isfinite(-evaluate(Distinct(base, direction), data)["item"])
+        assert math.isfinite(-evaluate(base, data)["item"])
 
 
-def test_context_logit_shapes_and_training_lowers_the_loss():
-    torch.manual_seed(0)
+def test_distinct_field_refuses_repeated_items():
+    item = Category("item", 4, distinct=True)
+    data = Sequences({"item": torch.tensor([[0, 2, 1, 2]])}, torch.tensor([4]))
+    with pytest.raises(ValueError, match=r"sequence 0 has item 2 at positions \[1, 3\]"):
+        Unigram.from_data(item, data).check(data)
+
+
+def test_context_logit_converges_to_the_sklearn_solution():
+    """The logit on (context counts, one-hot position), fitted by L-BFGS, is the penalised
+    maximum-likelihood multinomial logistic regression scikit-learn finds on the same design."""
+    from sklearn.linear_model import LogisticRegression
+
     item = Category("item", 5)
     g = torch.Generator().manual_seed(0)
     # Item k+1 tends to follow item k: a context signal the logit can learn.
-    x = torch.randint(0, 5, (64, 1), generator=g) + torch.arange(6)
-    data = Sequences({"item": x % 5}, torch.full((64,), 6))
+    x = (torch.randint(0, 5, (64, 1), generator=g) + torch.arange(6)) % 5
+    x = torch.where(torch.rand(64, 6, generator=g) < 0.3, torch.randint(0, 5, (64, 6)), x)
+    data = Sequences({"item": x}, torch.full((64,), 6))
     for direction in ("unidirectional", "bidirectional"):
         model = ContextLogit(item, direction, max_len=6)
         assert model.natural_params(data)["item"].shape == (64, 6, 5)
-        before = -evaluate(model, data)["item"]
-        assert before == pytest.approx(math.log(5), abs=1e-6)  # starts uniform
-        fit(model, data, None, TrainConfig(lr=0.1, max_epochs=20, batch_size=64, progress=False))
-        assert -evaluate(model, data)["item"] < before - 0.3
-        assert (model.design.length is None) == (direction == "unidirectional")
+        assert -evaluate(model, data)["item"] == pytest.approx(math.log(5), abs=1e-6)
+        l2 = 1e-2
+        fit = fit_convex(model, data, l2)
+        assert fit.converged
+        onehot = torch.nn.functional.one_hot(x, 5).double()
+        counts = (onehot.sum(1, keepdim=True) - onehot if direction == "bidirectional"
+                  else onehot.cumsum(1) - onehot)
+        design = torch.cat([counts, torch.eye(6).double().expand(64, 6, 6)], -1)
+        # sklearn's objective: C·Σ NLL + ½‖w‖² = n·C·(mean NLL + ½/(n·C)‖w‖²): C = 1/(n·l2).
+        n = 64 * 6
+        ref = LogisticRegression(C=1 / (n * l2), tol=1e-10, max_iter=10_000)
+        ref.fit(design.reshape(n, -1).numpy(), x.reshape(-1).numpy())
+        nll_ref = -np.log(ref.predict_proba(design.reshape(n, -1).numpy())[
+            np.arange(n), x.reshape(-1).numpy()]).mean()
+        assert -evaluate(model, data)["item"] == pytest.approx(nll_ref, abs=1e-6)
+
+
+def test_select_l2_picks_the_best_validation_penalty():
+    item = Category("item", 4)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 4, (40, 5), generator=g)
+    train, val = Sequences({"item": x[:30]}, torch.full((30,), 5)), Sequences(
+        {"item": x[30:]}, torch.full((10,), 5))
+    model, info = select_l2(ContextLogit(item, "bidirectional", 5), train, val,
+                            grid=(1.0, 1e-2, 1e-4), design_ratios=(1.0,))
+    assert info["val_nll"][f"{info['l2']:g}/1"] == min(info["val_nll"].values())
+    assert -evaluate(model, val)["item"] == pytest.approx(min(info["val_nll"].values()))
 
 
 def test_rating_glm_without_context_learns_the_per_movie_rate():
@@ -105,6 +130,9 @@ def test_rating_glm_without_context_learns_the_per_movie_rate():
     rate = model.item_effect.weight.detach().exp().squeeze()
     assert float(rate[1]) == pytest.approx(1.0, abs=0.05)
     assert float(rate[0]) < 0.05
+    fit_convex(model, data, 0.0)  # the maximum likelihood: the per-movie mean of y − 1
+    rate = model.item_effect.weight.detach().exp().squeeze()
+    assert float(rate[1]) == pytest.approx(1.0, abs=1e-6)
     full = RatingGLM(movie, rating, 4, "unidirectional", max_len=4)
     assert full.natural_params(data)["rating"].shape == (8, 4, 1)
 

@@ -11,7 +11,14 @@ import torch
 from typer.testing import CliRunner
 
 from efa import spatial as sp
+from efa.baselines import (
+    Climatology,
+    GaussianConditional,
+    knn_indices,
+    select_shrinkage,
+)
 from efa.cli import app
+from efa.data import Sequences
 from efa.datasets import temperature as tp
 from efa.experiments import temperature as exp
 
@@ -42,7 +49,7 @@ def test_real_setup_counts(frame, lags, layout):
     year = torch.as_tensor(np.asarray(times.year))
     counts = [
         int(data[(year >= a) & (year <= b)].predicted("temp").sum())
-        for a, b in ((2007, 2012), (2013, 2016), (2017, 2019))
+        for a, b in tp.PAPER_YEARS.values()
     ]
     assert counts == [8_184, 5_456, 4_092]
     # The first lag block of 1 October 2007 is 30 September 2007, of the same city.
@@ -94,7 +101,7 @@ def test_missing_values_are_hidden_and_not_predicted():
     lagged = sp.frame_to_sequences(df, site="site", time="time", lat="lat", lon="lon", value="y",
                                    lags=1)
     assert lagged.max_len == 6 and not lagged.observed["value"][2, 3 + 2]
-    assert not lagged.targets[:, 3:].any() and lagged.targets[:, :3].all()
+    assert not lagged.scored[:, 3:].any() and lagged.scored[:, :3].all()
     # The first day's lag context does not exist at all: missing, not an error.
     assert not lagged.observed["value"][0, 3:].any()
 
@@ -111,7 +118,7 @@ def test_missing_values_are_hidden_and_not_predicted():
     assert torch.isfinite(base).all()
     torch.testing.assert_close(base, again)
     # The peers skip missing entries too.
-    g = sp.GaussianConditional(0.1).fit(data, "value")
+    g = GaussianConditional(0.1).fit(data, "value")
     pred = g.predict(data)
     assert np.isnan(pred[2, 1]) and np.isfinite(pred[data.predicted("value").numpy()]).all()
 
@@ -139,10 +146,10 @@ def test_warm_start_starts_at_the_base_model():
     model = sp.spatial_efa(lagged, num_layers=2, block="pre_ln").double().eval()
     expected = base.predict_mean(same)["value"]
     assert not torch.allclose(model.predict_mean(lagged)["value"], expected)
-    sp.warm_start(model, base)
+    model.warm_start(base)
     torch.testing.assert_close(model.predict_mean(lagged)["value"], expected)
-    with pytest.raises(ValueError, match="fields the model does not"):
-        sp.warm_start(base, model)
+    with pytest.raises(ValueError, match="this model does not"):
+        base.warm_start(model)
 
 
 # --------------------------------------------------------------------------- FM and peers
@@ -155,7 +162,7 @@ def test_knn_fm_matches_naive_loop(frame):
     # shares one kernel).
     gap = full.observed["temp"].clone()
     gap[1, 7] = False
-    for data in (full, sp.Sequences(full.fields, full.lengths, {"temp": gap})):
+    for data in (full, Sequences(full.fields, full.lengths, {"temp": gap})):
         _check_fm_against_loop(frame, data)
 
 
@@ -165,7 +172,7 @@ def _check_fm_against_loop(frame, data):
     dist = tp.haversine_km(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
     for k, pooling in ((1, "sum"), (5, "sum"), (5, "mean"), (43, "sum")):
         torch.manual_seed(k)
-        model = sp.KNNFM.for_data(data, k, name="temp", pooling=pooling).double()
+        model = sp.knn_fm(data, k, name="temp", pooling=pooling).double()
         eta = model.natural_params(data)["temp"][..., 0]
         value = model.fields[1]
         with torch.no_grad():
@@ -189,7 +196,7 @@ def _check_fm_against_loop(frame, data):
 def test_knn_indices_match_nearest_neighbours(frame):
     cities = tp.city_table(frame)
     coords = torch.tensor(cities[["lat", "lon"]].to_numpy())[None]
-    idx, usable = sp.knn_indices(coords, torch.ones(1, 44, dtype=torch.bool), 10)
+    idx, usable = knn_indices(coords, torch.ones(1, 44, dtype=torch.bool), 10)
     ref = tp.nearest_neighbours(cities["lat"], cities["lon"], 10)
     assert usable.all() and np.array_equal(idx[0].numpy(), ref)
 
@@ -199,15 +206,15 @@ def test_gaussian_conditional_matches_direct_formula():
     n, p = 60, 6
     a = rng.normal(size=(p, p))
     y = rng.multivariate_normal(rng.normal(size=p) * 5, a @ a.T + np.eye(p), size=n)
-    data = sp.Sequences({"value": torch.tensor(y)}, torch.full((n,), p))
+    data = Sequences({"value": torch.tensor(y)}, torch.full((n,), p))
     test_y = y[:5].copy()
     test_y[2, 3] = 0.0  # missing below
     obs = np.ones_like(test_y, dtype=bool)
     obs[2, 3] = False
-    test = sp.Sequences({"value": torch.tensor(test_y)}, torch.full((5,), p),
+    test = Sequences({"value": torch.tensor(test_y)}, torch.full((5,), p),
                         observed={"value": torch.tensor(obs)})
     for alpha in (0.0, 0.3):
-        g = sp.GaussianConditional(alpha).fit(data, "value")
+        g = GaussianConditional(alpha).fit(data, "value")
         mu = y.mean(0)
         s = np.cov(y, rowvar=False, bias=True)
         s = (1 - alpha) * s + alpha * np.trace(s) / p * np.eye(p)
@@ -221,7 +228,7 @@ def test_gaussian_conditional_matches_direct_formula():
                 s12, s22 = s[i, rest], s[np.ix_(rest, rest)]
                 expected = mu[i] + s12 @ np.linalg.solve(s22, test_y[r, rest] - mu[rest])
                 assert pred[r, i] == pytest.approx(expected, rel=1e-10)
-    chosen, curve = sp.select_shrinkage(data, test, "value", grid=(0.0, 0.5))
+    chosen, curve = select_shrinkage(data, test, "value", grid=(0.0, 0.5))
     assert chosen.alpha == min(curve, key=curve.get)
 
 
@@ -233,9 +240,9 @@ def test_anomalies_shift_each_city_and_keep_squared_errors():
     assert torch.allclose(
         c_train.fields["temp_lag1"], train.fields["temp_lag1"] - means.float(), atol=1e-4
     )
-    clim = sp.Climatology().fit(train, "temp")
+    clim = Climatology().fit(train, "temp")
     np.testing.assert_allclose(clim.mean_[:44], means.numpy(), rtol=1e-6)
-    assert sp.Climatology().fit(c_train, "temp").mse(c_val) == pytest.approx(clim.mse(val))
+    assert Climatology().fit(c_train, "temp").mse(c_val) == pytest.approx(clim.mse(val))
 
 
 # --------------------------------------------------------------------------- the experiment
@@ -260,7 +267,7 @@ def test_quick_run_through_the_cli(tmp_path):
     assert ("same day", "Gaussian conditional") in models
     assert ("1 day ahead", "Gaussian conditional + 1-day lag") in models
     assert any(m.startswith("FM (k=") for _, m in models)
-    assert len(out["attention"]["weights"]) == 44
+    assert len(out["figures"]["attention"]["weights"]) == 44
     assert (folder / "fm_vs_k.png").stat().st_size > 0
     assert (folder / "city_map.png").stat().st_size > 0
     assert "efa reproduce temperature" in (folder / "results.md").read_text()

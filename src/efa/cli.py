@@ -1,49 +1,95 @@
-"""The ``efa`` command line."""
+"""The ``efa`` command line. Heavy imports (torch, matplotlib, the experiments) happen inside
+the commands, so ``efa --help``, ``efa --version`` and ``efa list`` answer at once.
+
+Errors print one line; ``--debug`` (or ``EFA_DEBUG=1``) shows the traceback."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import typer
 
-from efa import experiments
+from efa import __version__ as VERSION
+from efa.experiments import EXPERIMENTS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Exponential family attention")
+_state = {"debug": os.environ.get("EFA_DEBUG", "") not in ("", "0")}
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"efa {VERSION}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks (or EFA_DEBUG=1)"),
+):
+    if debug:
+        _state["debug"] = True
+
+
+def _fail(err: BaseException) -> None:
+    if _state["debug"]:
+        raise err
+    typer.echo(f"efa: error: {type(err).__name__}: {err}", err=True)
+    raise typer.Exit(2)
 
 
 @app.command()
 def reproduce(
-    name: str = typer.Argument(..., help=f"experiment: {', '.join(experiments.EXPERIMENTS)}"),
+    name: str = typer.Argument(..., help=f"experiment: {', '.join(EXPERIMENTS)}"),
     seeds: int = typer.Option(5, min=1, help="number of seeds (0..N-1)"),
     out: Path = typer.Option(Path("results"), help="results go to OUT/NAME/"),
     quick: bool = typer.Option(False, help="tiny configuration exercising the same code path"),
-    progress: bool = typer.Option(True, help="show progress bars"),
+    force: bool = typer.Option(False, help="replace results made by a different command"),
+    progress: bool = typer.Option(True, help="show progress"),
+    workers: int = typer.Option(0, min=0, help="worker processes (0: EFA_WORKERS or 2)"),
     threads: int = typer.Option(
-        1,
-        min=1,
-        help="torch CPU threads; 1 is as fast for these small models and never "
-        "thrashes when several runs share the cores",
+        1, min=1, help="torch CPU threads per worker; 1 is as fast for these small models and "
+        "never thrashes when several runs share the cores (numbers depend on it)",
     ),
 ):
     """Run an experiment and write OUT/NAME/results.json, results.md and plots."""
-    import torch
-
-    torch.set_num_threads(threads)
-    try:
-        module = experiments.get(name)
-    except KeyError as e:
-        raise typer.BadParameter(str(e.args[0])) from None
+    if name not in EXPERIMENTS:
+        _fail(KeyError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}"))
     command = " ".join(
         ["efa reproduce", name, f"--seeds {seeds}"]
         + ([f"--out {out}"] if out != Path("results") else [])
         + (["--quick"] if quick else [])
     )
-    report = module.run(seeds=seeds, quick=quick, progress=progress, command=command)
-    folder = report.write(out)
-    module.write_plots(report, folder)
+    from efa.experiments import get, runner
+
+    folder = out / name
+    try:
+        runner.check_destination(folder, command, force)  # before any work
+        report = runner.reproduce(name, seeds, quick, progress, command,
+                                  workers=workers or None, threads=threads)
+        runner.write_atomically(report, folder, get(name).plots)
+    except (OSError, ValueError, KeyError, TypeError, FloatingPointError) as err:
+        _fail(err)
     typer.echo(report.markdown())
     typer.echo(f"wrote {folder}/", err=True)
+
+
+@app.command()
+def replot(folder: Path = typer.Argument(..., help="a results folder, e.g. results/synthetic")):
+    """Redraw the plots and results.md of a results folder from its results.json."""
+    from efa.experiments import get
+    from efa.experiments.report import Report
+
+    try:
+        report = Report.read(folder)
+        (folder / "results.md").write_text(report.markdown())
+        get(report.experiment).plots(report, folder)
+    except (OSError, ValueError, KeyError) as err:
+        _fail(err)
+    typer.echo(f"redrew {folder}/")
 
 
 @app.command()
@@ -54,17 +100,19 @@ def summary(
     """Regenerate the README's results tables from the committed results files."""
     from efa.experiments.summary import update_readme
 
-    changed = update_readme(readme, results)
+    try:
+        changed = update_readme(readme, results)
+    except (OSError, ValueError, KeyError) as err:
+        _fail(err)
     typer.echo(f"{readme}: {'updated' if changed else 'already up to date'}")
 
 
 @app.command("list")
 def list_experiments():
     """List the experiments `efa reproduce` knows."""
-    for name, module in experiments.EXPERIMENTS.items():
-        doc = (sys.modules.get(module) or experiments.get(name)).__doc__ or ""
-        typer.echo(f"{name:24s} {doc.strip().splitlines()[0]}")
+    for name, (_, summary_line) in EXPERIMENTS.items():
+        typer.echo(f"{name:24s} {summary_line}")
 
 
 if __name__ == "__main__":
-    app()
+    sys.exit(app())

@@ -3,8 +3,9 @@
 Each field is a tensor of shape [N, I] (categories and values) or [N, I, size] (attributes);
 ``lengths`` [N] says how many leading positions of each row are real, the rest is padding.
 Optional ``observed`` masks mark missing values (hidden from the model and not predicted) and
-``targets`` marks which positions are predicted (default: every real position), e.g. only
-today's cities when yesterday's temperatures are context.
+``scored`` marks which positions enter the likelihood (default: every real position), e.g. only
+today's cities when yesterday's temperatures are context. (Which *fields* are predicted is the
+fields' ``target`` flag.)
 
 Every check on what a user passes in lives in :func:`check_sequences`, called by the model.
 """
@@ -24,7 +25,7 @@ class Sequences:
     fields: dict[str, Tensor]
     lengths: Tensor
     observed: dict[str, Tensor] = field(default_factory=dict)
-    targets: Tensor | None = None
+    scored: Tensor | None = None
 
     def __post_init__(self):
         if not isinstance(self.fields, Mapping) or not self.fields:
@@ -52,10 +53,10 @@ class Sequences:
         for name, m in self.observed.items():
             if name not in self.fields or m.shape != (n, i) or m.dtype != torch.bool:
                 raise ValueError(f"observed[{name!r}] must be a bool tensor of shape [{n}, {i}]")
-        if self.targets is not None and (
-            self.targets.shape != (n, i) or self.targets.dtype != torch.bool
+        if self.scored is not None and (
+            self.scored.shape != (n, i) or self.scored.dtype != torch.bool
         ):
-            raise ValueError(f"targets must be a bool tensor of shape [{n}, {i}]")
+            raise ValueError(f"scored must be a bool tensor of shape [{n}, {i}]")
 
     def __len__(self) -> int:
         return int(self.lengths.shape[0])
@@ -66,13 +67,13 @@ class Sequences:
 
     def valid(self) -> Tensor:
         """[N, I] bool: the real (non-padding) positions."""
-        return torch.arange(self.max_len) < self.lengths[:, None]
+        return torch.arange(self.max_len, device=self.lengths.device) < self.lengths[:, None]
 
     def predicted(self, name: str) -> Tensor:
-        """[N, I] bool: the positions whose ``name`` value is predicted."""
+        """[N, I] bool: the positions whose ``name`` value enters the likelihood."""
         m = self.valid()
-        if self.targets is not None:
-            m = m & self.targets
+        if self.scored is not None:
+            m = m & self.scored
         if name in self.observed:
             m = m & self.observed[name]
         return m
@@ -85,13 +86,53 @@ class Sequences:
             {k: v[idx][:, :width] for k, v in self.fields.items()},
             lengths,
             {k: v[idx][:, :width] for k, v in self.observed.items()},
-            None if self.targets is None else self.targets[idx][:, :width],
+            None if self.scored is None else self.scored[idx][:, :width],
         )
 
     def to(self, dtype: torch.dtype) -> Sequences:
         """Cast the floating-point fields (values, attributes) to ``dtype``."""
         cast = {k: v.to(dtype) if v.is_floating_point() else v for k, v in self.fields.items()}
-        return Sequences(cast, self.lengths, self.observed, self.targets)
+        return Sequences(cast, self.lengths, self.observed, self.scored)
+
+    def with_scored(self, scored: Tensor | None) -> Sequences:
+        """The same sequences with another likelihood mask."""
+        return Sequences(self.fields, self.lengths, self.observed, scored)
+
+    def scored_positions(self) -> Tensor:
+        """[N, I] bool: real positions that may be scored (before missing values)."""
+        m = self.valid()
+        return m & self.scored if self.scored is not None else m
+
+    def split_scored(self, per_row: int, seed: int = 0) -> Sequences:
+        """The same likelihood terms, spread over more rows: each sequence's scored positions
+        are shuffled (seeded) and cut into rows of at most ``per_row``; every row keeps the
+        whole sequence as context. The masked copies cost one pass per scored position either
+        way, but small batches of such rows mix many sequences per gradient step while still
+        sharing each row's token encoding among its positions."""
+        slots = self.scored_positions()
+        g = torch.Generator().manual_seed(seed)
+        rows, masks = [], []
+        for n in range(len(self)):
+            idx = slots[n].nonzero().flatten()
+            idx = idx[torch.randperm(len(idx), generator=g)]
+            for start in range(0, len(idx), per_row):
+                m = torch.zeros(self.max_len, dtype=torch.bool)
+                m[idx[start : start + per_row]] = True
+                rows.append(n)
+                masks.append(m)
+        order = torch.randperm(len(rows), generator=g)
+        return self[torch.tensor(rows)[order]].with_scored(torch.stack(masks)[order])
+
+    def thin_scored(self, per_row: int, seed: int = 0) -> Sequences:
+        """Keep at most ``per_row`` random scored positions per sequence (a cheaper, fixed
+        subset, e.g. of a validation set used for early stopping)."""
+        slots = self.scored_positions()
+        g = torch.Generator().manual_seed(seed)
+        keep = torch.zeros_like(slots)
+        for n in range(len(self)):
+            idx = slots[n].nonzero().flatten()
+            keep[n, idx[torch.randperm(len(idx), generator=g)[:per_row]]] = True
+        return self.with_scored(keep)
 
     @classmethod
     def from_frame(
@@ -138,7 +179,7 @@ class Sequences:
         cls,
         fields: Mapping[str, Sequence],
         observed: Mapping[str, Sequence] | None = None,
-        targets: Sequence | None = None,
+        scored: Sequence | None = None,
     ) -> Sequences:
         """Pad ragged per-sequence lists into tensors.
 
@@ -172,8 +213,8 @@ class Sequences:
             for name, m in (observed or {}).items()
         }
         tgt = None
-        if targets is not None:
-            tgt = _pad([np.asarray(x, dtype=bool) for x in targets], width, "targets").bool()
+        if scored is not None:
+            tgt = _pad([np.asarray(x, dtype=bool) for x in scored], width, "scored").bool()
         return cls(out, torch.tensor(lengths), obs, tgt)
 
 
@@ -211,34 +252,8 @@ def check_sequences(data: Sequences, fields, max_len: int | None) -> None:
     for f in fields:
         if f.name not in data.fields:
             raise KeyError(f"field {f.name!r} is missing from the data (has {list(data.fields)})")
-        x = data.fields[f.name]
-        where = f"field {f.name!r}"
-        if f.kind == "attribute":
-            if x.dim() != 3 or x.shape[2] != f.size:
-                raise ValueError(f"{where}: expected shape [N, I, {f.size}], got {tuple(x.shape)}")
-            if not x.is_floating_point():
-                raise TypeError(f"{where}: attributes must be floating point, got {x.dtype}")
-            bad = ~torch.isfinite(x[valid])
-            if bad.any():
-                raise ValueError(f"{where}: {int(bad.sum())} NaN/inf attribute values")
-            continue
-        if x.dim() != 2:
-            raise ValueError(f"{where}: expected shape [N, I], got {tuple(x.shape)}")
         m = valid & data.observed.get(f.name, valid)
-        try:
-            f.family.validate(x[m], where)
-        except ValueError as err:
-            raise ValueError(f"{err} [first at {_first_bad(f, x, m, where)}]") from None
+        f.validate(data.fields[f.name], m, f"field {f.name!r}")
     extra = set(data.fields) - {f.name for f in fields}
     if extra:
         raise KeyError(f"data has fields the model does not know: {sorted(extra)}")
-
-
-def _first_bad(f, x: Tensor, mask: Tensor, where: str) -> str:
-    """Locate the first invalid value as (sequence, position): only runs once a check failed."""
-    for s, i in mask.nonzero().tolist():
-        try:
-            f.family.validate(x[s, i].reshape(1), where)
-        except ValueError:
-            return f"sequence {s}, position {i}"
-    return "an unknown position"

@@ -97,6 +97,11 @@ class Family(nn.Module):
     def forward(self, z: Tensor) -> Tensor:
         return self.link(z)
 
+    def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        """``link`` for a read-out made in standardised units, (y − loc) / scale: location-scale
+        families (the Gaussians) map it back to the data's units; the others ignore it."""
+        return self.link(z)
+
     def sufficient_stat(self, y: Tensor) -> Tensor:
         raise NotImplementedError
 
@@ -480,6 +485,9 @@ class Gaussian(Family):
         _check_last_dim(z, self.num_outputs, "z", self)
         return z / self.sigma**2
 
+    def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        return self.link(loc + scale * z)
+
     def sufficient_stat(self, y: Tensor) -> Tensor:
         return _as_real(y).unsqueeze(-1)
 
@@ -574,6 +582,9 @@ class LearnedGaussian(_NormalNatural):
         _check_last_dim(z, self.num_outputs, "z", self)
         return self._natural(z[..., 0], self.log_sigma.to(z.dtype).exp())
 
+    def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        return self.link(loc + scale * z)  # σ is learned in the data's units
+
 
 class HeteroscedasticGaussian(_NormalNatural):
     """Real y ~ N(mu, sigma^2) with mean and scale both predicted: z = (mu, raw scale).
@@ -597,6 +608,11 @@ class HeteroscedasticGaussian(_NormalNatural):
     def link(self, z: Tensor) -> Tensor:
         _check_last_dim(z, self.num_outputs, "z", self)
         return self._natural(z[..., 0], F.softplus(z[..., 1]) + self.min_scale)
+
+    def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        sigma = scale * (F.softplus(z[..., 1]) + self.min_scale)
+        return self._natural(loc + scale * z[..., 0], sigma)
 
 
 class Gamma(Family):

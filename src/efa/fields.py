@@ -1,62 +1,211 @@
-"""Field specifications: what each token of a sequence is made of.
+"""Fields: what each token of a sequence is made of, and how each part is embedded, read out
+and checked.
 
-A token at position i carries one value per field. Three kinds of field:
+A token at position i carries one value per field. Each field kind is one class that builds
+its own encoder (value → embedding, with a [MASK] embedding where it can be hidden), its own
+read-out (state → natural parameter, for targets) and validates its own values:
 
-- ``Category``: a categorical variable x_i (a movie, a product). Embedded by a table β with an
-  extra [MASK] row; as a target it is read out by center embeddings δ into Categorical logits.
-- ``Value``: an exponential-family variable y_i (a rating, a temperature, a count). Embedded by
-  λ₁, a learned map of the value (never a table of truncated floats); as a target it is read out
-  by λ₂ into the family's natural parameter.
-- ``Attribute``: an always-observed covariate τ_i (latitude/longitude, a lag indicator), embedded
-  by a learned map g(τ). Attributes are never masked and never predicted.
+- ``Category``: a categorical x_i (a movie, a product). Embedded by a table β with an extra
+  [MASK] row; as a target, read out by center embeddings δ into Categorical logits.
+  ``distinct=True`` says that items never repeat within a sequence: the support of x_i given
+  its context excludes the context's items (for EFA and every baseline alike).
+- ``Value``: an exponential-family y_i (a rating, a temperature, a count). Embedded by λ₁, a
+  learned map of the standardised value ((y − loc)/scale; never a table of truncated floats
+  unless asked); as a target, read out by λ₂ into the family's natural parameter, with the
+  family mapping standardised units back to the data's (``Family.link_standardised``).
+- ``Attribute``: an always-observed covariate τ_i (latitude/longitude), embedded by g(τ);
+  never masked and never predicted.
 
-Fields are listed in factorisation order. Predicting target field k at position i hides target
-fields k, k+1, ... at position i, so with fields ``[movie, rating]`` the movie is predicted with
-movie and rating hidden and the rating with the movie visible: the two terms of Eq. 2 of the EFA
-paper.
+Fields are listed in factorisation order: predicting target field k at position i hides target
+fields k, k+1, ... at i, so ``[movie, rating]`` predicts the movie with movie and rating hidden
+and the rating with the movie visible (Eq. 2 of the EFA paper). A new kind of token is one new
+subclass of :class:`Field` registered with :func:`register_field`.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
+import torch
+from torch import Tensor, nn
+
+from efa.attention import mlp
 from efa.families import Categorical, Family, family_from_config
 
 ENCODERS = ("mlp", "linear", "identity", "table")
 READOUTS = ("mlp", "linear")
+FIELD_KINDS: dict[str, type] = {}
+# Finite, so that exp underflows to exactly 0 in float32 and no inf − inf can occur.
+EXCLUDED = -1e4
 
 
+def register_field(cls):
+    FIELD_KINDS[cls.kind] = cls
+    return cls
+
+
+class Field:
+    """Base class of field kinds: a dataclass with ``name``, ``target`` and ``dim``."""
+
+    kind: ClassVar[str]
+    name: str
+    target: bool
+    dim: int
+
+    def build_encoder(self) -> nn.Module:
+        """Value → embedding [..., dim]; called as ``encoder(x, hidden)`` with ``hidden``
+        [B, I] bool marking tokens replaced by [MASK] (None: nothing hidden)."""
+        raise NotImplementedError
+
+    def build_readout(self, d_model: int) -> nn.Module:
+        """State [..., d_model] → natural parameter [..., num_natural] (targets only)."""
+        raise NotImplementedError
+
+    def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
+        """Raise ValueError with the (sequence, position) of the first bad value among the
+        positions ``mask`` [N, I] (real, observed)."""
+        raise NotImplementedError
+
+    def config(self) -> dict:
+        return {"kind": self.kind, **asdict(self)}
+
+
+# --------------------------------------------------------------------------- encoders
+
+
+class TableEncoder(nn.Module):
+    """An embedding per value 0..n−1 and a [MASK] row (the last)."""
+
+    def __init__(self, n: int, dim: int):
+        super().__init__()
+        self.table = nn.Embedding(n + 1, dim)
+        nn.init.normal_(self.table.weight, std=0.1)
+
+    def forward(self, x: Tensor, hidden: Tensor | None) -> Tensor:
+        ids = x.long()
+        if hidden is not None:
+            ids = torch.where(hidden, self.table.num_embeddings - 1, ids)
+        return self.table(ids)
+
+
+class MapEncoder(nn.Module):
+    """A learned map (MLP, linear or identity) of standardised numbers, (x − loc) / scale, with
+    a [MASK] vector when the field can be hidden (zero for the identity map: λ₁([MASK]) = 0 as
+    in the EFA paper's Props 2–3)."""
+
+    def __init__(self, size, dim, kind, hidden, loc, scale, value: bool):
+        super().__init__()
+        self.value = value  # a scalar value field [B, I] that can be hidden
+        if kind == "mlp":
+            self.net = mlp([size, hidden, dim])
+        elif kind == "linear":
+            self.net = nn.Linear(size, dim)
+        else:
+            self.net = nn.Identity()
+        if value:
+            if kind == "identity":
+                self.register_buffer("mask", torch.zeros(dim))
+            else:
+                self.mask = nn.Parameter(torch.randn(dim) * 0.1)
+        dtype = torch.get_default_dtype()
+        self.register_buffer("loc", torch.tensor(loc, dtype=dtype).reshape(-1))
+        self.register_buffer("scale", torch.tensor(scale, dtype=dtype).reshape(-1))
+
+    def forward(self, x: Tensor, hidden: Tensor | None) -> Tensor:
+        if self.value:
+            # Hidden values may be anything (missing ones too): zero them before the map so
+            # that no NaN can reach a gradient.
+            x = torch.where(hidden, 0, x) if hidden is not None else x
+            x = x[..., None]
+        e = self.net((x.to(self.loc.dtype) - self.loc) / self.scale)
+        if hidden is not None:
+            e = torch.where(hidden[..., None], self.mask, e)
+        return e
+
+
+class LinearReadout(nn.Module):
+    """δ: logits of a category."""
+
+    def __init__(self, d_model: int, n: int, bias: bool):
+        super().__init__()
+        self.net = nn.Linear(d_model, n, bias=bias)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.net(h)
+
+
+class ValueReadout(nn.Module):
+    """λ₂ (linear or MLP) and the family's link from standardised units."""
+
+    def __init__(self, f: Value, d_model: int):
+        super().__init__()
+        self.family, self.loc, self.scale = f.family, f.loc, f.scale
+        if f.readout == "linear":
+            self.net = nn.Linear(d_model, f.family.num_outputs)
+        else:
+            self.net = mlp([d_model, *f.readout_hidden, f.family.num_outputs])
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.family.link_standardised(self.net(h), self.loc, self.scale)
+
+
+# --------------------------------------------------------------------------- field kinds
+
+
+@register_field
 @dataclass
-class Category:
+class Category(Field):
     name: str
     num_categories: int
     target: bool = True
     dim: int = 32
     readout_bias: bool = False
+    distinct: bool = False
 
     kind = "category"
 
     def __post_init__(self):
         _check_name(self.name)
+        self.num_categories = _as_int(self.num_categories)
         if not isinstance(self.num_categories, int) or self.num_categories < 2:
             raise ValueError(
                 f"field {self.name!r}: num_categories must be an integer >= 2, "
                 f"got {self.num_categories!r}"
             )
+        self.dim = _as_int(self.dim)
         _check_positive(self.name, "dim", self.dim)
         self.family = Categorical(self.num_categories)
 
     def config(self) -> dict:
-        return {"kind": self.kind, **{k: v for k, v in asdict(self).items()}}
+        return {"kind": self.kind, **{k: getattr(self, k) for k in self.__dataclass_fields__}}
+
+    def build_encoder(self) -> nn.Module:
+        return TableEncoder(self.num_categories, self.dim)
+
+    def build_readout(self, d_model: int) -> nn.Module:
+        return LinearReadout(d_model, self.num_categories, self.readout_bias)
+
+    def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
+        _validate_values(self.family, x, mask, where)
+        if self.distinct:
+            _check_distinct(x, mask, self.num_categories, where)
+
+    def restrict(self, eta: Tensor, seen: Tensor) -> Tensor:
+        """The ``distinct`` support, p(x_i = k | c) ∝ exp(η_k)·1[k ∉ c]: ``eta`` [P, K] with
+        the items ``seen`` [P, K] in each position's context set to ``EXCLUDED`` (a base measure
+        that depends on the context, so the family stays exponential)."""
+        return eta.masked_fill(seen, EXCLUDED) if self.distinct else eta
 
 
+@register_field
 @dataclass
-class Value:
+class Value(Field):
     """An exponential-family field.
 
-    ``loc``/``scale`` standardise the value before λ₁ sees it and, for Gaussian families, map the
-    readout back (mean = loc + scale · z), so the network works in standardised units while the
-    likelihood stays in the data's own units.
+    ``loc``/``scale`` standardise the value before λ₁ sees it and, for location-scale families
+    (Gaussians), map the read-out back (mean = loc + scale · z), so the network works in
+    standardised units while the likelihood stays in the data's own units.
     """
 
     name: str
@@ -84,16 +233,22 @@ class Value:
             raise ValueError(f"field {self.name!r}: encoder must be one of {ENCODERS}")
         if self.readout not in READOUTS:
             raise ValueError(f"field {self.name!r}: readout must be one of {READOUTS}")
+        self.dim, self.hidden = _as_int(self.dim), _as_int(self.hidden)
         if self.encoder == "identity" and self.dim != 1:
             raise ValueError(f"field {self.name!r}: the identity encoder needs dim=1")
         if self.encoder == "table":
+            self.num_values = _as_int(self.num_values)
             if not self.family.is_discrete or not self.num_values:
                 raise ValueError(
                     f"field {self.name!r}: encoder='table' needs a discrete family and "
                     "num_values (values 0..num_values-1 get an embedding each)"
                 )
-        if not self.scale > 0:
-            raise ValueError(f"field {self.name!r}: scale must be > 0, got {self.scale}")
+        self.loc, self.scale = float(self.loc), float(self.scale)
+        if not (self.scale > 0 and self.scale < float("inf")) or self.loc != self.loc:
+            raise ValueError(
+                f"field {self.name!r}: scale must be a positive finite number and loc finite, "
+                f"got loc={self.loc}, scale={self.scale} (a zero scale means constant values)"
+            )
         _check_positive(self.name, "dim", self.dim)
         self.readout_hidden = tuple(self.readout_hidden)
 
@@ -101,9 +256,37 @@ class Value:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "family"}
         return {"kind": self.kind, **d, "family": self.family.config()}
 
+    @classmethod
+    def from_config(cls, d: dict) -> Value:
+        d = dict(d)
+        d["family"] = family_from_config(d["family"])
+        d["readout_hidden"] = tuple(d["readout_hidden"])
+        return cls(**d)
 
+    def build_encoder(self) -> nn.Module:
+        if self.encoder == "table":
+            return TableEncoder(self.num_values, self.dim)
+        return MapEncoder(1, self.dim, self.encoder, self.hidden, self.loc, self.scale,
+                          value=True)
+
+    def build_readout(self, d_model: int) -> nn.Module:
+        return ValueReadout(self, d_model)
+
+    def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
+        _validate_values(self.family, x, mask, where)
+        if self.encoder == "table":
+            bad = mask & (x >= self.num_values)
+            if bad.any():
+                s, i = bad.nonzero()[0].tolist()
+                raise ValueError(
+                    f"{where}: value {int(x[s, i])} at sequence {s}, position {i} has no row in "
+                    f"the embedding table (encoder='table' with num_values={self.num_values})"
+                )
+
+
+@register_field
 @dataclass
-class Attribute:
+class Attribute(Field):
     """An always-observed covariate of ``size`` numbers per token, embedded by g(τ)."""
 
     name: str
@@ -119,36 +302,90 @@ class Attribute:
 
     def __post_init__(self):
         _check_name(self.name)
+        self.size, self.dim, self.hidden = (_as_int(v) for v in (self.size, self.dim, self.hidden))
         _check_positive(self.name, "size", self.size)
         _check_positive(self.name, "dim", self.dim)
         if self.encoder not in ("mlp", "linear", "identity"):
             raise ValueError(f"field {self.name!r}: encoder must be 'mlp', 'linear' or 'identity'")
         if self.encoder == "identity" and self.dim != self.size:
             raise ValueError(f"field {self.name!r}: the identity encoder needs dim == size")
-        self.loc = list(self.loc) or [0.0] * self.size
-        self.scale = list(self.scale) or [1.0] * self.size
+        self.loc = [float(v) for v in self.loc] or [0.0] * self.size
+        self.scale = [float(v) for v in self.scale] or [1.0] * self.size
         if len(self.loc) != self.size or len(self.scale) != self.size:
             raise ValueError(f"field {self.name!r}: loc and scale need {self.size} entries each")
+        bad = [j for j, s in enumerate(self.scale) if not (s > 0 and s < float("inf"))]
+        if bad:
+            raise ValueError(
+                f"field {self.name!r}: scale[{bad[0]}] = {self.scale[bad[0]]} must be positive "
+                "and finite (a zero scale means that coordinate is constant: drop it)"
+            )
 
-    def config(self) -> dict:
-        return {"kind": self.kind, **asdict(self)}
+    def build_encoder(self) -> nn.Module:
+        return MapEncoder(self.size, self.dim, self.encoder, self.hidden, self.loc,
+                          self.scale, value=False)
 
-
-Field = Category | Value | Attribute
+    def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
+        if x.dim() != 3 or x.shape[2] != self.size:
+            raise ValueError(f"{where}: expected shape [N, I, {self.size}], got {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"{where}: attributes must be floating point, got {x.dtype}")
+        bad = ~torch.isfinite(x).all(-1) & mask
+        if bad.any():
+            s, i = bad.nonzero()[0].tolist()
+            raise ValueError(
+                f"{where}: {int(bad.sum())} tokens with NaN/inf attribute values (first at "
+                f"sequence {s}, position {i}: {x[s, i].tolist()})"
+            )
 
 
 def field_from_config(d: dict) -> Field:
     d = dict(d)
     kind = d.pop("kind")
-    if kind == "category":
-        return Category(**d)
-    if kind == "value":
-        d["family"] = family_from_config(d["family"])
-        d["readout_hidden"] = tuple(d["readout_hidden"])
-        return Value(**d)
-    if kind == "attribute":
-        return Attribute(**d)
-    raise ValueError(f"unknown field kind {kind!r}")
+    if kind not in FIELD_KINDS:
+        raise ValueError(f"unknown field kind {kind!r}; expected one of {sorted(FIELD_KINDS)}")
+    cls = FIELD_KINDS[kind]
+    return cls.from_config(d) if hasattr(cls, "from_config") else cls(**d)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _validate_values(family: Family, x: Tensor, mask: Tensor, where: str) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"{where}: expected shape [N, I], got {tuple(x.shape)}")
+    try:
+        family.validate(x[mask], where)
+    except ValueError as err:
+        raise ValueError(f"{err} [first at {_first_bad(family, x, mask, where)}]") from None
+
+
+def _first_bad(family: Family, x: Tensor, mask: Tensor, where: str) -> str:
+    """Locate the first invalid value as (sequence, position): only runs once a check failed."""
+    for s, i in mask.nonzero().tolist():
+        try:
+            family.validate(x[s, i].reshape(1), where)
+        except ValueError:
+            return f"sequence {s}, position {i}"
+    return "an unknown position"
+
+
+def _check_distinct(x: Tensor, mask: Tensor, k: int, where: str) -> None:
+    counts = torch.zeros(x.shape[0], k, dtype=torch.long, device=x.device)
+    counts.scatter_add_(1, torch.where(mask, x, 0).long(), mask.long())
+    if (counts > 1).any():
+        s, item = (counts > 1).nonzero()[0].tolist()
+        at = (mask[s] & (x[s] == item)).nonzero().flatten().tolist()
+        raise ValueError(
+            f"{where} is distinct (items never repeat in a sequence), but sequence {s} has "
+            f"item {item} at positions {at}; use distinct=False for data with repeats"
+        )
+
+
+def _as_int(v):
+    """Accept NumPy / torch integers where a size is expected (np.int64 from a DataFrame)."""
+    if hasattr(v, "item") and not isinstance(v, bool) and getattr(v, "ndim", 0) == 0:
+        v = v.item()
+    return v
 
 
 def _check_name(name):
@@ -157,5 +394,5 @@ def _check_name(name):
 
 
 def _check_positive(name, what, value):
-    if not isinstance(value, int) or value < 1:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"field {name!r}: {what} must be a positive integer, got {value!r}")

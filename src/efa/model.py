@@ -1,35 +1,28 @@
 """Exponential family attention (EFA), Wibisono & Wang, Section 2.
 
-    encode   each token's fields, attributes and position   -> tokens  [B, I, d]
-    attend   L blocks of (masked) self-attention             -> states  [B, I, d]
-    read out the state at the masked target position i      -> η_i
-    family   log p(y_i | context) = η_i·t(y_i) − A(η_i) + log h(y_i)
+    encode   each token's fields and position (efa.fields)      -> tokens  [B, I, d]
+    attend   L blocks of masked self-attention (efa.attention)  -> states  [B, I, d]
+    read out the state of the copy where position i is masked   -> η_i     (efa.strategies)
+    family   log p(y_i | context) = η_i·t(y_i) − A(η_i) + log h(y_i)   (efa.families)
 
-The likelihood of position i is defined on a *copy* of the sequence in which position i is
-masked. Materialising the copies costs I forward passes per sequence; instead:
-
-- ``stream`` (exact for one layer, and for causal attention at any depth): two-stream
-  attention. A content stream runs on the unmasked tokens; a query stream holds, at every i,
-  the masked token i, which attends to the content of the other positions and to itself. In
-  copy i every position j ≠ i is unmasked at layer 0, and under a causal mask position j < i
-  never sees i, so the content stream *is* copy i's state at j. One pass per sequence.
-- ``copies`` (exact for everything, bidirectional multi-layer included): the masked copies are
-  generated inside the model, only for the positions that are predicted, in chunks.
+:class:`ConditionalModel` is what EFA shares with its special cases and peers (efa.baselines):
+natural parameters at asked positions, and the (pseudo) log-likelihood they define.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
+from efa import strategies
+from efa.attention import BLOCKS, KERNELS, Block, kernel_spec, mlp
 from efa.data import Sequences, check_sequences
 from efa.fields import Field, field_from_config
 
-BLOCKS = ("bare", "residual", "post_ln", "pre_ln")
-GAUSSIAN_MEAN_FAMILIES = ("gaussian", "learned_gaussian", "heteroscedastic_gaussian")
+DIRECTIONS = ("bidirectional", "unidirectional")
 
 
 @dataclass
@@ -37,13 +30,15 @@ class EFAConfig:
     """Sizes and switches of an EFA network (the fields say what a token is).
 
     direction: ``bidirectional`` (pseudo-likelihood, Remark 4/5) or ``unidirectional`` (causal
-      mask, full likelihood). attention: ``softmax`` or ``linear`` (the paper's softmax-free
-      form used by Props 2–3). scale: ``sqrt`` (1/√d_head, Vaswani) or ``linear`` (1/d_head,
-      the paper's 1/K). block: ``bare`` (Eq. 1 alone), ``residual`` (x + MHA(x), the paper's
-      experiments), ``post_ln`` / ``pre_ln`` (transformer blocks with LayerNorm and a
-      feed-forward layer). d_model: token width after the optional mixing MLP (None keeps the
-      concatenation of the field embeddings). max_len: size of the learned positional table
-      (None: no positions, for sets).
+      mask, full likelihood). attention: an attention kernel, ``softmax``, ``linear`` (the
+      paper's softmax-free form of Props 2–3) or any registered in :mod:`efa.attention`, as a
+      name or ``{"kernel": name, **options}``. scale: ``sqrt`` (1/√d_head, Vaswani) or
+      ``linear`` (1/d_head, the paper's 1/K). block: ``bare`` (Eq. 1 alone), ``residual``
+      (x + MHA(x), the paper's experiments), ``post_ln`` / ``pre_ln`` (transformer blocks).
+      d_model: token width after the optional mixing MLP (None keeps the concatenation of the
+      field embeddings). max_len: size of the learned positional table (None: no positions,
+      for sets). mode: how the exact masked pseudo-likelihood is computed (``two_stream``,
+      ``copies``, or ``auto``: two-stream wherever it is exact, see efa.strategies).
     """
 
     fields: list[Field]
@@ -55,7 +50,7 @@ class EFAConfig:
     mix_hidden: int = 64
     max_len: int | None = None
     direction: str = "bidirectional"
-    attention: str = "softmax"
+    attention: str | dict = "softmax"
     scale: str = "sqrt"
     block: str = "residual"
     ffn_hidden: int = 64
@@ -63,6 +58,7 @@ class EFAConfig:
     out_proj: bool = True
     mode: str = "auto"
     chunk: int = 4096
+    meta: dict = field(default_factory=dict)  # free-form, saved with the model
 
     def __post_init__(self):
         names = [f.name for f in self.fields]
@@ -70,28 +66,37 @@ class EFAConfig:
             raise ValueError(f"field names must be unique, got {names}")
         if not any(f.target for f in self.fields):
             raise ValueError("at least one field must be a target (target=True)")
+        self.mode = strategies.ALIASES.get(self.mode, self.mode)
         choices = {
-            "direction": ("bidirectional", "unidirectional"),
-            "attention": ("softmax", "linear"),
+            "direction": DIRECTIONS,
             "scale": ("sqrt", "linear"),
             "block": BLOCKS,
             "mix": ("none", "linear", "mlp"),
-            "mode": ("auto", "stream", "copies"),
+            "mode": strategies.MODES,
         }
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ValueError(f"{key} must be one of {allowed}, got {getattr(self, key)!r}")
-        if self.num_layers < 1 or self.num_heads < 1:
-            raise ValueError("num_layers and num_heads must be >= 1")
-        if self.mode == "stream" and not self.stream_exact:
-            raise ValueError(
-                "mode='stream' is exact only for one layer or unidirectional attention; "
-                "use mode='copies' (or 'auto') for a bidirectional multi-layer model"
-            )
+        kernel_spec(self.attention)
+        for key in ("num_layers", "num_heads", "chunk", "mix_hidden", "ffn_hidden"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{key} must be a positive integer, got {v!r}")
+        for key in ("head_dim", "d_model", "max_len"):
+            v = getattr(self, key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"{key} must be a positive integer or None, got {v!r}")
+        _ = self.strategy  # refuses two_stream where it is not exact
 
     @property
-    def stream_exact(self) -> bool:
-        return self.num_layers == 1 or self.direction == "unidirectional"
+    def causal(self) -> bool:
+        return self.direction == "unidirectional"
+
+    @property
+    def strategy(self) -> str:
+        """The exact algorithm that ``mode`` selects (efa.strategies)."""
+        row_local = KERNELS[kernel_spec(self.attention)["kernel"]].row_local
+        return strategies.choose(self.mode, self.num_layers, self.causal, row_local)
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "fields"}
@@ -105,19 +110,62 @@ class EFAConfig:
 
 
 class ConditionalModel(nn.Module):
-    """What EFA and its factorisation-model special cases share: natural parameters per target
-    field and position, and the (pseudo) log-likelihood they define."""
+    """What EFA and its special cases and peers share: natural parameters of every target
+    field at asked positions, and the (pseudo) log-likelihood they define.
+
+    Subclasses set ``fields`` (and ``max_len``, ``direction``) and implement either
+    ``natural_params`` (dense, [B, I, n] at every position) or ``natural_params_at`` (only at
+    the asked positions, for models that pay per position)."""
 
     fields: list[Field]
     max_len: int | None = None
+    direction: str = "bidirectional"
 
     @property
-    def targets(self) -> list[Field]:
+    def target_fields(self) -> list[Field]:
         return [f for f in self.fields if f.target]
 
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"the model has no field {name!r} (fields: {[f.name for f in self.fields]})")
+
+    def target(self, name: str | None) -> Field:
+        """The target field ``name`` (None: the first), with a clear error otherwise."""
+        if name is None:
+            return self.target_fields[0]
+        f = self.field(name)
+        if not f.target:
+            raise ValueError(
+                f"field {name!r} is not predicted by this model (targets: "
+                f"{[t.name for t in self.target_fields]})"
+            )
+        return f
+
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
-        """η [B, I, num_natural] of every target field at every position."""
-        raise NotImplementedError
+        """η [B, I, num_natural] of every target field at every position (or NaN where the
+        model did not compute it)."""
+        at = {f.name: data.valid() for f in self.target_fields}
+        out = {}
+        for name, eta in self.natural_params_at(data, at).items():
+            full = eta.new_full((*at[name].shape, eta.shape[-1]), float("nan"))
+            full[at[name]] = eta
+            out[name] = full
+        return out
+
+    def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        """η [P, num_natural] of each field in ``at`` at its asked positions ``at[name]``
+        [B, I] bool (in the order of ``at[name].nonzero()``), support restrictions applied."""
+        dense = self.natural_params(data)
+        return {name: self.restrict(name, data, m, dense[name][m]) for name, m in at.items()}
+
+    def restrict(self, name: str, data: Sequences, at: Tensor, eta: Tensor) -> Tensor:
+        """Apply a field's support restriction (``Category(distinct=True)``) at ``at``."""
+        f = self.field(name)
+        if not getattr(f, "distinct", False):
+            return eta
+        return f.restrict(eta, context_items(data, name, f.num_categories, self.direction, at))
 
     def forward(self, data: Sequences) -> dict[str, Tensor]:
         return self.natural_params(data)
@@ -131,12 +179,26 @@ class ConditionalModel(nn.Module):
         """Per target field: (sum of log p(y_i | context) over predicted positions, count)."""
         if check:
             self.check(data)
-        etas = self.natural_params(data)
+        at = {f.name: data.predicted(f.name) for f in self.target_fields}
+        etas = self.natural_params_at(data, at)
         out = {}
-        for f in self.targets:
-            m = data.predicted(f.name)
+        for f in self.target_fields:
+            m = at[f.name]
             y = data.fields[f.name][m]
-            out[f.name] = (f.family.log_prob(y, etas[f.name][m], base_measure).sum(), int(m.sum()))
+            out[f.name] = (f.family.log_prob(y, etas[f.name], base_measure).sum(), int(m.sum()))
+        return out
+
+    def log_likelihoods(self, data: Sequences, base_measure: bool = True) -> dict[str, Tensor]:
+        """log p(y_i | context) [B, I] per target field; NaN where not predicted."""
+        at = {f.name: data.predicted(f.name) for f in self.target_fields}
+        etas = self.natural_params_at(data, at)
+        out = {}
+        for f in self.target_fields:
+            m = at[f.name]
+            lp = f.family.log_prob(data.fields[f.name][m], etas[f.name], base_measure)
+            full = lp.new_full(m.shape, float("nan"))
+            full[m] = lp
+            out[f.name] = full
         return out
 
     def loss(self, data: Sequences, check: bool = False) -> Tensor:
@@ -145,177 +207,33 @@ class ConditionalModel(nn.Module):
         return -sum(s / max(n, 1) for s, n in ll.values())
 
     @torch.no_grad()
-    def predict_mean(self, data: Sequences) -> dict[str, Tensor]:
-        """E[y_i | context] at every position (probabilities for categories)."""
+    def predict_mean(self, data: Sequences, at: Tensor | None = None) -> dict[str, Tensor]:
+        """E[y_i | context] [B, I] (class probabilities [B, I, K] for categories) of every target
+        field at the positions ``at`` [B, I] (default: every real position, missing values
+        included: an imputation); NaN elsewhere."""
         self.check(data)
-        etas = self.natural_params(data)
-        return {f.name: f.family.mean(etas[f.name]) for f in self.targets}
+        at = data.valid() if at is None else at & data.valid()
+        etas = self.natural_params_at(data, {f.name: at for f in self.target_fields})
+        out = {}
+        for f in self.target_fields:
+            mean = f.family.mean(etas[f.name])
+            full = mean.new_full((*at.shape, *mean.shape[1:]), float("nan"))
+            full[at] = mean
+            out[f.name] = full
+        return out
 
 
-class Attention(nn.Module):
-    """Multi-head attention; with ``content`` given, the query-stream form of two-stream
-    attention: position i attends to content[j] for j ≠ i and to x[i] itself."""
-
-    def __init__(self, d_model, num_heads, head_dim, kind, scale, bias, out_proj):
-        super().__init__()
-        inner = num_heads * head_dim
-        self.num_heads, self.head_dim, self.kind = num_heads, head_dim, kind
-        self.scale = 1 / math.sqrt(head_dim) if scale == "sqrt" else 1 / head_dim
-        self.q = nn.Linear(d_model, inner, bias=bias)
-        self.k = nn.Linear(d_model, inner, bias=bias)
-        self.v = nn.Linear(d_model, inner, bias=bias)
-        if out_proj:
-            self.o = nn.Linear(inner, d_model, bias=bias)
-        elif inner == d_model:
-            self.o = nn.Identity()
-        else:
-            raise ValueError(f"out_proj=False needs num_heads*head_dim == d_model ({d_model})")
-
-    def split(self, x: Tensor) -> Tensor:
-        b, i, _ = x.shape
-        return x.view(b, i, self.num_heads, self.head_dim).transpose(1, 2)
-
-    def forward(
-        self,
-        x: Tensor,
-        allowed: Tensor,
-        content: Tensor | None = None,
-        memory: Tensor | None = None,
-    ):
-        """``x`` attends to itself; with ``memory`` [B, I, d], the queries ``x`` [B, 1, d]
-        attend to ``memory`` instead (the masked position's row in the last layer)."""
-        q = self.split(self.q(x))
-        src = x if memory is None else memory
-        k, v = self.split(self.k(src)), self.split(self.v(src))
-        if content is None:
-            s = q @ k.transpose(-1, -2)
-        else:
-            eye = torch.eye(x.shape[1], dtype=torch.bool, device=x.device)
-            kc, vc = self.split(self.k(content)), self.split(self.v(content))
-            s = torch.where(eye, (q * k).sum(-1, keepdim=True), q @ kc.transpose(-1, -2))
-        s = s * self.scale
-        if self.kind == "softmax":
-            w = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1)
-        else:
-            w = s * allowed
-        if content is None:
-            out = w @ v
-        else:
-            # Off-diagonal weights multiply content values, the diagonal the token's own value.
-            out = w @ vc + torch.diagonal(w, dim1=-2, dim2=-1)[..., None] * (v - vc)
-        b, _, i, _ = out.shape
-        return self.o(out.transpose(1, 2).reshape(b, i, -1)), w
-
-
-class Block(nn.Module):
-    def __init__(self, cfg: EFAConfig, d_model: int, head_dim: int):
-        super().__init__()
-        self.kind = cfg.block
-        self.attn = Attention(
-            d_model, cfg.num_heads, head_dim, cfg.attention, cfg.scale, cfg.bias, cfg.out_proj
-        )
-        if self.kind in ("post_ln", "pre_ln"):
-            self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-            self.ffn = nn.Sequential(
-                nn.Linear(d_model, cfg.ffn_hidden), nn.ReLU(), nn.Linear(cfg.ffn_hidden, d_model)
-            )
-
-    def forward(
-        self,
-        x: Tensor,
-        allowed: Tensor,
-        content: Tensor | None = None,
-        memory: Tensor | None = None,
-    ):
-        if self.kind == "pre_ln":
-            c = None if content is None else self.ln1(content)
-            m = None if memory is None else self.ln1(memory)
-            a, w = self.attn(self.ln1(x), allowed, c, m)
-            x = x + a
-            return x + self.ffn(self.ln2(x)), w
-        a, w = self.attn(x, allowed, content, memory)
-        if self.kind == "bare":
-            return a, w
-        if self.kind == "residual":
-            return x + a, w
-        x = self.ln1(x + a)
-        return self.ln2(x + self.ffn(x)), w
-
-
-def _mlp(sizes: list[int]) -> nn.Module:
-    layers: list[nn.Module] = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
-
-
-class FieldEncoder(nn.Module):
-    """β (categories), λ₁ (values) or g (attributes) for one field, with its [MASK] embedding."""
-
-    def __init__(self, f: Field):
-        super().__init__()
-        self.f = f
-        if f.kind == "category":
-            self.table = nn.Embedding(f.num_categories + 1, f.dim)  # last row: [MASK]
-            nn.init.normal_(self.table.weight, std=0.1)
-            return
-        if f.kind == "value" and f.encoder == "table":
-            self.table = nn.Embedding(f.num_values + 1, f.dim)
-            nn.init.normal_(self.table.weight, std=0.1)
-            return
-        size = f.size if f.kind == "attribute" else 1
-        if f.encoder == "mlp":
-            self.net = _mlp([size, f.hidden, f.dim])
-        elif f.encoder == "linear":
-            self.net = nn.Linear(size, f.dim)
-        else:
-            self.net = nn.Identity()
-        if f.kind == "value":
-            if f.encoder == "identity":  # λ₁([MASK]) = 0, as in Props 2–3
-                self.register_buffer("mask", torch.zeros(f.dim))
-            else:
-                self.mask = nn.Parameter(torch.randn(f.dim) * 0.1)
-        self.register_buffer("loc", torch.tensor(f.loc, dtype=torch.float32).reshape(-1))
-        self.register_buffer("scale", torch.tensor(f.scale, dtype=torch.float32).reshape(-1))
-
-    def forward(self, x: Tensor, hidden: Tensor | None) -> Tensor:
-        f = self.f
-        if hasattr(self, "table"):
-            ids = x.long()
-            if hidden is not None:
-                ids = torch.where(hidden, self.table.num_embeddings - 1, ids)
-            return self.table(ids)
-        if f.kind == "value":
-            # Hidden values may be anything (missing ones too): zero them before the encoder so
-            # no NaN can reach a gradient.
-            x = torch.where(hidden, 0, x) if hidden is not None else x
-            x = x[..., None]
-        z = (x.to(self.loc.dtype) - self.loc) / self.scale
-        e = self.net(z)
-        if hidden is not None:
-            e = torch.where(hidden[..., None], self.mask, e)
-        return e
-
-
-class Readout(nn.Module):
-    """δ (categories: logits) or λ₂ followed by the family's link (values)."""
-
-    def __init__(self, f: Field, d_model: int):
-        super().__init__()
-        self.f = f
-        if f.kind == "category":
-            self.net = nn.Linear(d_model, f.num_categories, bias=f.readout_bias)
-        elif f.readout == "linear":
-            self.net = nn.Linear(d_model, f.family.num_outputs)
-        else:
-            self.net = _mlp([d_model, *f.readout_hidden, f.family.num_outputs])
-
-    def forward(self, h: Tensor) -> Tensor:
-        z = self.net(h)
-        f = self.f
-        if f.kind == "value" and f.family.name in GAUSSIAN_MEAN_FAMILIES:
-            z = torch.cat([f.loc + f.scale * z[..., :1], z[..., 1:]], dim=-1)
-        return f.family.link(z)
+def context_items(data: Sequences, name: str, k: int, direction: str, at: Tensor) -> Tensor:
+    """[P, K] bool: which items of category ``name`` are in the context of each asked
+    position (observed, real positions j ≠ i; j < i unidirectionally)."""
+    x = data.fields[name]
+    present = data.valid() & data.observed.get(name, data.valid())
+    onehot = F.one_hot(torch.where(present, x, 0).long(), k) * present[..., None]
+    if direction == "bidirectional":
+        counts = onehot.sum(1, keepdim=True) - onehot
+    else:
+        counts = onehot.cumsum(1) - onehot
+    return counts[at] > 0
 
 
 class EFA(ConditionalModel):
@@ -331,10 +249,10 @@ class EFA(ConditionalModel):
         self.config = cfg
         self.fields = cfg.fields
         self.max_len = cfg.max_len
+        self.direction = cfg.direction
         width = sum(f.dim for f in cfg.fields)
         d = cfg.d_model or width
-        self.d_model = d
-        self.encoders = nn.ModuleDict({f.name: FieldEncoder(f) for f in cfg.fields})
+        self.encoders = nn.ModuleDict({f.name: f.build_encoder() for f in cfg.fields})
         if cfg.mix == "none":
             if cfg.d_model not in (None, width):
                 raise ValueError(
@@ -344,15 +262,15 @@ class EFA(ConditionalModel):
         elif cfg.mix == "linear":
             self.mix = nn.Linear(width, d)
         else:
-            self.mix = _mlp([width, cfg.mix_hidden, d])
+            self.mix = mlp([width, cfg.mix_hidden, d])
         if cfg.max_len is not None:
             self.pos = nn.Embedding(cfg.max_len, d)
             nn.init.normal_(self.pos.weight, std=0.1)
         head_dim = cfg.head_dim or d // cfg.num_heads
-        self.blocks = nn.ModuleList(Block(cfg, d, head_dim) for _ in range(cfg.num_layers))
-        self.readouts = nn.ModuleDict({f.name: Readout(f, d) for f in self.targets})
+        self.blocks = nn.ModuleList(Block(d, head_dim, cfg) for _ in range(cfg.num_layers))
+        self.readouts = nn.ModuleDict({f.name: f.build_readout(d) for f in self.target_fields})
 
-    # -- encode ---------------------------------------------------------------------------
+    # -- encode -----------------------------------------------------------------------------
     def encode(self, data: Sequences, hidden: dict[str, Tensor]) -> Tensor:
         """Token embeddings [B, I, d]; ``hidden[name]`` [B, I] marks values replaced by [MASK]."""
         parts = [
@@ -369,7 +287,7 @@ class EFA(ConditionalModel):
         hidden = {name: ~m for name, m in data.observed.items()}
         if target is None:
             return hidden
-        names = [f.name for f in self.targets]
+        names = [f.name for f in self.target_fields]
         ones = torch.ones_like(data.valid())
         for name in names[names.index(target) :]:
             hidden[name] = ones
@@ -379,83 +297,107 @@ class EFA(ConditionalModel):
         """[B, 1, I, I] which key j each query i may see. Each position always sees itself."""
         valid = data.valid()
         n = valid.shape[1]
-        eye = torch.eye(n, dtype=torch.bool)
+        eye = torch.eye(n, dtype=torch.bool, device=valid.device)
         a = valid[:, None, :].expand(-1, n, -1)
-        if self.config.direction == "unidirectional":
-            a = a & torch.ones(n, n, dtype=torch.bool).tril()
+        if self.config.causal:
+            a = a & torch.ones(n, n, dtype=torch.bool, device=valid.device).tril()
         return (a | eye)[:, None]
 
     # -- attend + read out ------------------------------------------------------------------
-    def natural_params(self, data: Sequences) -> dict[str, Tensor]:
-        return self._forward(data, want_attention=False)[0]
+    def states(self, data: Sequences, target: str, at: Tensor, want_weights: bool = False,
+               head=None, content: Tensor | None = None):
+        """The last layer's state [P, d] that predicts ``target`` at each asked position of
+        ``at`` [B, I] (``head(state)`` if given), and the masked queries' attention rows
+        [L, P, H, I] if ``want_weights``. ``content``: the unmasked tokens, if already encoded."""
+        if content is None:
+            content = self.encode(data, self.hidden_for(data, None))
+        query = self.encode(data, self.hidden_for(data, target))
+        run = strategies.STRATEGIES[self.config.strategy]
+        kw = {} if head is None else {"head": head}
+        return run(self.blocks, content, query, self.allowed(data), at, want_weights,
+                   chunk=self.config.chunk, **kw)
 
-    def attention(self, data: Sequences, target: str | None = None) -> Tensor:
-        """Attention weights [L, B, H, I, I]: row i of layer l is what the masked query i pays
-        to each position in the copy where i is masked (Figure 3 of the paper)."""
-        self.check(data)
-        target = target or self.targets[0].name
-        with torch.no_grad():
-            return self._forward(data, want_attention=True, only=target)[1]
-
-    def _forward(self, data: Sequences, want_attention: bool, only: str | None = None):
-        mode = self.config.mode
-        if mode == "auto":
-            mode = "stream" if self.config.stream_exact else "copies"
-        targets = [f for f in self.targets if only is None or f.name == only]
+    def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
         content = self.encode(data, self.hidden_for(data, None))
-        allowed = self.allowed(data)
-        etas, attn = {}, None
-        for f in targets:
-            query = self.encode(data, self.hidden_for(data, f.name))
-            if mode == "stream":
-                h, attn = self._stream(content, query, allowed, want_attention)
-                etas[f.name] = self.readouts[f.name](h)
-            else:
-                etas[f.name], attn = self._copies(
-                    f, content, query, allowed, data.predicted(f.name), want_attention
-                )
-        return etas, attn
+        out = {}
+        for name, m in at.items():
+            eta, _ = self.states(data, self.target(name).name, m, head=self.readouts[name],
+                                 content=content)
+            out[name] = self.restrict(name, data, m, eta)
+        return out
 
-    def _stream(self, content, query, allowed, want_attention):
-        weights = []
-        for layer, block in enumerate(self.blocks):
-            g, w = block(query, allowed, content=content)
-            if layer + 1 < len(self.blocks):
-                content, _ = block(content, allowed)
-            query = g
-            if want_attention:
-                weights.append(w)
-        return query, (torch.stack(weights) if want_attention else None)
-
-    def _copies(self, f, content, query, allowed, predicted, want_attention):
-        b_idx, i_idx = predicted.nonzero(as_tuple=True)
-        n_out = f.family.num_natural
-        eta = content.new_zeros(*predicted.shape, n_out)
-        weights = []
-        for start in range(0, len(b_idx), self.config.chunk):
-            b = b_idx[start : start + self.config.chunk]
-            i = i_idx[start : start + self.config.chunk]
-            rows = torch.arange(len(b))
-            x = content[b].clone()
-            x[rows, i] = query[b, i]
-            ws = []
-            for block in self.blocks[:-1]:
-                x, w = block(x, allowed[b])
-                if want_attention:
-                    ws.append(w[rows, :, i])  # [P, H, I]: the masked query's row
-            # Only position i of the last layer is read out: compute that row alone.
-            last = allowed[b][rows, :, i][:, :, None]
-            h, w = self.blocks[-1](x[rows, i][:, None], last, memory=x)
-            if want_attention:
-                ws.append(w[:, :, 0])
-            eta[b, i] = self.readouts[f.name](h[:, 0])
-            if want_attention:
-                weights.append(torch.stack(ws))
-        if not want_attention:
-            return eta, None
-        # Scatter the rows back to [L, B, H, I, I] (zeros for rows that are not predicted).
-        rows = torch.cat(weights, dim=1)
+    @torch.no_grad()
+    def attention_weights(self, data: Sequences, target: str | None = None,
+                          at: Tensor | None = None) -> Tensor:
+        """Attention weights [L, B, H, I, I]: row i of layer l is what the masked query i pays
+        to each position in the copy where i is masked (Figure 3 of the paper); rows of
+        positions not in ``at`` (default: every real position) are zero."""
+        self.check(data)
+        f = self.target(target)
+        at = data.valid() if at is None else at & data.valid()
+        _, rows = self.states(data, f.name, at, want_weights=True)
+        b_idx, i_idx = at.nonzero(as_tuple=True)
         num_layers, _, heads, n = rows.shape
-        full = rows.new_zeros(num_layers, predicted.shape[0], heads, n, n)
+        full = rows.new_zeros(num_layers, at.shape[0], heads, n, n)
         full[:, b_idx, :, i_idx] = rows.permute(1, 0, 2, 3)
-        return eta, full
+        return full
+
+    def warm_start(self, base: EFA) -> EFA:
+        """Start this model exactly at ``base``, whose fields are a subset of this model's (a
+        same-day model for a model with lagged inputs): shared modules are copied, and the
+        token mixer's input columns of the fields ``base`` lacks are zeroed (their encoders keep
+        their initialisation and get gradients at once). Returns self."""
+        if self.config.mix == "none" or base.config.mix != self.config.mix:
+            raise ValueError(
+                "warm_start needs both models to mix tokens with the same 'linear'/'mlp'"
+            )
+        mine = {f.name: f for f in self.fields}
+        for f in base.fields:
+            if f.name not in mine:
+                raise ValueError(f"base has field {f.name!r}, this model does not")
+            if mine[f.name].dim != f.dim:
+                raise ValueError(
+                    f"field {f.name!r} has dim {mine[f.name].dim} here, {f.dim} in base"
+                )
+        first = lambda m: m if isinstance(m, nn.Linear) else m[0]  # noqa: E731
+        with torch.no_grad():
+            for name, module in base.named_children():
+                if name == "mix":
+                    continue
+                _copy_module(getattr(self, name), module, name)
+            _copy_module(self.mix, base.mix, "mix", skip=first(self.mix))
+            w, base_w = first(self.mix).weight, first(base.mix).weight
+            w.zero_()
+            first(self.mix).bias.copy_(first(base.mix).bias)
+            offsets, start = {}, 0
+            for f in self.fields:
+                offsets[f.name], start = start, start + f.dim
+            start = 0
+            for f in base.fields:
+                w[:, offsets[f.name] : offsets[f.name] + f.dim] = base_w[:, start : start + f.dim]
+                start += f.dim
+        return self
+
+
+def _copy_module(dst: nn.Module, src: nn.Module, where: str, skip: nn.Module | None = None):
+    """Copy ``src``'s parameters and buffers into ``dst`` (same structure), except ``skip``;
+    a ModuleDict copies only the keys ``src`` has."""
+    if isinstance(src, nn.ModuleDict):
+        for key, m in src.items():
+            if key not in dst:
+                raise ValueError(f"{where}.{key} has no counterpart in this model")
+            _copy_module(dst[key], m, f"{where}.{key}", skip)
+        return
+    if src is skip or dst is skip:
+        return
+    ps, pd = dict(src.named_parameters(recurse=False)), dict(dst.named_parameters(recurse=False))
+    ps.update(src.named_buffers(recurse=False))
+    pd.update(dst.named_buffers(recurse=False))
+    for key, t in ps.items():
+        if key not in pd or pd[key].shape != t.shape:
+            raise ValueError(f"{where}.{key} does not match between the two models")
+        pd[key].copy_(t)
+    for key, child in src.named_children():
+        if not hasattr(dst, key):
+            raise ValueError(f"{where}.{key} has no counterpart in this model")
+        _copy_module(getattr(dst, key), child, f"{where}.{key}", skip)

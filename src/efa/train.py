@@ -91,7 +91,7 @@ def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size:
         batch = data[torch.arange(start, min(start + batch_size, len(data)))]
         mask = batch.predicted(name)
         ys.append(batch.fields[name][mask])
-        means.append(model.predict_mean(batch)[name][mask])
+        means.append(model.predict_mean(batch, at=mask)[name][mask])
     return torch.cat(ys), torch.cat(means)
 
 

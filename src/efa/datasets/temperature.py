@@ -44,10 +44,12 @@ import pandas as pd
 
 from efa.datasets.root import resolve_file
 from efa.datasets.splits import Splits
+from efa.geo import EARTH_RADIUS_KM, haversine_km, nearest_neighbours
 
 __all__ = [
     "EARTH_RADIUS_KM",
     "PAPER_EXCLUDED_STATES",
+    "PAPER_YEARS",
     "TEMPERATURE_COLUMNS",
     "city_table",
     "haversine_km",
@@ -62,7 +64,8 @@ TEMPERATURE_COLUMNS = ("Country", "State", "City", "Month", "Day", "Year", "AvgT
 CITY_COLUMNS = ("State", "City", "Latitude", "Longitude")
 PAPER_EXCLUDED_STATES = ("Alaska", "Hawaii", "Additional Territories", "District of Columbia")
 MISSING_SENTINEL = -99.0
-EARTH_RADIUS_KM = 6371.0
+# The paper's split of the October days by year (inclusive ranges).
+PAPER_YEARS = {"train": (2007, 2012), "val": (2013, 2016), "test": (2017, 2019)}
 _VALID_YEARS = (1800, 2100)
 _SUBDIR = "temperature"
 
@@ -260,9 +263,9 @@ def city_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def split_years(
     frame: pd.DataFrame,
-    train: tuple[int, int] = (2007, 2012),
-    val: tuple[int, int] = (2013, 2016),
-    test: tuple[int, int] = (2017, 2019),
+    train: tuple[int, int] = PAPER_YEARS["train"],
+    val: tuple[int, int] = PAPER_YEARS["val"],
+    test: tuple[int, int] = PAPER_YEARS["test"],
 ) -> Splits:
     """Split by the (inclusive) year ranges of the paper: 2007-12 / 2013-16 / 2017-19.
 
@@ -274,34 +277,3 @@ def split_years(
         return frame[frame["year"].between(*years)].reset_index(drop=True)
 
     return Splits(train=part(train), val=part(val), test=part(test))
-
-
-# --------------------------------------------------------------------------- distances
-
-
-def haversine_km(lat1, lon1, lat2, lon2) -> np.ndarray:
-    """Great-circle distance in km between points in degrees (numpy broadcasting applies)."""
-    phi1, lam1, phi2, lam2 = (
-        np.radians(np.asarray(x, dtype=np.float64)) for x in (lat1, lon1, lat2, lon2)
-    )
-    a = (
-        np.sin((phi2 - phi1) / 2) ** 2
-        + np.cos(phi1) * np.cos(phi2) * np.sin((lam2 - lam1) / 2) ** 2
-    )
-    # clip: rounding can push a slightly above 1 for antipodal points.
-    return 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.clip(a, 0.0, 1.0)))
-
-
-def nearest_neighbours(lat, lon, k: int) -> np.ndarray:
-    """``[n_cities, k]`` indices of each city's ``k`` nearest *other* cities, nearest first."""
-    lat = np.asarray(lat, dtype=np.float64)
-    lon = np.asarray(lon, dtype=np.float64)
-    if lat.shape != lon.shape or lat.ndim != 1:
-        raise ValueError("lat and lon must be 1-d arrays of the same length")
-    n = lat.size
-    if not 0 <= k <= n - 1:
-        raise ValueError(f"k must be between 0 and n_cities - 1 = {n - 1}, got {k}")
-    dist = haversine_km(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
-    np.fill_diagonal(dist, np.inf)
-    # Stable sort: equal distances keep the smaller index first.
-    return np.argsort(dist, axis=1, kind="stable")[:, :k]

@@ -13,7 +13,6 @@ has no quirk to fix here, so the clean protocol is the same and is not run twice
 
 from __future__ import annotations
 
-import json
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -23,8 +22,10 @@ import torch
 
 from efa.data import Sequences
 from efa.datasets import instacart as ic
-from efa.experiments import movielens as common
-from efa.experiments.report import Report, heatmap
+from efa.experiments import items
+from efa.experiments.items import ZooSpec, adam
+from efa.experiments.plots import figure, heatmap, save
+from efa.experiments.report import Report
 from efa.train import seed_everything
 
 DIRECTIONS = ("unidirectional", "bidirectional")
@@ -44,21 +45,22 @@ FIGURE3_BASKETS = ((13, 27, 1, 23, 26, 19, 29, 2, 28, 3), (31, 18, 1, 24, 14, 38
 
 # One fast configuration for both directions, chosen on validation (docs/sequences.md): one
 # attention layer (exact in one pass, also bidirectionally), a short cosine schedule, big batches.
-SPEC = common.Spec(
+SPEC = ZooSpec(
     dim=64, heads=4, head_dim=16, layers={"unidirectional": 1, "bidirectional": 1},
-    lr={"EFA": 2e-2, "FM": 3e-2, "Logit": 1e-1}, weight_decay={"EFA": 0.0, "FM": 0.0, "Logit": 0.0},
-    logit_length=False, batch_size=512, max_epochs=15, patience=3, schedule="cosine",
+    train={"EFA": adam(2e-2, 0.0, 512, 15, 3, "cosine"),
+           "FM": adam(3e-2, 0.0, 512, 15, 3, "cosine")},
 )
-QUICK = common.Spec(dim=16, heads=2, head_dim=8, layers=SPEC.layers, lr=SPEC.lr,
-                    weight_decay=SPEC.weight_decay, batch_size=64, max_epochs=2, patience=2,
-                    schedule="cosine", subset=80)
+QUICK = ZooSpec(dim=16, heads=2, head_dim=8, layers=SPEC.layers, subset=80, **items.QUICK_CONVEX,
+                train={
+    "EFA": adam(2e-2, 0.0, 64, 2, 2, "cosine"), "FM": adam(3e-2, 0.0, 64, 2, 2, "cosine")})
+COST = {"EFA": 4.0, "FM": 1.0, "Logit": 1.0, "Unigram": 0.0}
 
 
 @lru_cache(maxsize=1)
 def load() -> tuple[Sequences, Sequences, Sequences]:
     train, test = ic.load_instacart()
     train, val = ic.split_validation(train)  # the reference's 25 % of baskets, seed 42
-    return tuple(common.to_sequences(f, "order_id", "product_id") for f in (train, val, test))
+    return tuple(items.to_sequences(f, "order_id", "product_id") for f in (train, val, test))
 
 
 @lru_cache(maxsize=1)
@@ -82,7 +84,7 @@ def _embeddings(model, name: str) -> dict[str, list]:
     """(α, δ) pairs to score: the FM's; EFA's input table β as the paper does ("input"), and
     β mapped through the first layer's value and output maps ("value path"), which is how a
     context product actually reaches a one-layer residual EFA's logits: δ·W_o W_v β_j."""
-    inner = getattr(model, "inner", model)
+    inner = model
     if name == "FM":
         return {"": [inner.alpha.weight.detach().numpy().tolist(),
                      inner.rho.weight.detach().numpy().tolist()]}
@@ -105,7 +107,7 @@ def _figure3_rows(test: Sequences) -> list[int]:
 
 def _qkv(model) -> np.ndarray:
     """[3, H, items, head_dim]: W^Q β, W^K β, W^V β (+ biases) of the first layer per head."""
-    inner = model.inner
+    inner = model
     beta = inner.encoders["item"].table.weight[:-1]
     attn = inner.blocks[0].attn
     with torch.no_grad():
@@ -117,43 +119,42 @@ def _qkv(model) -> np.ndarray:
 # --------------------------------------------------------------------------- jobs
 
 
-def _task(job: dict) -> dict:
+def jobs(spec: ZooSpec, seeds: int) -> list[dict]:
+    return [
+        {"direction": d, "model": m, "seed": s, "spec": spec, "protocol": "paper",
+         "cost": COST[m.removesuffix(items.DISTINCT)],
+         "analyse": s == 0 and (d, m) in TABLE3_METHODS}
+        for d in DIRECTIONS for m in MODELS for s in range(seeds)
+        if not (s > 0 and items.deterministic(m, "paper"))
+    ]
+
+
+def task(job: dict) -> dict:
     t0 = time.perf_counter()
-    spec: common.Spec = job["spec"]
-    train, val, test = (common.subset(s, spec.subset) for s in load())
+    spec: ZooSpec = job["spec"]
+    train, val, test = (items.subset(s, spec.subset) for s in load())
     seed_everything(job["seed"])
-    model, base = common.categorical_model(job["model"], job["direction"], N_ITEMS, MAX_LEN,
-                                           spec, train)
-    out = common.fit_and_score(model, base, train, val, test, spec, job["seed"])
+    model, base = items.categorical_model(job["model"], job["direction"], N_ITEMS, MAX_LEN,
+                                          spec, train)
+    out = items.fit_and_score(model, base, train, val, test, spec, job["seed"])
     if job.get("analyse"):
         out["embeddings"] = _embeddings(model, base)
         if base == "EFA" and job["direction"] == "unidirectional":
             rows = _figure3_rows(test)
             batch = test[torch.tensor(rows)]
-            att = model.inner.attention(batch, "item").mean(2)  # head average: [L, B, I, I]
+            att = model.attention_weights(batch, "item").mean(2)  # head average: [L, B, I, I]
             out["attention"] = att.numpy().tolist()
             out["attention_items"] = [batch.fields["item"][b, : batch.lengths[b]].tolist()
                                       for b in range(len(rows))]
             out["qkv"] = _qkv(model).tolist()
     out["seconds"] = time.perf_counter() - t0
-    return {**{k: v for k, v in job.items() if k != "spec"}, **out}
+    return {**{k: v for k, v in job.items() if k not in ("spec", "cost")}, **out}
 
 
-def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str = "",
-        workers: int | None = None) -> Report:
-    t0 = time.perf_counter()
-    spec = QUICK if quick else SPEC
-    workers = workers or common.default_workers(quick)
-    cost = {"EFA": 4.0, "FM": 1.0, "Logit": 1.0, "Unigram": 0.0}
-    jobs = [
-        {"direction": d, "model": m, "seed": s, "spec": spec, "protocol": "paper",
-         "cost": cost[m.removesuffix(" + distinct")],
-         "analyse": s == 0 and (d, m) in TABLE3_METHODS}
-        for d in DIRECTIONS for m in MODELS for s in range(seeds)
-    ]
-    results = common.run_jobs(_task, jobs, workers, progress)
+def tables(results: list[dict], spec: ZooSpec, seeds: int, command: str) -> Report:
+    results = items.replicate(results, seeds)
     report = Report("instacart", command, list(range(seeds)))
-    common.add_rows(report, results, ["paper"], DIRECTIONS, MODELS, PAPER, seeds)
+    items.add_rows(report, results, ["paper"], DIRECTIONS, MODELS, PAPER, seeds)
     for r in report.rows:
         r.setting = r.setting.removeprefix("paper: ")
 
@@ -167,12 +168,15 @@ def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str
                 item: [names[j] for j in top[names.index(item)]] for item in TABLE3_ITEMS
             }
     report.extra["table3"] = table3
-    report.extra["best_epoch"] = common.per_job(results, "epochs")
-    report.extra["seconds"] = common.per_job(results, "seconds")
-    report.extra["workers"] = workers
+    report.extra["best_epoch"] = items.per_job(results, "epochs")
+    report.extra["logit_l2"] = items.per_job(results, "l2")
+    report.extra["seconds"] = items.per_job(results, "seconds")
     uni = analysed.get(("unidirectional", "EFA + distinct"), {})
     report.figures = {k: uni[k] for k in ("attention", "attention_items", "qkv") if k in uni}
+    if table3:
+        report.sections.append(table3_markdown(table3))
     tr, va, te = load()
+    efa_cfg = spec.train["EFA"]
     report.notes += [
         f"Data: {len(tr)} train / {len(va)} validation (the reference's split by basket) / "
         f"{len(te)} test baskets of {N_ITEMS} products, 10–24 products each; "
@@ -180,74 +184,49 @@ def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str
         "Metric: test cross-entropy, nats per masked product. Paper column: Sec 6.3 (single "
         "runs). Seeds vary initialisation and shuffling.",
         "+ distinct: the masked product cannot be one already in its context (a product occurs "
-        "once per basket), p(x_i = k | c) ∝ exp(η_k)·1[k ∉ c] (efa.peers.Distinct).",
+        "once per basket), p(x_i = k | c) ∝ exp(η_k)·1[k ∉ c] (Category(distinct=True)).",
         f"EFA: one residual softmax attention layer (exact in one pass in both directions), "
         f"{spec.heads} heads × {spec.head_dim}, {spec.dim}-d product embedding + learned "
         f"positions. FM: the reference's (sum of {spec.fm_dim}-d context embeddings; intercept "
         "unidirectionally). Logit: multinomial logit on the context-product counts + one-hot "
-        f"masked position. All: AdamW, batch {spec.batch_size}, {spec.schedule} schedule over "
-        f"{spec.max_epochs} epochs, early stopping (patience {spec.patience}) on validation CE, "
-        "best epoch restored; learning rates " + ", ".join(f"{k} {v}" for k, v in spec.lr.items())
-        + ".",
+        f"masked position. EFA and FM: AdamW, batch {efa_cfg.batch_size}, {efa_cfg.schedule} "
+        f"schedule over {efa_cfg.max_epochs} epochs, early stopping (patience "
+        f"{efa_cfg.patience}) on validation CE, best epoch restored; learning rates "
+        + ", ".join(f"{k} {c.lr:g}" for k, c in spec.train.items())
+        + ". Logit: L-BFGS to convergence, L2 picked on validation.",
         "Table 3 and Figures 3–4 come from the seed-0 models (EFA + distinct for EFA).",
-        common.workers_note(workers),
     ]
-    report.wall_seconds = time.perf_counter() - t0
     return report
 
 
-# --------------------------------------------------------------------------- results.md extras
+def table3_markdown(table3: dict) -> str:
+    lines = ["## Table 3: top three products bought together", "",
+             "Score S = αδᵀ + (αδᵀ)ᵀ of the context embeddings α and readout δ, diagonal "
+             "excluded (seed-0 models). For EFA, α is either the input table β (the paper's "
+             "choice) or β through the value path W_o W_v β, which is how a context product "
+             "enters the logits of a one-layer residual EFA.", "",
+             "| model | " + " | ".join(TABLE3_ITEMS) + " |",
+             "|---|" + "---|" * len(TABLE3_ITEMS)]
+    for m, top in table3.items():
+        lines.append(f"| {m} | " + " | ".join(", ".join(top[item]) for item in TABLE3_ITEMS)
+                     + " |")
+    return "\n".join(lines)
 
 
-def extra_markdown(report_json: dict, out: Path) -> str:
-    lines = []
-    table3 = report_json.get("table3") or {}
-    if table3:
-        methods = list(table3)
-        lines += ["", "## Table 3: top three products bought together", "",
-                  "Score S = αδᵀ + (αδᵀ)ᵀ of the context embeddings α and readout δ, "
-                  "diagonal excluded (seed-0 models). For EFA, α is either the input table β "
-                  "(the paper's choice) or β through the value path W_o W_v β, which is how a "
-                  "context product enters the logits of a one-layer residual EFA.", "",
-                  "| model | " + " | ".join(TABLE3_ITEMS) + " |",
-                  "|---|" + "---|" * len(TABLE3_ITEMS)]
-        for m in methods:
-            lines.append(f"| {m} | " + " | ".join(
-                ", ".join(table3[m][item]) for item in TABLE3_ITEMS) + " |")
-    bench = out / "benchmark.json"
-    if bench.exists():
-        b = json.loads(bench.read_text())
-        lines += ["", "## Speed: bidirectional EFA on 2 cores", "", benchmark_line(b)]
-    return "\n".join(lines) + "\n"
-
-
-def benchmark_line(b: dict) -> str:
-    met = "met" if b["test_ce"] <= b["target_ce"] and b["wall_seconds"] <= b["budget_seconds"] \
-        else "missed"
-    load = b.get("load_average")
-    load = f", machine load average {load[0]:.1f} on 2 cores" if load else ""
-    return (f"`{b['command']}`: {b['epochs_run']} epochs, wall time {b['wall_seconds']:.0f} s "
-            f"(training {b['fit_seconds']:.0f} s, {b['threads']} thread(s){load}); final test CE "
-            f"{b['test_ce']:.3f} (paper's bidirectional EFA: {b['target_ce']:.3f}, after ≈ 3 h "
-            f"of the reference's training here); validation CE first reached its final level "
-            f"{b['final_val_ce']:.3f} (± 0.001) after {b['seconds_to_final_val']:.0f} s. Target "
-            f"(≤ {b['target_ce']:.3f} within {b['budget_seconds']:.0f} s): {met}.")
-
-
-def write_plots(report: Report, out) -> None:
+def plots(report: Report, out) -> None:
     out = Path(out)
-    (out / "results.md").write_text(report.markdown() + extra_markdown(report.to_json(), out))
     names = item_names()
     short = [abbreviate(n) for n in names]
-    figs = getattr(report, "figures", {})
+    figs = report.figures
     if "attention" in figs:
         att = np.asarray(figs["attention"])  # [L, B, I, I]
-        for b, items in enumerate(figs["attention_items"]):
-            labels = [short[i] for i in items]
+        for b, basket in enumerate(figs["attention_items"]):
+            labels = [short[i] for i in basket]
+            n = len(basket)
             for layer in range(att.shape[0]):
                 path = out / f"attention_basket{b + 1}_layer{layer + 1}.png"
                 # Clipped like the paper's figure (there at 0.25): the first row is always 1.
-                heatmap(att[layer, b], labels, path,
+                heatmap(att[layer, b, :n, :n], labels, path,
                         f"Unidirectional EFA, test basket {b + 1}, layer {layer + 1}: attention "
                         "(mean over heads; colour clipped at 0.5)", vmax=0.5)
     if "qkv" in figs:
@@ -261,11 +240,9 @@ def abbreviate(name: str, width: int = 18) -> str:
 
 def qkv_plot(qkv: np.ndarray, labels: list[str], path: Path) -> None:
     """Figure 4: per-product query/key/value embeddings of the first layer, for each head."""
-    import matplotlib.pyplot as plt  # after efa.experiments.report has chosen the Agg backend
-
-    _, heads, items, dim = qkv.shape
-    fig, axes = plt.subplots(1, 3 * heads, figsize=(1.25 * 3 * heads + 1.6, 0.15 * items + 1.6),
-                             squeeze=False, sharey=True)
+    _, heads, n_items, dim = qkv.shape
+    fig, axes = figure(1, 3 * heads, figsize=(1.25 * 3 * heads + 1.6, 0.15 * n_items + 1.6),
+                       squeeze=False, sharey=True)
     for h in range(heads):
         for c, what in enumerate(("Q", "K", "V")):
             ax = axes[0, 3 * h + c]
@@ -276,10 +253,9 @@ def qkv_plot(qkv: np.ndarray, labels: list[str], path: Path) -> None:
             ax.set_xticks(range(0, dim, 5))
             ax.tick_params(axis="x", labelsize=6)
             ax.set_xlabel("dim", fontsize=7)
-    axes[0, 0].set_yticks(range(items), labels, fontsize=5.5)
+    axes[0, 0].set_yticks(range(n_items), labels, fontsize=5.5)
     fig.suptitle("Instacart, unidirectional EFA: per-product query / key / value embeddings of "
                  "layer 1\n(W β + b for each head; red positive, blue negative, scaled per panel)",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.96))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    save(fig, path, dpi=130)

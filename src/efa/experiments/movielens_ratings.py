@@ -17,30 +17,24 @@ user); ``clean`` = a proper user split for test and validation, drawn from the r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
-from efa.baselines import ValueFM
+from efa.baselines import RatingGLM, ValueFM, select_l2
+from efa.baselines.glm import DESIGN_RATIOS, L2_GRID
 from efa.datasets import movielens as ml
-from efa.experiments.movielens import (
-    PROTOCOLS,
-    _ratings,
-    ce_plot,
-    default_workers,
-    per_job,
-    run_jobs,
-    subset,
-    to_sequences,
-    workers_note,
-)
+from efa.experiments import items
+from efa.experiments.items import adam
+from efa.experiments.movielens import PROTOCOLS, _ratings
+from efa.experiments.plots import dot_plot, figure, save
 from efa.experiments.report import Report
 from efa.families import Poisson
 from efa.fields import Category, Value
 from efa.model import EFA, EFAConfig
-from efa.peers import RatingGLM
-from efa.train import TrainConfig, evaluate, fit, predictions, seed_everything
+from efa.train import evaluate, fit, predictions, seed_everything
 
 N_MOVIES, MAX_LEN = 50, 44
 VARIANTS = ("v1", "v2")
@@ -80,16 +74,17 @@ class Spec:
     heads: int = 2
     head_dim: int = 16
     positions: bool = False  # learned positions overfit: worse validation NLL
-    lr: dict = field(default_factory=lambda: {"EFA": 3e-3, "FM": 3e-3, "GLM": 1e-2,
-                                              "Per-movie mean": 1e-2})
-    weight_decay: float = 0.01
-    batch_size: int = 64
-    max_epochs: int = 60
-    patience: int = 6
+    train: dict = field(default_factory=lambda: {
+        "EFA": adam(3e-3, 0.01, 64, 60, 6), "FM": adam(3e-3, 0.01, 64, 60, 6)})
+    l2_grid: tuple[float, ...] = L2_GRID  # the convex peers' penalty search (select_l2)
+    design_ratios: tuple[float, ...] = DESIGN_RATIOS
     subset: int | None = None
 
 
-QUICK = Spec(dim=8, head_dim=4, max_epochs=2, patience=2, subset=40)
+SPEC = Spec()
+QUICK = Spec(dim=8, head_dim=4, subset=40, **items.QUICK_CONVEX, train={
+    k: replace(c, max_epochs=2, patience=2) for k, c in SPEC.train.items()})
+COST = {"EFA": 4.0, "GLM": 1.0, "Per-movie mean": 0.5, "FM": 0.5}
 
 
 @lru_cache(maxsize=2)
@@ -99,7 +94,7 @@ def _load(protocol: str, data_seed: int):
     unit = "row" if protocol == "paper" else "user"
     splits = ml.split_users(frame, protocol, data_seed, val_unit=unit)
     return tuple(
-        to_sequences(f, "user_id", "item", name="movie", values=("rating",))
+        items.to_sequences(f, "user_id", "item", name="movie", values=("rating",))
         for f in (splits.train, splits.val, splits.test)
     )
 
@@ -124,43 +119,43 @@ def make_model(name: str, variant: str, direction: str, spec: Spec):
     ))
 
 
-def _task(job: dict) -> dict:
+def jobs(spec: Spec, seeds: int) -> list[dict]:
+    return [
+        {"protocol": p, "variant": v, "direction": d, "model": m, "seed": s, "spec": spec,
+         "cost": COST[m], "keep_predictions": (p, v, s) == ("paper", "v1", 0)}
+        for p in PROTOCOLS for v in VARIANTS for d in DIRECTIONS for m in MODELS
+        for s in range(seeds) if not (s > 0 and items.deterministic(m, p))
+    ]
+
+
+def task(job: dict) -> dict:
     t0 = time.perf_counter()
     spec: Spec = job["spec"]
-    train, val, test = (subset(s, spec.subset) for s in load(job["protocol"], job["seed"]))
+    train, val, test = (items.subset(s, spec.subset) for s in load(job["protocol"], job["seed"]))
     seed_everything(job["seed"])
     model = make_model(job["model"], job["variant"], job["direction"], spec)
-    cfg = TrainConfig(lr=spec.lr[job["model"]], weight_decay=spec.weight_decay,
-                      batch_size=spec.batch_size, max_epochs=spec.max_epochs,
-                      patience=spec.patience, seed=job["seed"], progress=False)
-    hist = fit(model, train, val, cfg)
+    out = {}
+    if job["model"] in ("GLM", "Per-movie mean"):  # convex: L-BFGS, L2 picked on validation
+        _, info = select_l2(model, train, val, spec.l2_grid, spec.design_ratios)
+        out.update(l2=info["l2"], design_ratio=info["design_ratio"], epochs=0,
+                   val=min(info["val_nll"].values()))
+    else:
+        hist = fit(model, train, val, replace(spec.train[job["model"]], seed=job["seed"]))
+        out.update(epochs=hist.best_epoch + 1, val=hist.best_val)
     y, mu = predictions(model, test, "rating")
-    out = {
-        "epochs": hist.best_epoch + 1,
-        "val": hist.best_val,
-        "ce": -evaluate(model, test, base_measure=False)["rating"],
-        "nll": -evaluate(model, test)["rating"],
-        "mean": [float(mu[y == k].mean()) if (y == k).any() else float("nan") for k in (1, 2, 3)],
-        "seconds": time.perf_counter() - t0,
-    }
-    if job.get("keep_predictions"):
-        out["pred"] = (y.numpy().tolist(), mu.numpy().tolist())
-    return {**{k: v for k, v in job.items() if k != "spec"}, **out}
+    out.update(
+        ce=-evaluate(model, test, base_measure=False)["rating"],
+        nll=-evaluate(model, test)["rating"],
+        mean=[float(mu[y == k].mean()) if (y == k).any() else float("nan") for k in (1, 2, 3)],
+        seconds=time.perf_counter() - t0,
+    )
+    if job.get("keep_predictions") and job["model"] in ("FM", "EFA"):
+        out["pred"] = (y.numpy().tolist(), mu.double().numpy().tolist())
+    return {**{k: v for k, v in job.items() if k not in ("spec", "cost")}, **out}
 
 
-def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str = "",
-        workers: int | None = None) -> Report:
-    t0 = time.perf_counter()
-    spec = QUICK if quick else Spec()
-    workers = workers or default_workers(quick)
-    cost = {"EFA": 4.0, "GLM": 1.0, "Per-movie mean": 0.5, "FM": 0.5}
-    jobs = [
-        {"protocol": p, "variant": v, "direction": d, "model": m, "seed": s, "spec": spec,
-         "cost": cost[m], "keep_predictions": (p, v, s) == ("paper", "v1", 0)}
-        for p in PROTOCOLS for v in VARIANTS for d in DIRECTIONS for m in MODELS
-        for s in range(seeds)
-    ]
-    results = run_jobs(_task, jobs, workers, progress)
+def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
+    results = items.replicate(results, seeds)
     by = {(r["protocol"], r["variant"], r["direction"], r["model"], r["seed"]): r
           for r in results}
     report = Report("movielens-ratings", command, list(range(seeds)))
@@ -179,9 +174,10 @@ def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str
                         report.add(setting, m, MEAN.format(k + 1), [r["mean"][k] for r in rs],
                                    None if paper is None else paper[k])
     tr, va, te = load("paper", 42)
+    efa_cfg = spec.train["EFA"]
     report.notes += [
         f"Data (paper protocol): 893 users, 50 movies; {len(tr)} train+val users with "
-        f"{int(tr.targets.sum())} training / {int(va.targets.sum())} validation ratings "
+        f"{int(tr.scored.sum())} training / {int(va.scored.sum())} validation ratings "
         f"(split by rating, every rating stays in the context), {len(te)} test users with "
         f"{int(te.lengths.sum())} ratings. Clean: users split 56.25/18.75/25 % by the run seed.",
         f"'{CE}' is the paper's convention (Poisson NLL without −log y!, Table 2); "
@@ -191,51 +187,50 @@ def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str
         f"EFA: movie ({spec.dim}-d table) ⊕ rating ({spec.dim}-d table of 0..3, [MASK] row), "
         f"{spec.layers} residual attention layer(s) × {spec.heads} heads of {spec.head_dim}, "
         "no positions, MLP readout (32) → Poisson natural parameter; AdamW "
-        f"{spec.lr['EFA']}, weight decay {spec.weight_decay}. FM: the reference's rating FM "
+        f"{efa_cfg.lr:g}, weight decay {efa_cfg.weight_decay:g}. FM: the reference's rating FM "
         "(rating-weighted mean of 32-d context embeddings · the masked movie's embedding). "
-        "Per-movie mean: Poisson GLM on the movie one-hot. GLM: + the context's (movie, rating) "
-        "fractions, one-hot position (+ length bidirectionally). "
-        f"Batch {spec.batch_size}, ≤ {spec.max_epochs} epochs, plateau schedule, early "
-        f"stopping (patience {spec.patience}) on the validation NLL, best epoch restored.",
+        f"Batch {efa_cfg.batch_size}, ≤ {efa_cfg.max_epochs} epochs, plateau schedule, early "
+        f"stopping (patience {efa_cfg.patience}) on the validation NLL, best epoch restored. "
+        "Per-movie mean: Poisson GLM on the movie one-hot (its maximum likelihood). GLM: + the "
+        "context's (movie, rating) fractions, one-hot position (+ length bidirectionally), "
+        "fitted to convergence by L-BFGS with the L2 penalty picked on validation.",
     ]
-    report.notes.append(workers_note(workers))
-    report.extra["best_epoch"] = per_job(results, "epochs")
-    report.extra["seconds"] = per_job(results, "seconds")
-    report.extra["workers"] = workers
-    report.predictions = {(r["direction"], r["model"]): r["pred"] for r in results
-                          if "pred" in r and r["model"] in ("FM", "EFA")}
-    report.wall_seconds = time.perf_counter() - t0
+    report.extra["best_epoch"] = items.per_job(results, "epochs")
+    report.extra["glm_l2"] = items.per_job(results, "l2")
+    report.extra["seconds"] = items.per_job(results, "seconds")
+    report.figures["predictions"] = [
+        {"direction": r["direction"], "model": r["model"], "y": r["pred"][0], "mean": r["pred"][1]}
+        for r in sorted(results, key=lambda r: (r["direction"], r["model"])) if "pred" in r
+    ]
     return report
 
 
-def write_plots(report: Report, out) -> None:
-    ce_plot(report, CE, out / "movielens_ratings_ce.png",
-            "MovieLens ratings: paper's cross-entropy (Poisson NLL without log y!)",
-            "test CE (nats, lower is better)")
-    ce_plot(report, NLL, out / "movielens_ratings_nll.png",
-            "MovieLens ratings: full Poisson NLL", "test NLL (nats, lower is better)")
-    preds = getattr(report, "predictions", None)
+def plots(report: Report, out) -> None:
+    out = Path(out)
+    dot_plot(report, CE, out / "movielens_ratings_ce.png",
+             "MovieLens ratings: paper's cross-entropy (Poisson NLL without log y!)",
+             "test CE (nats, lower is better)")
+    dot_plot(report, NLL, out / "movielens_ratings_nll.png",
+             "MovieLens ratings: full Poisson NLL", "test NLL (nats, lower is better)")
+    preds = report.figures.get("predictions")
     if not preds:
         return
-    import matplotlib.pyplot as plt  # after efa.experiments.report has chosen the Agg backend
-
     # The paper's strip plot: predicted mean rating against the true rating (v1, paper
     # protocol, seed 0), one panel per (direction, model).
-    keys = sorted(preds)
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.4), sharey=True)
+    fig, axes = figure(1, len(preds), figsize=(3.2 * len(preds), 3.4), sharey=True,
+                       squeeze=False)
     rng = np.random.default_rng(0)
-    for ax, key in zip(np.atleast_1d(axes), keys, strict=True):
-        y, mu = (np.asarray(a) for a in preds[key])
+    for ax, p in zip(axes[0], preds, strict=True):
+        y, mu = np.asarray(p["y"]), np.asarray(p["mean"])
         ax.scatter(y + rng.uniform(-0.25, 0.25, len(y)), mu, s=2, alpha=0.25)
         means = [mu[y == k].mean() for k in (1, 2, 3)]
         ax.plot([1, 2, 3], means, "k_", ms=30, mew=2, label="mean")
         ax.plot([1, 3], [1, 3], "r:", lw=1, label="ideal")
         ax.set_xticks([1, 2, 3])
         ax.set_xlabel("true rating (3–5 → 1–3)")
-        ax.set_title(f"{key[1]}, {key[0]}", fontsize=10)
-    np.atleast_1d(axes)[0].set_ylabel("predicted mean rating")
-    np.atleast_1d(axes)[0].legend(fontsize=7)
+        ax.set_title(f"{p['model']}, {p['direction']}", fontsize=10)
+    axes[0, 0].set_ylabel("predicted mean rating")
+    axes[0, 0].legend(fontsize=7)
     fig.suptitle("MovieLens v1 (paper protocol, seed 0): predicted vs true rating", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "movielens_ratings_predictions.png", dpi=120)
-    plt.close(fig)
+    save(fig, out / "movielens_ratings_predictions.png")

@@ -1,21 +1,17 @@
-"""The results contract of ``efa reproduce``: ``results.json``, a ``results.md`` table and PNG
-plots, one folder per experiment."""
+"""The results contract of ``efa reproduce``: one folder per experiment with ``results.json``
+(everything, including the data behind every plot), ``results.md`` (generated from it) and PNG
+plots (drawn from it). A :class:`Report` can be rebuilt from its JSON, so tables and plots can
+be regenerated without refitting anything (``efa replot``)."""
 
 from __future__ import annotations
 
 import json
 import math
 import platform
-import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
 
 
 @dataclass
@@ -36,6 +32,10 @@ class Row:
 
 @dataclass
 class Report:
+    """Rows of (setting, model, metric, per-seed values), free-form ``notes``, ``extra`` data
+    (JSON), ``figures`` (the JSON data each plot is drawn from) and ``sections`` (markdown
+    appended to results.md, e.g. a table of another shape)."""
+
     experiment: str
     command: str
     seeds: list[int]
@@ -43,19 +43,23 @@ class Report:
     wall_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    figures: dict = field(default_factory=dict)
+    sections: list[str] = field(default_factory=list)
+    environment: dict = field(default_factory=dict)
 
     def add(self, setting, model, metric, values, paper=None) -> Row:
         row = Row(setting, model, metric, list(values), paper)
         self.rows.append(row)
         return row
 
-    def find(self, setting: str, model: str, metric: str | None = None) -> Row:
-        for r in self.rows:
-            if r.setting == setting and r.model == model and (metric is None or r.metric == metric):
-                return r
-        raise KeyError((setting, model, metric))
-
     def to_json(self) -> dict:
+        import torch
+
+        env = self.environment or {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        }
         return {
             "experiment": self.experiment,
             "command": self.command,
@@ -66,22 +70,38 @@ class Report:
                 for r in self.rows
             ],
             "notes": self.notes,
-            "environment": {
-                "python": platform.python_version(),
-                "torch": torch.__version__,
-                "threads": torch.get_num_threads(),
-            },
+            "environment": env,
+            "sections": self.sections,
+            "figures": self.figures,
             **self.extra,
         }
 
+    @classmethod
+    def from_json(cls, doc: dict) -> Report:
+        known = {"experiment", "command", "seeds", "wall_seconds", "rows", "notes",
+                 "environment", "sections", "figures"}
+        report = cls(doc["experiment"], doc["command"], doc["seeds"],
+                     wall_seconds=doc.get("wall_seconds", 0.0), notes=list(doc.get("notes", [])),
+                     extra={k: v for k, v in doc.items() if k not in known},
+                     figures=doc.get("figures", {}), sections=list(doc.get("sections", [])),
+                     environment=doc.get("environment", {}))
+        report.rows = [Row(r["setting"], r["model"], r["metric"], r["values"], r["paper"])
+                       for r in doc["rows"]]
+        return report
+
+    @classmethod
+    def read(cls, folder: Path) -> Report:
+        return cls.from_json(json.loads((Path(folder) / "results.json").read_text()))
+
     def markdown(self) -> str:
+        threads = self.to_json()["environment"].get("threads")
         lines = [
             f"# {self.experiment}",
             "",
             f"Regenerate with: `{self.command}`",
             "",
             f"Seeds: {self.seeds} (mean ± std over seeds); wall time {self.wall_seconds:.0f} s "
-            f"with {torch.get_num_threads()} torch thread(s).",
+            f"with {threads} torch thread(s).",
             "",
             "| setting | model | metric | mean ± std | paper |",
             "|---|---|---|---|---|",
@@ -93,14 +113,17 @@ class Report:
             )
         if self.notes:
             lines += ["", *[f"- {n}" for n in self.notes]]
+        for section in self.sections:
+            lines += ["", section.rstrip()]
         return "\n".join(lines) + "\n"
 
-    def write(self, out: Path) -> Path:
-        out = Path(out) / self.experiment
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        (out / "results.md").write_text(self.markdown())
-        return out
+    def write(self, folder: Path) -> Path:
+        """Write results.json and results.md into ``folder`` (created)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "results.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        (folder / "results.md").write_text(self.markdown())
+        return folder
 
 
 def fmt(mean: float, std: float) -> str:
@@ -108,49 +131,3 @@ def fmt(mean: float, std: float) -> str:
     if math.isnan(std):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
-def bar_plot(report: Report, metric: str, path: Path, title: str, ylabel: str) -> None:
-    """Mean ± std per (setting, model) with the paper's numbers as black ticks."""
-    rows = [r for r in report.rows if r.metric == metric]
-    settings = list(dict.fromkeys(r.setting for r in rows))
-    models = list(dict.fromkeys(r.model for r in rows))
-    width = 0.8 / len(models)
-    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(settings) * len(models) / 2, 4))
-    for m, model in enumerate(models):
-        for s, setting in enumerate(settings):
-            r = next((r for r in rows if r.setting == setting and r.model == model), None)
-            if r is None:
-                continue
-            x = s + (m - (len(models) - 1) / 2) * width
-            ax.bar(x, r.mean, width, yerr=r.std, color=f"C{m}", label=model if s == 0 else None)
-            if r.paper is not None:
-                ax.plot(
-                    [x - width / 2, x + width / 2],
-                    [r.paper] * 2,
-                    "k-",
-                    lw=2,
-                    label="paper" if (m, s) == (0, 0) else None,
-                )
-    ax.set_xticks(range(len(settings)), settings)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def heatmap(matrix, labels, path: Path, title: str, vmax=None) -> None:
-    n = len(labels)
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.5 + 0.45 * n), max(4.5, 1.2 + 0.4 * n)))
-    im = ax.imshow(matrix, cmap="viridis", vmin=0, vmax=vmax)
-    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_xlabel("attended position (key)")
-    ax.set_ylabel("masked position (query)")
-    ax.set_title("\n".join(textwrap.wrap(title, 60)), fontsize=10)
-    fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

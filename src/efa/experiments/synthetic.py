@@ -10,13 +10,17 @@ directions. Users 1–7,500 train (a quarter of them, by user, for validation), 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from efa.baselines import ValueFM
 from efa.data import Sequences
-from efa.experiments.report import Report, bar_plot, heatmap
+from efa.experiments.plots import bar_plot, heatmap
+from efa.experiments.report import Report
 from efa.families import Gaussian
 from efa.fields import Category, Value
 from efa.model import EFA, EFAConfig
@@ -111,51 +115,75 @@ def fm_model(direction: str) -> ValueFM:
     )
 
 
-def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str = "") -> Report:
+@dataclass(frozen=True)
+class Spec:
+    n_users: int = 10_000
+    n_train: int = 7_500
+    train: dict = field(default_factory=lambda: {
+        name: TrainConfig(lr=lr, batch_size=128, max_epochs=40, patience=40, schedule="cosine",
+                          warmup_steps=100, progress=False)
+        for name, lr in (("EFA", 3e-3), ("FM", 1e-2))
+    })
+
+
+SPEC = Spec()
+QUICK = Spec(n_users=1_000, n_train=750, train={
+    name: replace(cfg, max_epochs=3, patience=3) for name, cfg in SPEC.train.items()
+})
+DIRECTIONS = ("unidirectional", "bidirectional")
+
+
+def jobs(spec: Spec, seeds: int) -> list[dict]:
     """Seed s fits every model on the data set drawn with DGP seed 42 + s (seed 0 is the
     paper's data set) and initialisation/shuffling seed s."""
+    return [{"seed": s, "direction": d, "model": m, "spec": spec, "cost": 2 if m == "EFA" else 1}
+            for s in range(seeds) for d in DIRECTIONS for m in ("FM", "EFA")]
+
+
+@lru_cache(maxsize=2)
+def _data(n_users: int, n_train: int, seed: int):
+    orders, ratings, means = generate(n_users, seed=42 + seed)
+    tr, va, te = (torch.as_tensor(ix) for ix in split(n_users, n_train))
+    return orders, ratings, means, (tr, va, te)
+
+
+def task(job: dict) -> dict:
     t0 = time.perf_counter()
-    n_users, n_train = (1_000, 750) if quick else (10_000, 7_500)
-    epochs = 3 if quick else 40
-    lrs = {"EFA": 3e-3, "FM": 1e-2}
-    directions = ("unidirectional", "bidirectional")
-    mse = {(d, m): [] for d in directions for m in ("FM", "EFA", "per-movie mean", "oracle")}
-    epochs_run: dict[str, list[int]] = {}
-    attention, first_user = None, []
+    spec, seed, direction, name = job["spec"], job["seed"], job["direction"], job["model"]
+    orders, ratings, means, (tr, va, te) = _data(spec.n_users, spec.n_train, seed)
+    data = to_sequences(orders, ratings)
+    train, val, test = data[tr], data[va], data[te]
+    loc, scale = float(ratings[tr].mean()), float(ratings[tr].std())
+    seed_everything(seed)
+    model = fm_model(direction) if name == "FM" else efa_model(direction, loc, scale)
+    hist = fit(model, train, val, replace(spec.train[name], seed=seed))
+    out = {"seed": seed, "direction": direction, "model": name, "epochs": hist.epochs_run,
+           "mse": mean_squared_error(model, test, "rating")}
+    if (name, direction, seed) == ("EFA", "bidirectional", 0):
+        att = model.attention_weights(test[torch.arange(1)], "rating")
+        out["attention"] = att[:, 0].mean(1).tolist()  # [L, I, I], head mean
+        out["attention_labels"] = [f"{i + 1}: movie {m}" for i, m in enumerate(orders[te[0]])]
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
+    by = {(r["direction"], r["model"], r["seed"]): r for r in results}
+    mse = {}
     for seed in range(seeds):
-        orders, ratings, means = generate(n_users, seed=42 + seed)
-        data = to_sequences(orders, ratings)
-        tr, va, te = (torch.as_tensor(ix) for ix in split(n_users, n_train))
-        train, val, test = data[tr], data[va], data[te]
-        loc, scale = float(ratings[tr].mean()), float(ratings[tr].std())
+        orders, ratings, means, (tr, _, te) = _data(spec.n_users, spec.n_train, seed)
         movie_means = np.array([ratings[tr][orders[tr] == m].mean() for m in range(1, 6)])
-        for direction in directions:
-            mse[direction, "oracle"].append(float(((ratings[te] - means[te]) ** 2).mean()))
-            per_movie = ((ratings[te] - movie_means[orders[te] - 1]) ** 2).mean()
-            mse[direction, "per-movie mean"].append(float(per_movie))
+        per_movie = float(((ratings[te] - movie_means[orders[te] - 1]) ** 2).mean())
+        oracle = float(((ratings[te] - means[te]) ** 2).mean())
+        for direction in DIRECTIONS:
             for name in ("FM", "EFA"):
-                seed_everything(seed)
-                model = fm_model(direction) if name == "FM" else efa_model(direction, loc, scale)
-                cfg = TrainConfig(
-                    lr=lrs[name],
-                    batch_size=128,
-                    max_epochs=epochs,
-                    patience=epochs,
-                    schedule="cosine",
-                    warmup_steps=100,
-                    seed=seed,
-                    progress=progress,
-                )
-                hist = fit(model, train, val, cfg)
-                mse[direction, name].append(mean_squared_error(model, test, "rating"))
-                epochs_run.setdefault(f"{direction}/{name}", []).append(hist.epochs_run)
-                if (name, direction, seed) == ("EFA", "bidirectional", 0):
-                    attention = model.attention(test[torch.arange(1)], "rating")
-                    first_user = orders[te[0]].tolist()
+                mse.setdefault((direction, name), []).append(by[direction, name, seed]["mse"])
+            mse.setdefault((direction, "per-movie mean"), []).append(per_movie)
+            mse.setdefault((direction, "oracle"), []).append(oracle)
 
     report = Report("synthetic", command, list(range(seeds)))
     paper_oracle = _paper_data_oracle_mse()
-    for direction in directions:
+    for direction in DIRECTIONS:
         oracle = np.array(mse[direction, "oracle"])
         for name in ("FM", "EFA"):
             report.add(direction, name, "test MSE", mse[direction, name], PAPER[direction, name])
@@ -163,15 +191,14 @@ def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str
         report.add(direction, "Bayes-optimal (DGP mean)", "test MSE", oracle)
         for name in ("FM", "EFA"):
             paper_excess = PAPER[direction, name] - paper_oracle
-            report.add(
-                direction,
-                name,
-                "test MSE − Bayes-optimal",
-                np.array(mse[direction, name]) - oracle,
-                paper_excess,
-            )
-    report.extra["epochs_run"] = epochs_run
+            report.add(direction, name, "test MSE − Bayes-optimal",
+                       np.array(mse[direction, name]) - oracle, paper_excess)
+    report.extra["epochs_run"] = {
+        f"{d}/{m}": [by[d, m, s]["epochs"] for s in range(seeds)]
+        for d in DIRECTIONS for m in ("FM", "EFA")
+    }
     report.extra["population_bayes_mse"] = SIGMA**2
+    efa_cfg, fm_cfg = spec.train["EFA"], spec.train["FM"]
     report.notes += [
         "Seed s draws the data with DGP seed 42 + s (seed 0 is exactly the paper's data set) "
         "and initialises/shuffles with seed s; the Bayes-optimal row is the DGP's conditional "
@@ -182,38 +209,30 @@ def run(seeds: int = 5, quick: bool = False, progress: bool = True, command: str
         "EFA: 2 residual attention layers × 2 heads (16 dims each), 32-d movie embedding ⊕ 32-d "
         "MLP embedding of the standardised rating, learned positions; exact masked "
         "pseudo-likelihood (two-stream for unidirectional, in-model masked copies for "
-        "bidirectional). AdamW 3e-3, batch 128, 40 epochs of cosine decay after 100 warm-up "
+        f"bidirectional). AdamW {efa_cfg.lr:g}, batch {efa_cfg.batch_size}, "
+        f"{efa_cfg.max_epochs} epochs of cosine decay after {efa_cfg.warmup_steps} warm-up "
         "steps, best epoch by validation log-likelihood on a by-user split (a quarter of the "
         "training users).",
         "FM: the reference code's rating FM (rating-weighted mean of the context embeddings, no "
-        "intercept, so the unidirectional FM predicts 0 at the first position), AdamW 1e-2.",
+        f"intercept, so the unidirectional FM predicts 0 at the first position), AdamW "
+        f"{fm_cfg.lr:g}.",
     ]
-    report.wall_seconds = time.perf_counter() - t0
-    report.attention = attention
-    report.attention_labels = [f"{i + 1}: movie {m}" for i, m in enumerate(first_user)]
+    att = next((r for r in results if "attention" in r), None)
+    if att is not None:
+        report.figures["attention"] = {"weights": att["attention"],
+                                       "labels": att["attention_labels"]}
     return report
 
 
-def write_plots(report: Report, out) -> None:
-    bar_plot(
-        report,
-        "test MSE",
-        out / "synthetic_mse.png",
-        "Synthetic ratings: test MSE (Bayes-optimal = 1)",
-        "test MSE",
-    )
-    att = getattr(report, "attention", None)
-    if att is not None:
-        labels = report.attention_labels
-        for layer in range(att.shape[0]):
-            heatmap(
-                att[layer, 0].mean(0).numpy(),
-                labels,
-                out
-                / (
-                    "attention.png"
-                    if layer == att.shape[0] - 1
-                    else f"attention_layer{layer + 1}.png"
-                ),
-                f"Bidirectional EFA, first test user, layer {layer + 1} (head mean)",
-            )
+def plots(report: Report, out) -> None:
+    out = Path(out)
+    bar_plot(report, "test MSE", out / "synthetic_mse.png",
+             "Synthetic ratings: test MSE (Bayes-optimal = 1)", "test MSE")
+    att = report.figures.get("attention")
+    if att:
+        weights = att["weights"]
+        for layer, matrix in enumerate(weights):
+            last = layer == len(weights) - 1
+            name = "attention.png" if last else f"attention_layer{layer + 1}.png"
+            heatmap(matrix, att["labels"], out / name,
+                    f"Bidirectional EFA, first test user, layer {layer + 1} (head mean)")

@@ -10,34 +10,21 @@ Gaussian conditional (kriging with a shrunk empirical covariance). Test MSE in �
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing as mp
-import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
+from efa.baselines import Climatology, select_shrinkage
 from efa.data import Sequences
 from efa.datasets import temperature as tp
+from efa.experiments.plots import figure, save
 from efa.experiments.report import Report
-from efa.spatial import (
-    KNNFM,
-    Climatology,
-    anomalies,
-    frame_to_sequences,
-    select_shrinkage,
-    site_means,
-    spatial_efa,
-    split_targets,
-    thin_targets,
-    warm_start,
-)
+from efa.spatial import anomalies, frame_to_sequences, knn_fm, site_means, spatial_efa
 from efa.train import TrainConfig, fit, mean_squared_error, seed_everything
-
-__all__ = ["frame_to_sequences", "load", "replot", "run", "write_plots"]
 
 NAME = "temp"
 METRIC = "test MSE (°F²)"
@@ -63,6 +50,10 @@ SETTINGS = {0: "same day", 1: "1 day ahead", 2: "2 days ahead"}
 ATTENTION_CITY = "Chicago"
 
 
+def _cfg(**kw) -> TrainConfig:
+    return TrainConfig(progress=False, **kw)
+
+
 @dataclass(frozen=True)
 class Spec:
     """Training recipe (chosen on validation; see docs/temperature.md)."""
@@ -72,28 +63,30 @@ class Spec:
     lag_layout: str = "fields"  # past values as extra fields of each city's token
     center: bool = True  # per-city training-mean anomalies
     block: str = "pre_ln"
-    lr: float = 6e-3
-    epochs: int = 10  # copies-mode models (ℓ > 1)
-    lag_epochs: int = 6  # fine-tuning the lagged models from the same-day one
-    lag_lr: float = 2e-3
-    per_row: int = 4  # targets per training row (split_targets)
-    batch_size: int = 16  # rows per step: 64 masked copies
-    warmup_steps: int = 50
+    per_row: int = 4  # scored cities per training row (Sequences.split_scored)
     val_targets: int = 11  # cities per validation day used for early stopping
-    stream_lr: float = 3e-3  # ℓ = 1 (one-pass two-stream, cheap)
-    stream_epochs: int = 100
-    stream_batch: int = 16
-    fm_lr: float = 1e-2
-    fm_epochs: int = 200
-    fm_batch: int = 32
-    fm_patience: int = 30
     k_values: tuple[int, ...] = K_VALUES
+    train: dict = field(default_factory=lambda: {
+        # ℓ = 1: one-pass two-stream, cheap.
+        "two_stream": _cfg(lr=3e-3, batch_size=16, max_epochs=100, patience=100,
+                           schedule="cosine"),
+        # ℓ > 1: masked copies, 16 rows × 4 cities = 64 copies per step.
+        "copies": _cfg(lr=6e-3, batch_size=16, max_epochs=10, patience=10, schedule="cosine",
+                       warmup_steps=50, eval_batch_size=64),
+        # Fine-tuning the lagged models from the same-day one.
+        "lagged": _cfg(lr=2e-3, batch_size=16, max_epochs=6, patience=6, schedule="cosine",
+                       warmup_steps=50, eval_batch_size=64),
+        "fm": _cfg(lr=1e-2, batch_size=32, max_epochs=200, patience=30, schedule="plateau"),
+    })
 
 
-QUICK = Spec(
-    layers=(1,), lag_layers=1, epochs=2, lag_epochs=1, stream_epochs=3, fm_epochs=3,
-    k_values=(1, 5),
-)
+SPEC = Spec()
+QUICK = Spec(layers=(1,), lag_layers=1, k_values=(1, 5), train={
+    "two_stream": replace(SPEC.train["two_stream"], max_epochs=3, patience=3),
+    "copies": replace(SPEC.train["copies"], max_epochs=2, patience=2),
+    "lagged": replace(SPEC.train["lagged"], max_epochs=1, patience=1),
+    "fm": replace(SPEC.train["fm"], max_epochs=3),
+})
 
 
 # --------------------------------------------------------------------------- data
@@ -118,7 +111,7 @@ def load(lags: int = 0, layout: str = "fields", center: bool = True, root=None):
         target="target", name=NAME, layout=layout, return_index=True,
     )
     year = torch.as_tensor(np.asarray(times.year))
-    parts = [data[(year >= a) & (year <= b)] for a, b in ((2007, 2012), (2013, 2016), (2017, 2019))]
+    parts = [data[(year >= a) & (year <= b)] for a, b in tp.PAPER_YEARS.values()]
     if center:
         means = site_means(parts[0], NAME)
         parts = [anomalies(p, means, NAME) for p in parts]
@@ -129,52 +122,35 @@ def load(lags: int = 0, layout: str = "fields", center: bool = True, root=None):
 # --------------------------------------------------------------------------- fitting
 
 
-def fit_efa(
-    train, val, layers: int, seed: int, spec: Spec, progress: bool = False, base=None
-):
-    """A spatial EFA fitted by the exact masked pseudo-likelihood (cosine schedule, best
-    validation epoch restored). With ``base`` (a fitted model on a subset of the fields, e.g.
-    the same-day model for a lagged one) the model starts as ``base`` (:func:`warm_start`) and
-    is fine-tuned for ``spec.lag_epochs`` at ``spec.lag_lr``."""
+def fit_efa(train, val, layers: int, seed: int, spec: Spec, base=None):
+    """A spatial EFA fitted by the exact masked pseudo-likelihood (best validation epoch
+    restored). With ``base`` (a fitted model on a subset of the fields, e.g. the same-day model
+    for a lagged one) the model starts as ``base`` (``EFA.warm_start``) and is fine-tuned."""
     seed_everything(seed)
     model = spatial_efa(train, layers, name=NAME, block=spec.block)
     if base is not None:
-        warm_start(model, base)
-    if model.config.stream_exact:  # ℓ = 1: one pass per day predicts every city
-        cfg = TrainConfig(
-            lr=spec.stream_lr, batch_size=spec.stream_batch, max_epochs=spec.stream_epochs,
-            patience=spec.stream_epochs, schedule="cosine", seed=seed, progress=progress,
-        )
-        hist = fit(model, train, val, cfg)
+        model.warm_start(base)
+    if model.config.strategy == "two_stream":  # ℓ = 1: one pass per day predicts every city
+        hist = fit(model, train, val, replace(spec.train["two_stream"], seed=seed))
     else:  # masked copies: one forward per (day, city)
-        epochs = spec.epochs if base is None else spec.lag_epochs
-        cfg = TrainConfig(
-            lr=spec.lr if base is None else spec.lag_lr, batch_size=spec.batch_size,
-            max_epochs=epochs, patience=epochs, schedule="cosine",
-            warmup_steps=spec.warmup_steps, seed=seed, progress=progress, eval_batch_size=64,
-        )
-        rows = split_targets(train, spec.per_row, seed=seed)
-        hist = fit(model, rows, thin_targets(val, spec.val_targets, seed=12345), cfg)
+        cfg = replace(spec.train["copies" if base is None else "lagged"], seed=seed)
+        rows = train.split_scored(spec.per_row, seed=seed)
+        hist = fit(model, rows, val.thin_scored(spec.val_targets, seed=12345), cfg)
     return model, hist
 
 
 def fit_fm(train, val, k: int, seed: int, spec: Spec):
     seed_everything(seed)
-    model = KNNFM.for_data(train, k, name=NAME)
-    cfg = TrainConfig(
-        lr=spec.fm_lr, batch_size=spec.fm_batch, max_epochs=spec.fm_epochs,
-        patience=spec.fm_patience, schedule="plateau", seed=seed, progress=False,
-    )
-    hist = fit(model, train, val, cfg)
+    model = knn_fm(train, k, name=NAME)
+    hist = fit(model, train, val, replace(spec.train["fm"], seed=seed))
     return model, hist
 
 
 def _attention_row(model, test: Sequences, city: int) -> np.ndarray:
     """What the masked ``city`` pays to every token, averaged over layers, heads, test days."""
-    targets = torch.zeros(len(test), test.max_len, dtype=torch.bool)
-    targets[:, city] = True
-    data = Sequences(test.fields, test.lengths, test.observed, targets)
-    att = model.attention(data, NAME)  # [L, B, H, I, I]
+    at = torch.zeros(len(test), test.max_len, dtype=torch.bool)
+    at[:, city] = True
+    att = model.attention_weights(test, NAME, at=at)  # [L, B, H, I, I]
     return att[:, :, :, city, :].mean(dim=(0, 1, 2)).double().numpy()
 
 
@@ -194,13 +170,11 @@ def _efa_result(model, hist, lags, layers, spec) -> dict:
     }
 
 
-def _task(job: dict) -> list[dict]:
-    """One unit of work (run in a worker process), for one seed: a same-day EFA; or the
-    same-day EFA of depth ``lag_layers`` followed by the 1- and 2-day-ahead models warm-started
-    from it; or the FM k-curve."""
-    torch.set_num_threads(job.get("threads", 1))
+def task(job: dict) -> list[dict]:
+    """One unit of work for one seed: a same-day EFA; or the same-day EFA of depth
+    ``lag_layers`` followed by the 1- and 2-day-ahead models warm-started from it; or the FM
+    k-curve."""
     spec, seed = job["spec"], job["seed"]
-    progress = job.get("progress", False)
     t0 = time.perf_counter()
     if job["kind"] == "fm":
         train, val, test, _ = load(0, spec.lag_layout, spec.center)
@@ -212,7 +186,7 @@ def _task(job: dict) -> list[dict]:
         out["seconds"] = time.perf_counter() - t0
         return [{**out, "seed": seed}]
     train, val, test, cities = load(0, spec.lag_layout, spec.center)
-    base, hist = fit_efa(train, val, job["layers"], seed, spec, progress)
+    base, hist = fit_efa(train, val, job["layers"], seed, spec)
     results = [_efa_result(base, hist, 0, job["layers"], spec)]
     if job.get("attention"):
         city = int(cities.index[cities["city"] == ATTENTION_CITY][0])
@@ -220,62 +194,34 @@ def _task(job: dict) -> list[dict]:
     if job["kind"] == "chain":
         for lags in (1, 2):
             train, val, _, _ = load(lags, spec.lag_layout, spec.center)
-            model, hist = fit_efa(train, val, job["layers"], seed, spec, progress, base=base)
+            model, hist = fit_efa(train, val, job["layers"], seed, spec, base=base)
             results.append(_efa_result(model, hist, lags, job["layers"], spec))
     return [{**r, "kind": "efa", "seed": seed} for r in results]
 
 
-def _jobs(seeds: int, spec: Spec, threads: int) -> list[dict]:
-    """Every job, longest first so that the workers finish together."""
+def jobs(spec: Spec, seeds: int) -> list[dict]:
+    """Every job (the runner orders them longest first so that the workers finish together)."""
     if spec.lag_layers not in spec.layers:
         raise ValueError("lag_layers must be one of the same-day depths (it warm-starts them)")
     deepest = max(spec.layers)
-    jobs = []
+    out = []
     for seed in range(seeds):
         for layers in spec.layers:
             chain = layers == spec.lag_layers
-            jobs.append({
+            out.append({
                 "kind": "chain" if chain else "efa", "layers": layers, "seed": seed,
-                "attention": (seed, layers) == (0, deepest),
+                "attention": (seed, layers) == (0, deepest), "spec": spec,
                 "cost": (layers if layers > 1 else 0.5) * (1.8 if chain else 1),
             })
-        jobs.append({"kind": "fm", "seed": seed, "cost": 1.0})
-    for j in jobs:
-        j.update(spec=spec, threads=threads)
-    return sorted(jobs, key=lambda j: -j["cost"])
-
-
-def _run_jobs(jobs: list[dict], workers: int) -> list[dict]:
-    if workers <= 1:
-        return [r for j in jobs for r in _task(j)]
-    ctx = mp.get_context("spawn")  # fork after torch's thread pools start is unsafe
-    with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        return [r for rs in pool.map(_task, jobs) for r in rs]
+        out.append({"kind": "fm", "seed": seed, "cost": 1.0, "spec": spec})
+    return out
 
 
 # --------------------------------------------------------------------------- the experiment
 
 
-def run(
-    seeds: int = 5,
-    quick: bool = False,
-    progress: bool = True,
-    command: str = "",
-    workers: int | None = None,
-) -> Report:
-    """Every model for seeds 0..seeds-1 (initialisation and shuffling; the split is fixed).
-
-    Work is spread over ``workers`` single-threaded processes (default: 2, at most the number
-    of CPUs); ``quick`` runs a tiny configuration in-process.
-    """
-    t0, cpu0 = time.perf_counter(), _cpu_seconds()
-    spec = QUICK if quick else Spec()
-    if workers is None:
-        workers = 1 if quick else max(1, min(2, os.cpu_count() or 1))
-    threads = 1 if workers > 1 else torch.get_num_threads()
-    jobs = _jobs(seeds, spec, threads)
-    results = _run_jobs(jobs, workers)
-
+def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
+    """Every model for seeds 0..seeds-1 (initialisation and shuffling; the split is fixed)."""
     report = Report("temperature", command, list(range(seeds)))
     by = {}
     for r in results:
@@ -349,40 +295,26 @@ def run(
                 f"{SETTINGS[k[0]]}, ℓ={k[1]}": [by[k][s]["epochs"] for s in range(seeds)]
                 for k in by if k != ("fm",)
             },
-            "spec": dict(spec.__dict__),
-            "workers": workers,
-            "cities": cities[["state", "city", "lat", "lon"]].to_dict(orient="list"),
+            "spec": {k: v for k, v in spec.__dict__.items() if k != "train"}
+            | {"train": {k: c.__dict__ for k, c in spec.train.items()}},
         }
     )
+    report.figures["cities"] = cities[["state", "city", "lat", "lon"]].to_dict(orient="list")
+    report.figures["fm_curve"] = report.extra["fm_curve"]
     att = next((r for r in results if isinstance(r.get("attention"), list)), None)
     if att is not None:
-        report.extra["attention"] = {
+        report.figures["attention"] = {
             "city": ATTENTION_CITY,
             "model": f"same day, EFA ℓ={att['layers']}, seed 0",
             "weights": att["attention"],
         }
-    report.wall_seconds = time.perf_counter() - t0
-    cpu = _cpu_seconds() - cpu0
-    report.extra["cpu_seconds"] = round(cpu, 1)
-    report.notes.append(
-        f"Ran on {workers} worker process(es) × {threads} thread(s): wall "
-        f"{report.wall_seconds:.0f} s, CPU {cpu:.0f} s in all (≈ {cpu / max(workers, 1):.0f} s "
-        f"of wall time on {workers} free core(s))."
-    )
     return report
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process and of its finished child processes (the workers)."""
-    import resource
-
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _notes(spec, seeds, diff, k_val, k_test, shrinkage) -> list[str]:
     from scipy import stats
+
+    ts, cp, lg = (spec.train[k] for k in ("two_stream", "copies", "lagged"))
 
     notes = [
         "One sequence = one October day of the 44 cities (train 2007-12, validation 2013-16, "
@@ -391,15 +323,15 @@ def _notes(spec, seeds, diff, k_val, k_test, shrinkage) -> list[str]:
         "temperature and lat/lon, g and λ₁ = MLP(→128→32), token mix MLP(→64→32), "
         f"{spec.block} blocks with 2 heads × 16 and FFN 64, no positions, bidirectional; "
         "λ₂ = MLP(32→128→16→1) Gaussian mean. Exact masked pseudo-likelihood: ℓ=1 by the "
-        f"one-pass two-stream form ({spec.stream_epochs} epochs, lr {spec.stream_lr}), ℓ>1 by "
-        f"in-model masked copies ({spec.epochs} epochs of all 8,184 copies, {spec.per_row} "
-        f"targets per row, {spec.batch_size} rows per step, AdamW lr {spec.lr}, cosine, "
+        f"one-pass two-stream form ({ts.max_epochs} epochs, lr {ts.lr:g}), ℓ>1 by "
+        f"in-model masked copies ({cp.max_epochs} epochs of all 8,184 copies, {spec.per_row} "
+        f"scored cities per row, {cp.batch_size} rows per step, AdamW lr {cp.lr:g}, cosine, "
         "best validation epoch restored).",
         f"Lagged variants: ℓ={spec.lag_layers}, layout '{spec.lag_layout}' (each city's "
         "previous-day temperature(s) as extra value fields of its own token, so I stays 44); "
         f"started from the same seed's same-day ℓ={spec.lag_layers} model with the lag inputs' "
-        f"mixing weights at zero (efa.spatial.warm_start), then {spec.lag_epochs} epochs at lr "
-        f"{spec.lag_lr}.",
+        f"mixing weights at zero (EFA.warm_start), then {lg.max_epochs} epochs at lr "
+        f"{lg.lr:g}.",
         f"FM: Prop 2 over the k nearest cities (Haversine), h = MLP(2→128→32), standardised "
         f"values, sum pooling; k picked on validation = {k_val}; best on test = {k_test}.",
         "Gaussian conditional: N(μ, (1−α)S + α tr(S)/p I) of the day's 44-vector (stacked with "
@@ -419,35 +351,16 @@ def _notes(spec, seeds, diff, k_val, k_test, shrinkage) -> list[str]:
 # --------------------------------------------------------------------------- plots
 
 
-def replot(folder) -> None:
-    """Redraw the plots of a results folder from its results.json (no refitting)."""
-    import json
-    from pathlib import Path
-
-    from efa.experiments.report import Row
-
-    folder = Path(folder)
-    d = json.loads((folder / "results.json").read_text())
-    report = Report(d["experiment"], d["command"], d["seeds"], wall_seconds=d["wall_seconds"])
-    report.rows = [Row(r["setting"], r["model"], r["metric"], r["values"], r["paper"])
-                   for r in d["rows"]]
-    report.extra = {k: d[k] for k in ("fm_curve", "cities", "attention") if k in d}
-    write_plots(report, folder)
-
-
-def write_plots(report: Report, out) -> None:
-    import matplotlib.pyplot as plt
-
-    from efa.experiments import report as _  # noqa: F401  (sets the Agg backend)
-
-    fm = report.extra.get("fm_curve")
+def plots(report: Report, out) -> None:
+    out = Path(out)
+    fm = report.figures.get("fm_curve")
     if fm:
         ks = np.array(fm["k"])
         test = np.array(fm["test"])
         paper = [(k, v) for k, v in zip(ks, fm["paper_test"], strict=True) if v is not None]
         lines = [r for r in report.rows
                  if r.model.startswith("EFA") or r.model.startswith("Gaussian")]
-        fig, axes = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [1, 1.3]})
+        fig, axes = figure(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [1, 1.3]})
         for panel, ax in enumerate(axes):
             ax.errorbar(ks, test.mean(1),
                         yerr=test.std(1, ddof=1) if test.shape[1] > 1 else None, marker="o",
@@ -479,14 +392,13 @@ def write_plots(report: Report, out) -> None:
         fig.suptitle("U.S. cities, October daily temperatures: FM vs number of neighbours, "
                      "with EFA and Gaussian-conditional test MSE as horizontal lines", fontsize=11)
         fig.tight_layout()
-        fig.savefig(out / "fm_vs_k.png", dpi=120, bbox_inches="tight")
-        plt.close(fig)
+        save(fig, out / "fm_vs_k.png", bbox_inches="tight")
 
-    cities = report.extra.get("cities")
-    att = report.extra.get("attention")
+    cities = report.figures.get("cities")
+    att = report.figures.get("attention")
     if cities:
         c = pd.DataFrame(cities)
-        fig, ax = plt.subplots(figsize=(11, 5.5))
+        fig, ax = figure(figsize=(11, 5.5))
         if att:
             w = np.array(att["weights"])
             me = int(np.flatnonzero(c["city"] == att["city"])[0])
@@ -510,8 +422,7 @@ def write_plots(report: Report, out) -> None:
         ax.set_ylabel("latitude (°)")
         ax.set_aspect(1 / np.cos(np.radians(38)))
         fig.tight_layout()
-        fig.savefig(out / "city_map.png", dpi=120, bbox_inches="tight")
-        plt.close(fig)
+        save(fig, out / "city_map.png", bbox_inches="tight")
 
 
 STATE_CODES = dict(

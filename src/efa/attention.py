@@ -1,0 +1,228 @@
+"""Attention: kernels (how a query weighs its context), multi-head attention and blocks.
+
+A *kernel* maps queries q [B, H, Iq, d], keys k [B, H, Ik, d], values v [B, H, Ik, dv] and an
+``allowed`` mask [B, 1|H, Iq, Ik] to an output [B, H, Iq, dv] and the weights [B, H, Iq, Ik].
+Kernels are plug-ins: subclass :class:`Kernel`, decorate with :func:`register_kernel`, and
+``EFAConfig(attention="name")`` (or ``{"kernel": "name", **options}``) selects it.
+
+A kernel declares ``row_local``: True when query i's weights depend on the context only through
+the keys i may see, one query at a time (softmax, linear, generalized), so a query may bring its
+own key and value for position i (the two-stream algorithm, :mod:`efa.strategies`); False when
+they depend on the whole context jointly (kernel ridge), and only the masked copies are exact.
+
+Score-based kernels implement ``scores`` and ``weights``; the base class does the rest,
+including the two-stream "own key at the diagonal" form.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+KERNELS: dict[str, type[Kernel]] = {}
+
+
+def register_kernel(cls: type[Kernel]) -> type[Kernel]:
+    """Class decorator: make ``cls`` selectable as ``EFAConfig(attention=cls.name)``."""
+    if not getattr(cls, "name", None):
+        raise TypeError(f"{cls.__name__} needs a class attribute `name`")
+    KERNELS[cls.name] = cls
+    return cls
+
+
+def kernel_spec(attention: str | dict) -> dict:
+    """Normalise ``EFAConfig.attention`` to ``{"kernel": name, **options}`` and check it."""
+    import efa.kernels  # noqa: F401  (registers the plug-in kernels)
+
+    if not isinstance(attention, str | dict):
+        raise TypeError(f"attention must be a kernel name or a dict, got {attention!r}")
+    spec = {"kernel": attention} if isinstance(attention, str) else dict(attention)
+    name = spec.get("kernel")
+    if name not in KERNELS:
+        raise ValueError(f"attention kernel must be one of {sorted(KERNELS)}, got {name!r}")
+    KERNELS[name].check_options({k: v for k, v in spec.items() if k != "kernel"})
+    return spec
+
+
+class Kernel(nn.Module):
+    """Base class of attention kernels. Options are keyword arguments of ``__init__`` beyond
+    the standard ones (``num_heads``, ``head_dim``, ``scale``, ``causal``) and must be
+    JSON-serialisable: they are saved with the model's config."""
+
+    name: ClassVar[str] = ""
+    row_local: ClassVar[bool] = True
+
+    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool, **options):
+        super().__init__()
+        self.check_options(options)
+        self.num_heads, self.head_dim, self.scale, self.causal = num_heads, head_dim, scale, causal
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        if options:
+            raise ValueError(f"attention kernel {cls.name!r} takes no options, got {options}")
+
+    # -- score-based kernels implement these --------------------------------------------------
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """Pairwise scores [B, H, Iq, Ik]."""
+        raise NotImplementedError
+
+    def own_scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """Score of query i against key i alone, [B, H, I, 1] (q, k of equal shape)."""
+        return self.scores(q[..., None, :], k[..., None, :])[..., 0, :]
+
+    def weights(self, s: Tensor, allowed: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Weights [B, H, Iq, Ik] from scores; exactly 0 where ``allowed`` is False."""
+        raise NotImplementedError
+
+    # -- the kernel -----------------------------------------------------------------------
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        allowed: Tensor,
+        own: tuple[Tensor, Tensor] | None = None,
+        q_pos: Tensor | None = None,
+        k_pos: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """``own = (k_own, v_own)`` [B, H, I, d]: query i sees its own key and value at
+        position i instead of k_i, v_i (needs Iq == Ik). ``q_pos`` [B|1, Iq] / ``k_pos``
+        [B|1, Ik]: positions of the queries and keys in the sequence (default 0, 1, ...)."""
+        if q_pos is None:
+            q_pos = torch.arange(q.shape[-2], device=q.device)[None]
+        if k_pos is None:
+            k_pos = torch.arange(k.shape[-2], device=k.device)[None]
+        s = self.scores(q, k)
+        if own is not None:
+            eye = torch.eye(s.shape[-1], dtype=torch.bool, device=s.device)
+            s = torch.where(eye, self.own_scores(q, own[0]), s)
+        w = self.weights(s, allowed, q_pos, k_pos)
+        out = w @ v
+        if own is not None:
+            # The diagonal weight multiplies the query's own value, the others the context's.
+            out = out + torch.diagonal(w, dim1=-2, dim2=-1)[..., None] * (own[1] - v)
+        return out, w
+
+    def options(self) -> dict[str, Any]:
+        return {}
+
+
+class DotProduct(Kernel):
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        return (q @ k.transpose(-1, -2)) * self.scale
+
+    def own_scores(self, q: Tensor, k: Tensor) -> Tensor:
+        return (q * k).sum(-1, keepdim=True) * self.scale
+
+
+@register_kernel
+class Softmax(DotProduct):
+    """w_ij ∝ exp(q_i·k_j · scale) over the allowed j (Vaswani et al.)."""
+
+    name = "softmax"
+
+    def weights(self, s, allowed, q_pos, k_pos):
+        return torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1)
+
+
+@register_kernel
+class Linear(DotProduct):
+    """w_ij = q_i·k_j · scale on the allowed j, unnormalised (the softmax-free form of the EFA
+    paper's Props 2–3)."""
+
+    name = "linear"
+
+    def weights(self, s, allowed, q_pos, k_pos):
+        return s * allowed
+
+
+class MultiHeadAttention(nn.Module):
+    """Projections W^Q, W^K, W^V, W^O around a kernel. Queries come from ``x``; keys and values
+    from ``memory`` when given (the content stream of two-stream attention, or a whole sequence
+    that one query row per copy attends to), else from ``x``."""
+
+    def __init__(self, d_model, num_heads, head_dim, attention, scale, bias, out_proj, causal):
+        super().__init__()
+        inner = num_heads * head_dim
+        self.num_heads, self.head_dim = num_heads, head_dim
+        factor = 1 / math.sqrt(head_dim) if scale == "sqrt" else 1 / head_dim
+        self.q = nn.Linear(d_model, inner, bias=bias)
+        self.k = nn.Linear(d_model, inner, bias=bias)
+        self.v = nn.Linear(d_model, inner, bias=bias)
+        if out_proj:
+            self.o = nn.Linear(inner, d_model, bias=bias)
+        elif inner == d_model:
+            self.o = nn.Identity()
+        else:
+            raise ValueError(f"out_proj=False needs num_heads*head_dim == d_model ({d_model})")
+        spec = kernel_spec(attention)
+        options = {k: v for k, v in spec.items() if k != "kernel"}
+        self.kernel = KERNELS[spec["kernel"]](num_heads, head_dim, factor, causal, **options)
+
+    def split(self, x: Tensor) -> Tensor:
+        b, i, _ = x.shape
+        return x.view(b, i, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, allowed, memory=None, own=False, q_pos=None):
+        q = self.split(self.q(x))
+        # Two-stream (``own``): query i holds its own token x_i at position i, the context
+        # tokens (``memory``) everywhere else. (Own keys first: the order in which gradients
+        # accumulate is part of "same seed, same numbers".)
+        mine = (self.split(self.k(x)), self.split(self.v(x))) if own else None
+        src = x if memory is None else memory
+        k, v = self.split(self.k(src)), self.split(self.v(src))
+        out, w = self.kernel(q, k, v, allowed, own=mine, q_pos=q_pos)
+        b, _, i, _ = out.shape
+        return self.o(out.transpose(1, 2).reshape(b, i, -1)), w
+
+
+def mlp(sizes: list[int]) -> nn.Module:
+    """Linear layers with ReLU between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+BLOCKS = ("bare", "residual", "post_ln", "pre_ln")
+
+
+class Block(nn.Module):
+    """One layer: ``bare`` (attention alone, Eq. 1), ``residual`` (x + MHA(x)), ``post_ln`` /
+    ``pre_ln`` (transformer blocks with LayerNorm and a feed-forward layer)."""
+
+    def __init__(self, d_model: int, head_dim: int, cfg):
+        super().__init__()
+        self.kind = cfg.block
+        self.attn = MultiHeadAttention(
+            d_model, cfg.num_heads, head_dim, cfg.attention, cfg.scale, cfg.bias,
+            cfg.out_proj, causal=cfg.direction == "unidirectional",
+        )
+        if self.kind in ("post_ln", "pre_ln"):
+            self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+            self.ffn = nn.Sequential(
+                nn.Linear(d_model, cfg.ffn_hidden), nn.ReLU(), nn.Linear(cfg.ffn_hidden, d_model)
+            )
+
+    def forward(self, x, allowed, memory=None, own=False, q_pos=None):
+        """``memory``: the context tokens (keys and values); with ``own=True`` query i also
+        holds its own token ``x_i`` at position i (two-stream)."""
+        if self.kind == "pre_ln":
+            m = None if memory is None else self.ln1(memory)
+            a, w = self._attend(self.ln1(x), allowed, m, own, q_pos)
+            x = x + a
+            return x + self.ffn(self.ln2(x)), w
+        a, w = self._attend(x, allowed, memory, own, q_pos)
+        if self.kind == "bare":
+            return a, w
+        if self.kind == "residual":
+            return x + a, w
+        x = self.ln1(x + a)
+        return self.ln2(x + self.ffn(x)), w
+
+    def _attend(self, x, allowed, memory, own, q_pos):
+        return self.attn(x, allowed, memory=memory, own=own, q_pos=q_pos)

@@ -1,0 +1,181 @@
+"""One runner for every experiment.
+
+An experiment is a module (registered by name in :mod:`efa.experiments`) with
+
+- ``SPEC`` / ``QUICK``: its settings as data (frozen dataclasses holding ``TrainConfig`` s);
+  ``QUICK`` is a tiny version exercising the same code path;
+- ``jobs(spec, seeds) -> list[dict]``: the grid of settings × seeds, each job with a ``cost``;
+- ``task(job) -> dict | list[dict]``: one unit of work, run in a worker process;
+- ``tables(results, spec, seeds, command) -> Report``: rows, notes, figure data, sections;
+- ``plots(report, folder)``: PNGs drawn from the report alone (so ``efa replot`` works).
+
+:func:`reproduce` runs the jobs longest first over a pool of single-threaded worker processes
+and writes the results folder atomically.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from efa.experiments.report import Report
+
+
+def default_workers(quick: bool) -> int:
+    env = os.environ.get("EFA_WORKERS")
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"EFA_WORKERS must be a positive integer, got {env!r}")
+        return int(env)
+    return 1 if quick else max(1, min(2, os.cpu_count() or 1))
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    with contextlib.suppress(Exception):  # Linux: die with the parent, even on SIGKILL
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def _terminate_on_sigterm(pool: cf.ProcessPoolExecutor):
+    """SIGTERM to the parent terminates the workers too (SIGINT already does)."""
+
+    def handler(signum, frame):
+        for p in list(getattr(pool, "_processes", {}).values()):
+            with contextlib.suppress(Exception):
+                p.terminate()
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
+             progress: bool = False) -> list[dict]:
+    """``task(job)`` for every job, longest (``cost``) first, on ``workers`` processes with
+    ``threads`` torch threads each (in-process when ``workers == 1``). Results are flattened
+    (a task may return a list) and come back in job order."""
+    jobs = sorted(jobs, key=lambda j: -j.get("cost", 1.0))
+    if workers <= 1:
+        results = [_announce(task(j), progress) for j in jobs]
+    else:
+        ctx = mp.get_context("spawn")  # fork after torch's thread pools start is unsafe
+        with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                    initargs=(threads,)) as pool, _terminate_on_sigterm(pool):
+            results = [_announce(r, progress) for r in pool.map(task, jobs)]
+    return [r for rs in results for r in (rs if isinstance(rs, list) else [rs])]
+
+
+def _announce(result, progress: bool):
+    if progress:
+        for r in result if isinstance(result, list) else [result]:
+            keys = ("protocol", "variant", "direction", "model", "kind", "layers", "seed")
+            what = " ".join(f"{r[k]}" for k in keys if k in r)
+            print(f"  {what}: {r.get('seconds', 0.0):.1f} s", flush=True)
+    return result
+
+
+def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
+              command: str = "", workers: int | None = None, threads: int = 1) -> Report:
+    """Run experiment ``name`` for seeds 0..seeds-1 and return its report."""
+    import platform
+
+    import torch
+
+    from efa.experiments import get
+
+    exp = get(name)
+    spec = exp.QUICK if quick else exp.SPEC
+    workers = default_workers(quick) if workers is None else workers
+    torch.set_num_threads(threads)
+    t0, cpu0 = time.perf_counter(), cpu_seconds()
+    results = run_jobs(exp.task, exp.jobs(spec, seeds), workers, threads, progress)
+    report = exp.tables(results, spec, seeds, command)
+    report.wall_seconds = time.perf_counter() - t0
+    report.extra["cpu_seconds"] = round(cpu_seconds() - cpu0, 1)
+    report.environment = {"python": platform.python_version(), "torch": torch.__version__,
+                          "threads": threads, "workers": workers}
+    report.notes.append(
+        f"Ran on {workers} worker process(es) × {threads} torch thread(s) each (EFA_WORKERS "
+        "overrides the number of workers; numbers depend on the thread count): wall "
+        f"{report.wall_seconds:.0f} s, CPU {report.extra['cpu_seconds']:.0f} s."
+    )
+    return report
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished child processes (the workers)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+# --------------------------------------------------------------------------- the results folder
+
+
+def check_destination(folder: Path, command: str, force: bool) -> None:
+    """Refuse to replace results made by a different command (other seeds, --quick) unless
+    ``force``; refuse a destination that is not a writable folder. Called before any work."""
+    folder = Path(folder)
+    parent = folder.parent
+    if parent.exists() and not parent.is_dir():
+        raise NotADirectoryError(f"--out {parent} exists and is not a folder")
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{folder} exists and is not a folder")
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise PermissionError(f"cannot write into {probe}")
+    old = folder / "results.json"
+    if old.exists() and not force:
+        try:
+            previous = json.loads(old.read_text()).get("command")
+        except (ValueError, OSError):
+            previous = None
+        if previous != command:
+            raise FileExistsError(
+                f"{folder} holds results made by `{previous}`; this run is `{command}`. "
+                "Pass --out elsewhere, or --force to replace them"
+            )
+
+
+def write_atomically(report: Report, folder: Path, plots) -> Path:
+    """Write the report and its plots into a temporary folder beside ``folder``, keep any file
+    of the old folder the run does not make (e.g. a benchmark's), then swap it in."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        report.write(tmp)
+        plots(report, tmp)
+        if folder.exists():
+            for f in folder.iterdir():
+                if not (tmp / f.name).exists():
+                    (shutil.copytree if f.is_dir() else shutil.copy2)(f, tmp / f.name)
+            old = folder.parent / f".{folder.name}.old-{os.getpid()}"
+            os.replace(folder, old)
+            os.replace(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder

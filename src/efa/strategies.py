@@ -1,0 +1,90 @@
+"""The exact masked pseudo-likelihood: two algorithms for the same numbers.
+
+The state that predicts position i is defined on a *copy* of the sequence in which position i
+is masked. Both strategies return, for every asked position (``at`` [B, I] bool, in the order
+of ``at.nonzero()``), the last layer's state of that copy at i, without materialising the copies
+in the data:
+
+- :func:`two_stream` (exact for one layer, and for causal attention at any depth, with a
+  row-local kernel): a content stream runs on the unmasked tokens; a query stream holds, at
+  every i, the masked token i, which attends to the content at j ≠ i and to itself. In copy i
+  every j ≠ i is unmasked at layer 0, and under a causal mask j < i never sees i, so the content
+  stream *is* copy i's state at j. One pass per sequence.
+- :func:`copies` (exact for everything): the copies are built inside the model, only for the
+  asked positions, in chunks; the last layer computes the read-out row alone.
+
+Both take the blocks, the content tokens [B, I, d], the masked tokens [B, I, d] and the
+``allowed`` mask [B, 1, I, I], and return (head(states) [P, ...], weights [L, P, H, I] or None):
+``head`` is the read-out (identity by default) and row p of the weights is what the masked query
+pays to every position in its copy.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _identity(h: Tensor) -> Tensor:
+    return h
+
+
+def two_stream(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
+               want_weights: bool = False, chunk: int | None = None, head=_identity):
+    b_idx, i_idx = at.nonzero(as_tuple=True)
+    weights = []
+    for layer, block in enumerate(blocks):
+        query, w = block(query, allowed, memory=content, own=True)
+        if layer + 1 < len(blocks):
+            content, _ = block(content, allowed)
+        if want_weights:
+            weights.append(w[b_idx, :, i_idx])
+    # Every position is computed anyway; reading out before selecting keeps efa 0.1's float
+    # summation order in the read-out's gradient (same seed, same numbers across versions).
+    return head(query)[b_idx, i_idx], (torch.stack(weights) if want_weights else None)
+
+
+def copies(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
+           want_weights: bool = False, chunk: int = 4096, head=_identity):
+    b_idx, i_idx = at.nonzero(as_tuple=True)
+    states, weights = [], []
+    for start in range(0, len(b_idx), chunk):
+        b, i = b_idx[start : start + chunk], i_idx[start : start + chunk]
+        rows = torch.arange(len(b), device=b.device)
+        x = content[b].clone()
+        x[rows, i] = query[b, i]
+        mask = allowed[b]
+        ws = []
+        for block in blocks[:-1]:
+            x, w = block(x, mask)
+            if want_weights:
+                ws.append(w[rows, :, i])
+        # Only position i of the last layer is read out: compute that row alone.
+        h, w = blocks[-1](x[rows, i][:, None], mask[rows, :, i][:, :, None], memory=x,
+                          q_pos=i[:, None])
+        states.append(head(h[:, 0]))
+        if want_weights:
+            weights.append(torch.stack([*ws, w[:, :, 0]]))
+    if not states:  # nothing asked
+        return head(content.new_zeros(0, content.shape[-1])), None
+    out = torch.cat(states)
+    return out, (torch.cat(weights, dim=1) if want_weights else None)
+
+
+STRATEGIES = {"two_stream": two_stream, "copies": copies}
+MODES = ("auto", *STRATEGIES)
+ALIASES = {"stream": "two_stream"}  # the name used by saved configs of efa 0.1
+
+
+def choose(mode: str, num_layers: int, causal: bool, row_local: bool) -> str:
+    """The strategy for ``mode`` ('auto' picks two-stream wherever it is exact); refuses
+    two-stream where it would not be exact."""
+    exact = row_local and (num_layers == 1 or causal)
+    if mode == "auto":
+        return "two_stream" if exact else "copies"
+    if mode == "two_stream" and not exact:
+        raise ValueError(
+            "mode='two_stream' is exact only for one layer or unidirectional attention with a "
+            "row-local attention kernel; use mode='copies' (or 'auto')"
+        )
+    return mode
