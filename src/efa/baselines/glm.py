@@ -95,13 +95,19 @@ class ContextLogit(ConditionalModel):
         nn.init.zeros_(self.weight.weight)  # starts at the uniform model
         self.design = _Design(k, max_len, length)
 
-    def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+    def context_term(self, data: Sequences) -> Tensor:
+        """W n_c(i) [B, I, K]: the sum of W's columns of the context items, by a gather and a
+        (cumulative) sum rather than a product with one-hot counts (K times fewer operations)."""
         f = self.fields[0]
         present = data.valid() & data.observed.get(f.name, data.valid())
         x = torch.where(present, data.fields[f.name], 0)
-        onehot = F.one_hot(x, f.num_categories).to(self.weight.weight.dtype)
-        counts, _ = context_sum(onehot, present, self.direction)
-        return {f.name: self.weight(counts) + self.design(data)}
+        cols = F.embedding(x, self.weight.weight.T) * present[..., None]  # [B, I, K]: W[:, x_j]
+        if self.direction == "bidirectional":
+            return cols.sum(1, keepdim=True) - cols
+        return cols.cumsum(1) - cols
+
+    def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        return {self.fields[0].name: self.context_term(data) + self.design(data)}
 
     def penalised(self) -> dict[str, list[Tensor]]:
         return {"weights": [self.weight.weight], "design": self.design.penalised()}
@@ -111,13 +117,12 @@ class ContextLogit(ConditionalModel):
         at the scored positions, their positions, the distinct support) built once: what the
         full-batch solver evaluates thousands of times."""
         f = self.fields[0]
-        dtype = self.weight.weight.dtype
         at = data.predicted(f.name)
         present = data.valid() & data.observed.get(f.name, data.valid())
         x = torch.where(present, data.fields[f.name], 0)
-        onehot = F.one_hot(x, f.num_categories).to(dtype) * present[..., None]
+        onehot = F.one_hot(x, f.num_categories).to(self.weight.weight.dtype) * present[..., None]
         counts = (onehot.sum(1, keepdim=True) - onehot if self.direction == "bidirectional"
-                  else onehot.cumsum(1) - onehot)[at]
+                  else onehot.cumsum(1) - onehot)[at]  # [P, K]: fixed during the fit
         pos = at.nonzero()[:, 1]
         length = data.lengths[:, None].expand_as(at)[at]
         y = data.fields[f.name][at]
