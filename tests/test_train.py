@@ -49,7 +49,7 @@ def test_checkpoint_resumes_after_a_kill(tmp_path, monkeypatch):
     )
 
     saves = []
-    real_save = train_mod._save_checkpoint
+    real_save = train_mod._save
 
     def dying_save(*args):
         real_save(*args)
@@ -57,10 +57,10 @@ def test_checkpoint_resumes_after_a_kill(tmp_path, monkeypatch):
         if len(saves) == 2:
             raise KeyboardInterrupt  # the process is killed after epoch 2
 
-    monkeypatch.setattr(train_mod, "_save_checkpoint", dying_save)
+    monkeypatch.setattr(train_mod, "_save", dying_save)
     with pytest.raises(KeyboardInterrupt):
         efa.fit(_model(), _data(), _data(seed=1), cfg)
-    monkeypatch.setattr(train_mod, "_save_checkpoint", real_save)
+    monkeypatch.setattr(train_mod, "_save", real_save)
     resumed = _model(seed=99)  # different init: the checkpoint must overwrite it
     hist = efa.fit(resumed, _data(), _data(seed=1), cfg)
     assert hist.epochs_run == 5
@@ -71,7 +71,8 @@ def test_checkpoint_resumes_after_a_kill(tmp_path, monkeypatch):
 
 def test_checkpoint_with_other_settings_is_refused(tmp_path):
     efa.fit(_model(), _data(), None, max_epochs=1, progress=False, checkpoint_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="different TrainConfig"):
+    with pytest.raises(ValueError,
+                       match="another training settings.*lr: 0.003 in the checkpoint, 0.1 now"):
         efa.fit(
             _model(),
             _data(),
@@ -101,8 +102,14 @@ def test_non_finite_loss_is_an_error_not_a_nan():
     model = _model()
     with torch.no_grad():
         model.readouts["temp"].net.weight.fill_(float("inf"))
-    with pytest.raises(FloatingPointError, match="non-finite training loss"):
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(FloatingPointError,
+                       match=r"non-finite log-likelihood .* 'temp' at sequence \d+, position 0"):
         efa.fit(model, _data(), None, max_epochs=1, progress=False)
+    # The model is handed back as it was (its initial weights here), in eval mode.
+    assert not model.training
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, before[k], equal_nan=True)
 
 
 def test_mean_squared_error_and_predictions():

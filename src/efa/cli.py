@@ -71,7 +71,7 @@ def reproduce(
         report = runner.reproduce(name, seeds, quick, progress, command,
                                   workers=workers or None, threads=threads)
         runner.write_atomically(report, folder, get(name).plots)
-    except (OSError, ValueError, KeyError, TypeError, FloatingPointError) as err:
+    except Exception as err:  # one line for the user; the traceback with --debug
         _fail(err)
     typer.echo(report.markdown())
     typer.echo(f"wrote {folder}/", err=True)
@@ -87,7 +87,7 @@ def replot(folder: Path = typer.Argument(..., help="a results folder, e.g. resul
         report = Report.read(folder)
         (folder / "results.md").write_text(report.markdown())
         get(report.experiment).plots(report, folder)
-    except (OSError, ValueError, KeyError) as err:
+    except Exception as err:  # one line for the user; the traceback with --debug
         _fail(err)
     typer.echo(f"redrew {folder}/")
 
@@ -102,7 +102,7 @@ def summary(
 
     try:
         changed = update_readme(readme, results)
-    except (OSError, ValueError, KeyError) as err:
+    except Exception as err:  # one line for the user; the traceback with --debug
         _fail(err)
     typer.echo(f"{readme}: {'updated' if changed else 'already up to date'}")
 

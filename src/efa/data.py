@@ -79,8 +79,28 @@ class Sequences:
         return m
 
     def __getitem__(self, idx) -> Sequences:
-        """Select sequences (an index tensor, slice or bool mask) and trim extra padding."""
+        """Select sequences (an integer, index tensor or list, slice or bool mask) and trim
+        extra padding."""
+        n = len(self)
+        if isinstance(idx, int | np.integer) and not isinstance(idx, bool):
+            if not -n <= idx < n:
+                raise IndexError(f"sequence {idx} is out of range: there are {n} sequences")
+            idx = torch.tensor([idx % n])
+        elif isinstance(idx, list | tuple | np.ndarray):
+            idx = torch.as_tensor(np.asarray(idx))
+        if isinstance(idx, Tensor):
+            if idx.dtype == torch.bool:
+                if idx.shape != (n,):
+                    raise IndexError(f"a bool mask must have shape [{n}], got {tuple(idx.shape)}")
+            elif idx.is_floating_point() or idx.dim() != 1:
+                raise IndexError(f"select sequences with a 1-d integer or bool tensor, got "
+                                 f"{idx.dtype} of shape {tuple(idx.shape)}")
+            elif len(idx) and not ((idx >= -n) & (idx < n)).all():
+                raise IndexError(f"sequence index {int(idx[(idx < -n) | (idx >= n)][0])} is out "
+                                 f"of range: there are {n} sequences")
         lengths = self.lengths[idx]
+        if lengths.numel() == 0:
+            raise ValueError("the selection is empty: Sequences must hold at least one sequence")
         width = int(lengths.max())
         return Sequences(
             {k: v[idx][:, :width] for k, v in self.fields.items()},
@@ -153,8 +173,16 @@ class Sequences:
         absent = [c for c in [by, order, *sum(cols.values(), [])] if c and c not in frame]
         if absent:
             raise KeyError(f"columns {absent} are not in the frame (it has {list(frame)})")
+        if frame[by].isna().any():
+            raise ValueError(
+                f"column {by!r} (the sequence key) is missing in {int(frame[by].isna().sum())} "
+                "rows; those rows belong to no sequence: drop or fill them first"
+            )
         if order:
             frame = frame.sort_values([by, order], kind="stable")
+        frame = frame.copy()
+        for c in {c for cs in cols.values() for c in cs}:
+            frame[c] = _numeric_column(frame[c], c)
         groups = [g for _, g in frame.groupby(by, sort=True)]
         lists, observed = {}, {}
         for name, cs in cols.items():
@@ -164,9 +192,10 @@ class Sequences:
             if any(n.any() for n in nan):
                 if not missing:
                     s = next(k for k, n in enumerate(nan) if n.any())
+                    i = int(np.flatnonzero(nan[s])[0])
                     raise ValueError(
-                        f"field {name!r}: NaN in sequence {s} ({by}={groups[s][by].iloc[0]!r}); "
-                        "pass missing=True to treat NaN as unobserved"
+                        f"field {name!r}: NaN in sequence {s} ({by}={groups[s][by].iloc[0]!r}), "
+                        f"position {i}; pass missing=True to treat NaN as unobserved"
                     )
                 observed[name] = [~n for n in nan]
             values = [np.nan_to_num(v, nan=0.0) for v in values]
@@ -193,20 +222,33 @@ class Sequences:
         n = len(fields[names[0]])
         if n == 0:
             raise ValueError("empty data: no sequences given")
+        for name in names:
+            if len(fields[name]) != n:
+                raise ValueError(
+                    f"field {name!r} has {len(fields[name])} sequences, field {names[0]!r} has {n}"
+                )
         lengths = []
         for s in range(n):
             ls = {name: len(fields[name][s]) for name in names}
             if len(set(ls.values())) != 1:
                 raise ValueError(f"sequence {s}: fields have different lengths {ls}")
             lengths.append(ls[names[0]])
-        for name in names:
-            if len(fields[name]) != n:
-                raise ValueError(
-                    f"field {name!r} has {len(fields[name])} sequences, field {names[0]!r} has {n}"
-                )
-        width = max(lengths)
         if min(lengths) == 0:
             raise ValueError(f"sequence {lengths.index(0)} is empty")
+        masks = {f"observed[{k!r}]": m for k, m in (observed or {}).items()}
+        for k in observed or {}:
+            if k not in fields:
+                raise KeyError(f"observed[{k!r}] names no field (fields: {names})")
+        if scored is not None:
+            masks["scored"] = scored
+        for what, m in masks.items():
+            if len(m) != n:
+                raise ValueError(f"{what} has {len(m)} sequences, the data have {n}")
+            for s in range(n):
+                if len(m[s]) != lengths[s]:
+                    raise ValueError(f"{what}, sequence {s}: {len(m[s])} entries for a sequence "
+                                     f"of length {lengths[s]}")
+        width = max(lengths)
         out = {name: _pad([np.asarray(x) for x in fields[name]], width, name) for name in names}
         obs = {
             name: _pad([np.asarray(x, dtype=bool) for x in m], width, name).bool()
@@ -216,6 +258,23 @@ class Sequences:
         if scored is not None:
             tgt = _pad([np.asarray(x, dtype=bool) for x in scored], width, "scored").bool()
         return cls(out, torch.tensor(lengths), obs, tgt)
+
+
+def _numeric_column(col, name: str):
+    """A column as numbers: pandas categoricals become their integer codes (NaN where
+    missing); strings are refused with the way to map them."""
+    import pandas as pd
+
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.astype("Int64")
+        return codes.mask(codes < 0)
+    if col.dtype.kind in "biuf" or str(col.dtype) in ("Int64", "Int32", "Float64", "boolean"):
+        return col
+    raise TypeError(
+        f"column {name!r} holds {col.dtype} values (e.g. {col.dropna().iloc[0]!r}), not numbers; "
+        f"map them to integer codes first, e.g. df[{name!r}] = df[{name!r}].astype('category') "
+        f"(from_frame then uses the codes; df[{name!r}].cat.categories maps them back)"
+    )
 
 
 def _pad(arrays: list[np.ndarray], width: int, name: str) -> Tensor:
@@ -236,8 +295,10 @@ def _pad(arrays: list[np.ndarray], width: int, name: str) -> Tensor:
     return torch.from_numpy(out)
 
 
-def check_sequences(data: Sequences, fields, max_len: int | None) -> None:
-    """Raise a clear error if ``data`` does not fit the model's ``fields``."""
+def check_sequences(data: Sequences, fields, max_len: int | None,
+                    dtype: torch.dtype | None = None) -> None:
+    """Raise a clear error if ``data`` does not fit the model's ``fields`` (and the model's
+    floating-point ``dtype``)."""
     if not isinstance(data, Sequences):
         raise TypeError(
             f"expected efa.Sequences, got {type(data).__name__}; build one with "
@@ -253,7 +314,28 @@ def check_sequences(data: Sequences, fields, max_len: int | None) -> None:
         if f.name not in data.fields:
             raise KeyError(f"field {f.name!r} is missing from the data (has {list(data.fields)})")
         m = valid & data.observed.get(f.name, valid)
-        f.validate(data.fields[f.name], m, f"field {f.name!r}")
+        x = data.fields[f.name]
+        f.validate(x, m, f"field {f.name!r}")
+        if x.is_floating_point():
+            # Padding is never used, but a NaN there becomes NaN through the attention's zero
+            # weights (0 · NaN = NaN). (Missing values may hold anything: they are replaced.)
+            bad = ~torch.isfinite(x.reshape(*x.shape[:2], -1)).all(-1) & ~valid
+            if bad.any():
+                s, i = bad.nonzero()[0].tolist()
+                raise ValueError(
+                    f"field {f.name!r}: NaN/inf at sequence {s}, position {i}, which is padding "
+                    f"(the sequence has length {int(data.lengths[s])}): padding must hold finite "
+                    "numbers (efa pads with 0)"
+                )
+        if dtype is not None and x.is_floating_point() and dtype.itemsize < x.dtype.itemsize:
+            big = (x.abs() > torch.finfo(dtype).max) & torch.isfinite(x)
+            if big.any():
+                at = big.reshape(*x.shape[:2], -1).any(-1).nonzero()[0].tolist()
+                raise ValueError(
+                    f"field {f.name!r}: value {x[tuple(at)].tolist()} at sequence {at[0]}, "
+                    f"position {at[1]} does not fit the model's {dtype} (largest "
+                    f"{torch.finfo(dtype).max:.3g}); rescale it or use model.double()"
+                )
     extra = set(data.fields) - {f.name for f in fields}
     if extra:
         raise KeyError(f"data has fields the model does not know: {sorted(extra)}")

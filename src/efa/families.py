@@ -65,6 +65,15 @@ def _log1mexp(x: Tensor) -> Tensor:
     return torch.where(near_zero, a, b)
 
 
+class InvalidValues(ValueError):
+    """Bad target values; ``index`` is the (flat) index of the first offender in the tensor
+    that was validated, so a caller can translate it into a (sequence, position)."""
+
+    def __init__(self, message: str, index: tuple[int, ...] | None = None):
+        super().__init__(message)
+        self.index = index
+
+
 def _check_last_dim(x: Tensor, size: int, what: str, family: Family) -> None:
     if x.dim() == 0 or x.shape[-1] != size:
         raise ValueError(
@@ -189,9 +198,10 @@ class Family(nn.Module):
             return
         bad_idx = bad.nonzero()
         first = tuple(bad_idx[0].tolist())
-        raise ValueError(
+        raise InvalidValues(
             f"{where}: {len(bad_idx)} of {y.numel()} values {problem} "
-            f"(first: {y[first].item()!r} at index {first}); {self!r} expects {expected}"
+            f"(first: {y[first].item()!r} at index {first}); {self!r} expects {expected}",
+            first,
         )
 
     # -- serialisation --------------------------------------------------------------------

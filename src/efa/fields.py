@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from efa.attention import mlp
-from efa.families import Categorical, Family, family_from_config
+from efa.families import Categorical, Family, InvalidValues, family_from_config
 
 ENCODERS = ("mlp", "linear", "identity", "table")
 READOUTS = ("mlp", "linear")
@@ -351,22 +351,38 @@ def field_from_config(d: dict) -> Field:
 
 
 def _validate_values(family: Family, x: Tensor, mask: Tensor, where: str) -> None:
+    """Check the values at the real, observed positions ``mask``; every error names the
+    (sequence, position) of the first bad value."""
     if x.dim() != 2:
         raise ValueError(f"{where}: expected shape [N, I], got {tuple(x.shape)}")
+    if family.is_discrete and x.is_floating_point():
+        _refuse_float_integers(family, x, mask, where)
     try:
         family.validate(x[mask], where)
-    except ValueError as err:
-        raise ValueError(f"{err} [first at {_first_bad(family, x, mask, where)}]") from None
+    except InvalidValues as err:
+        s, i = mask.nonzero()[err.index[0]].tolist()
+        message = str(err).split(" (first: ")[0]
+        raise ValueError(
+            f"{message} (first: {x[s, i].item()!r} at sequence {s}, position {i}); "
+            f"{family!r} expects {str(err).split(' expects ', 1)[-1]}"
+        ) from None
 
 
-def _first_bad(family: Family, x: Tensor, mask: Tensor, where: str) -> str:
-    """Locate the first invalid value as (sequence, position): only runs once a check failed."""
-    for s, i in mask.nonzero().tolist():
-        try:
-            family.validate(x[s, i].reshape(1), where)
-        except ValueError:
-            return f"sequence {s}, position {i}"
-    return "an unknown position"
+def _refuse_float_integers(family: Family, x: Tensor, mask: Tensor, where: str) -> None:
+    """Counts and categories held as floats (pandas' int column with a NaN becomes float)."""
+    v = x[mask]
+    at = mask.nonzero()
+    hint = ("from pandas, an integer column with missing values becomes float: use the nullable "
+            "'Int64' dtype and mark the gaps with observed= (Sequences.from_frame(..., "
+            "missing=True) does both)")
+    for bad, problem in ((~torch.isfinite(v), "is NaN/inf"), (v != torch.round(v),
+                                                               "is not a whole number")):
+        if bad.any():
+            s, i = at[bad.nonzero()[0, 0]].tolist()
+            raise ValueError(f"{where}: value {x[s, i].item()!r} at sequence {s}, position {i} "
+                             f"{problem}; {family!r} expects integers; {hint}")
+    raise ValueError(f"{where}: {family!r} expects an integer tensor, got dtype {x.dtype} "
+                     f"(the values are whole numbers: convert with .long()); {hint}")
 
 
 def _check_distinct(x: Tensor, mask: Tensor, k: int, where: str) -> None:

@@ -1,47 +1,102 @@
-"""Save and load fitted models: weights as safetensors, architecture as JSON."""
+"""Save and load fitted models: weights as safetensors, architecture and metadata as JSON."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from safetensors.torch import load_file, save_file
+import torch
 
 from efa.model import EFA, EFAConfig
 
 FORMAT_VERSION = 1
+FILES = ("config.json", "model.safetensors")
 
 
 def save(model: EFA, path: str | Path, overwrite: bool = False) -> Path:
     """Write ``path/config.json`` and ``path/model.safetensors``.
 
-    Refuses to replace an existing model unless ``overwrite=True``.
+    Refuses to replace anything already there (a model, or any other ``config.json``) unless
+    ``overwrite=True``. Files are written whole (temporary file, then rename) and get the
+    permissions of any new file under the user's umask. The metadata records the efa and torch
+    versions and the torch thread count the model was trained with (results depend on it).
     """
+    from safetensors.torch import save_file
+
+    from efa import __version__
+
     if not isinstance(model, EFA):
         raise TypeError(f"save() writes EFA models, got {type(model).__name__}")
     path = Path(path)
-    if (path / "model.safetensors").exists() and not overwrite:
-        raise FileExistsError(f"{path} already holds a model; pass overwrite=True to replace it")
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{path} exists and is not a folder")
+    present = [n for n in FILES if (path / n).exists()]
+    if present and not overwrite:
+        raise FileExistsError(
+            f"{path} already holds {', '.join(present)}; pass overwrite=True to replace it"
+        )
     path.mkdir(parents=True, exist_ok=True)
-    config = {"format": FORMAT_VERSION, "class": "EFA", "config": model.config.to_dict()}
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(path / "model.safetensors"))
+    meta = {
+        "format": FORMAT_VERSION,
+        "class": "EFA",
+        "config": model.config.to_dict(),
+        "efa": __version__,
+        "torch": torch.__version__,
+        "train_threads": getattr(model, "train_threads_", None),
+    }
+    mode = 0o666 & ~_umask()
+    weights = path / "model.safetensors"
+    tmp = weights.with_suffix(".tmp")
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(tmp))
+    os.chmod(tmp, mode)
+    os.replace(tmp, weights)
+    config = path / "config.json"
+    tmp = config.with_suffix(".tmp")
+    tmp.write_text(json.dumps(meta, indent=2))
+    os.chmod(tmp, mode)
+    os.replace(tmp, config)
     return path
 
 
 def load(path: str | Path) -> EFA:
+    from safetensors.torch import load_file
+
     path = Path(path)
-    for name in ("config.json", "model.safetensors"):
+    for name in FILES:
         if not (path / name).exists():
             raise FileNotFoundError(
                 f"{path / name} not found; is {path} a model saved by efa.save?"
             )
-    meta = json.loads((path / "config.json").read_text())
-    if meta.get("format") != FORMAT_VERSION or meta.get("class") != "EFA":
-        raise ValueError(f"{path}/config.json is not an efa model (format {meta.get('format')})")
-    model = EFA(EFAConfig.from_dict(meta["config"]))
-    state = load_file(str(path / "model.safetensors"))
-    model.load_state_dict(state)
+    try:
+        meta = json.loads((path / "config.json").read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path / 'config.json'} is not valid JSON (truncated?): {err}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION \
+            or meta.get("class") != "EFA":
+        raise ValueError(f"{path / 'config.json'} is not an efa model config")
+    try:
+        config = EFAConfig.from_dict(meta["config"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path / 'config.json'}: invalid model config: {err}") from None
+    model = EFA(config)
+    try:
+        state = load_file(str(path / "model.safetensors"))
+    except Exception as err:  # safetensors raises its own error types
+        raise ValueError(
+            f"{path / 'model.safetensors'} is not readable (truncated?): {err}"
+        ) from None
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"{path / 'model.safetensors'} does not fit the config: {err}") from None
+    model.train_threads_ = meta.get("train_threads")
     model.eval()
     return model
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

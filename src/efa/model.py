@@ -171,7 +171,8 @@ class ConditionalModel(nn.Module):
         return self.natural_params(data)
 
     def check(self, data: Sequences) -> None:
-        check_sequences(data, self.fields, self.max_len)
+        dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
+        check_sequences(data, self.fields, self.max_len, dtype)
 
     def log_likelihood(
         self, data: Sequences, base_measure: bool = True, check: bool = True

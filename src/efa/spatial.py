@@ -16,6 +16,8 @@ The peers live in :mod:`efa.baselines` (``KNNFM``, ``Climatology``, ``GaussianCo
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import torch
@@ -37,6 +39,7 @@ __all__ = [
 
 COORDS = "coords"
 LAG = "lag"
+SENTINELS = (-99.0, -999.0, -9999.0)
 
 
 # --------------------------------------------------------------------------- data
@@ -57,8 +60,13 @@ def frame_to_sequences(
     layout: str = "tokens",
     sites=None,
     return_index: bool = False,
+    missing: float | None = None,
 ):
     """A long table with one row per (site, time) → one :class:`Sequences` row per time.
+
+    ``missing``: a sentinel that marks a missing value in ``value`` (e.g. -99 in the Kaggle
+    temperature file); without it only NaN is missing, and a warning names a column holding a
+    common sentinel (-99, -999, -9999).
 
     Sequence n holds the sites at time ``times[n]`` (in ``sites`` order: sorted unique site ids
     unless given). Fields: ``coords`` [N, I, 2] (lat, lon in degrees) and ``name`` [N, I] (the
@@ -96,7 +104,21 @@ def frame_to_sequences(
     if df.duplicated([site, time]).any():
         row = df[df.duplicated([site, time])].iloc[0]
         raise ValueError(f"site {row[site]!r} has more than one row at time {row[time]!r}")
-    values = pd.to_numeric(df[value], errors="raise").astype(np.float64)
+    try:
+        values = pd.to_numeric(df[value], errors="raise").astype(np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"column {value!r} is not numeric: {err}") from None
+    if missing is not None:
+        values = values.mask(values == missing)
+    else:
+        for sentinel in SENTINELS:
+            hits = int((values == sentinel).sum())
+            if hits:
+                warnings.warn(
+                    f"column {value!r} has {hits} values equal to {sentinel:g}, a common marker "
+                    f"of a missing value; pass missing={sentinel:g} if that is what they are",
+                    stacklevel=2,
+                )
     if np.isinf(values).any():
         raise ValueError(f"column {value!r} has infinite values")
 
@@ -178,10 +200,26 @@ def anomalies(data: Sequences, means: Tensor, name: str = "value") -> Sequences:
 
 
 def _moments(data: Sequences, name: str) -> tuple[list[float], list[float], float, float]:
+    """Means and standard deviations of the coordinates and values of ``data``. A constant
+    (one latitude for every site, a single site, constant values) has no scale: it is centred
+    and left unscaled (scale 1), with a warning, rather than divided by zero."""
     m = data.predicted(name)
+    if not m.any():
+        raise ValueError(f"the training data have no observed {name!r} value to standardise on")
     y = data.fields[name][m].double()
     c = data.fields[COORDS][data.valid()].double()
-    return c.mean(0).tolist(), c.std(0).tolist(), float(y.mean()), float(y.std())
+    c_scale = [_scale(v, f"coordinate {k} ({'lat' if k == 0 else 'lon'})")
+               for k, v in enumerate(c.std(0).nan_to_num(0.0).tolist())]
+    y_scale = _scale(float(y.std()) if len(y) > 1 else 0.0, f"the values of {name!r}")
+    return c.mean(0).tolist(), c_scale, float(y.mean()), y_scale
+
+
+def _scale(std: float, what: str) -> float:
+    if std > 0:
+        return std
+    warnings.warn(f"{what} is constant in the training data: it is centred but not scaled",
+                  stacklevel=3)
+    return 1.0
 
 
 def spatial_efa(

@@ -1,30 +1,48 @@
 """Fitting: Adam(W) with a schedule, early stopping on the validation log-likelihood with the
 best weights restored, seeded shuffling, a progress bar, and checkpoints that resume.
 
-Works for any ``ConditionalModel`` (EFA and the factorisation baselines alike).
+Works for any ``ConditionalModel`` (EFA and the factorisation baselines alike). Nothing here
+returns a non-finite number without an error that says where it came from.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
-import os
 import random
+import sys
 import time
-from dataclasses import asdict, dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from efa import checkpoint
 from efa.data import Sequences
 from efa.model import ConditionalModel
+
+SCHEDULES = ("plateau", "cosine", "constant")
+
+
+class StillImproving(UserWarning):
+    """The best validation epoch was the last one: more epochs may help."""
 
 
 @dataclass
 class TrainConfig:
+    """Training settings.
+
+    threads: torch CPU threads during ``fit`` (None: leave torch's setting). Results depend on
+      the thread count; on a shared or small machine 1 thread is often fastest (no
+      oversubscription). resume: with ``checkpoint_dir``, continue from a checkpoint written by
+      the same model, data and settings (False: start over, replacing it).
+    """
+
     lr: float = 3e-3
     weight_decay: float = 0.0
     batch_size: int = 128
@@ -37,12 +55,32 @@ class TrainConfig:
     eval_batch_size: int = 1024
     progress: bool = True
     checkpoint_dir: str | None = None
+    threads: int | None = None
+    resume: bool = True
 
     def __post_init__(self):
-        if self.schedule not in ("plateau", "cosine", "constant"):
-            raise ValueError(f"schedule must be plateau, cosine or constant, got {self.schedule!r}")
-        if self.lr <= 0 or self.batch_size < 1 or self.max_epochs < 1 or self.patience < 1:
-            raise ValueError("lr, batch_size, max_epochs and patience must be positive")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        for name in ("batch_size", "max_epochs", "patience", "eval_batch_size"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("warmup_steps", self.warmup_steps, 0)
+        _check_int("seed", self.seed, None)
+        if self.threads is not None:
+            _check_int("threads", self.threads, 1)
+        for name, low in (("lr", 0.0), ("weight_decay", None), ("grad_clip", 0.0)):
+            v = getattr(self, name)
+            if name == "grad_clip" and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                    or (low is not None and v <= low) or v < 0:
+                raise ValueError(f"{name} must be a finite number {'> 0' if low == 0 else '>= 0'}"
+                                 f", got {v!r}")
+
+
+def _check_int(name, v, low):
+    if isinstance(v, bool) or not isinstance(v, int | np.integer) or (low is not None and v < low):
+        bound = f" >= {low}" if low is not None else ""
+        raise ValueError(f"{name} must be an integer{bound}, got {v!r}")
 
 
 @dataclass
@@ -56,52 +94,135 @@ class History:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch: same seed, same numbers (on the same machine)."""
+    """Seed Python, NumPy and torch: same seed, same numbers (on the same machine, with the same
+    number of torch threads)."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
 
 
+# --------------------------------------------------------------------------- scoring
+
+
+def _batches(data: Sequences, batch_size: int):
+    _check_int("batch_size", batch_size, 1)
+    for start in range(0, len(data), batch_size):
+        idx = torch.arange(start, min(start + batch_size, len(data)))
+        yield idx, data[idx]
+
+
 @torch.no_grad()
-def evaluate(
-    model: ConditionalModel, data: Sequences, batch_size: int = 1024, base_measure: bool = True
-) -> dict[str, float]:
-    """Mean log-likelihood per target field over all predicted positions of ``data``."""
+def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
+                    base_measure: bool = True) -> dict[str, torch.Tensor]:
+    """log p(y_i | context) per target field as [N, I] float64, NaN where not predicted: the
+    per-position numbers behind ``evaluate``, for paired comparisons between models."""
     model.check(data)
     was_training = model.training
     model.eval()
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    for start in range(0, len(data), batch_size):
-        batch = data[torch.arange(start, min(start + batch_size, len(data)))]
-        for name, (s, n) in model.log_likelihood(batch, base_measure, check=False).items():
-            sums[name] = sums.get(name, 0.0) + float(s)
-            counts[name] = counts.get(name, 0) + n
-    model.train(was_training)
-    return {name: sums[name] / max(counts[name], 1) for name in sums}
+    out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
+           for f in model.target_fields}
+    try:
+        for idx, batch in _batches(data, batch_size):
+            for name, lp in model.log_likelihoods(batch, base_measure).items():
+                out[name][idx, : lp.shape[1]] = lp.double().cpu()
+    finally:
+        model.train(was_training)
+    return out
+
+
+@torch.no_grad()
+def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
+             base_measure: bool = True) -> dict[str, float]:
+    """Mean log-likelihood per target field over all predicted positions of ``data``. A field
+    with no predicted position gets NaN and a warning; a non-finite log-likelihood is an error
+    naming the field, sequence and position."""
+    model.check(data)
+    was_training = model.training
+    model.eval()
+    sums: dict[str, float] = {f.name: 0.0 for f in model.target_fields}
+    counts: dict[str, int] = {f.name: 0 for f in model.target_fields}
+    try:
+        for idx, batch in _batches(data, batch_size):
+            for name, (s, n) in model.log_likelihood(batch, base_measure, check=False).items():
+                if not torch.isfinite(s):
+                    _raise_non_finite(model, batch, idx, "evaluate")
+                sums[name] += float(s)
+                counts[name] += n
+    finally:
+        model.train(was_training)
+    out = {}
+    for name in sums:
+        if counts[name] == 0:
+            warnings.warn(f"field {name!r} has no predicted position in the data (all values "
+                          "missing or not scored): its log-likelihood is NaN", stacklevel=2)
+            out[name] = float("nan")
+        else:
+            out[name] = sums[name] / counts[name]
+    return out
+
+
+def _raise_non_finite(model, batch: Sequences, idx: torch.Tensor, where: str, extra: str = ""):
+    """Find the first position whose log-likelihood is not finite and say where it is."""
+    with torch.no_grad():
+        lps = model.log_likelihoods(batch)
+    for name, lp in lps.items():
+        bad = batch.predicted(name) & ~torch.isfinite(lp)
+        if bad.any():
+            b, i = bad.nonzero()[0].tolist()
+            y = batch.fields[name][b, i].item()
+            raise FloatingPointError(
+                f"{where}: non-finite log-likelihood {lp[b, i].item()} of field {name!r} at "
+                f"sequence {int(idx[b])}, position {i} (value {y!r}){extra}: the value may be "
+                "extreme for the model (check it, and a Value field's loc/scale) or the "
+                "parameters diverged (lower the learning rate)"
+            )
+    raise FloatingPointError(f"{where}: non-finite loss with finite log-likelihoods at every "
+                             f"position{extra}: the parameters diverged; lower the learning rate")
 
 
 @torch.no_grad()
 def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size: int = 1024):
     """(observed y, predicted mean E[y | context]) at every predicted position of ``name``."""
+    f = model.target(name)
     model.check(data)
+    was_training = model.training
     model.eval()
     ys, means = [], []
-    for start in range(0, len(data), batch_size):
-        batch = data[torch.arange(start, min(start + batch_size, len(data)))]
-        mask = batch.predicted(name)
-        ys.append(batch.fields[name][mask])
-        means.append(model.predict_mean(batch, at=mask)[name][mask])
+    try:
+        for idx, batch in _batches(data, batch_size):
+            mask = batch.predicted(name)
+            mean = model.predict_mean(batch, at=mask)[name][mask]
+            bad = ~torch.isfinite(mean.reshape(len(mean), -1)).all(1)
+            if bad.any():
+                b, i = mask.nonzero()[bad][0]
+                raise FloatingPointError(
+                    f"predictions: non-finite predicted mean of field {f.name!r} at sequence "
+                    f"{int(idx[b])}, position {int(i)}"
+                )
+            ys.append(batch.fields[name][mask])
+            means.append(mean)
+    finally:
+        model.train(was_training)
     return torch.cat(ys), torch.cat(means)
 
 
 def mean_squared_error(model: ConditionalModel, data: Sequences, name: str) -> float:
+    """Mean squared error of the predicted mean of value field ``name`` (in its units²)."""
+    f = model.target(name)
+    if f.kind != "value":
+        raise ValueError(f"field {name!r} is a {f.kind}: the mean squared error needs a numeric "
+                         "value field (use evaluate for a log-likelihood)")
     y, mu = predictions(model, data, name)
+    if len(y) == 0:
+        raise ValueError(f"field {name!r} has no predicted position in the data")
     return float(((y.to(mu.dtype) - mu) ** 2).mean())
 
 
 def _val_loss(model, data, batch_size) -> float:
     return -sum(evaluate(model, data, batch_size).values())
+
+
+# --------------------------------------------------------------------------- fitting
 
 
 def fit(
@@ -115,97 +236,136 @@ def fit(
 
     Without ``val`` the model trains for ``max_epochs`` and keeps the last weights. With
     ``checkpoint_dir`` the full state is saved after every epoch and a killed run resumes from
-    the last completed epoch with identical results.
+    the last completed epoch with identical results; the checkpoint is tied to the model, the
+    data and the settings, and anything else is refused (``resume=False`` starts over).
     """
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(
+            f"fit's fourth argument is a TrainConfig, got {config!r}; pass settings as keywords, "
+            "e.g. fit(model, train, val, max_epochs=30)"
+        )
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise TypeError(f"fit got unknown settings {sorted(unknown)}; TrainConfig has "
+                        f"{sorted(known)}")
     cfg = config or TrainConfig()
     if overrides:
         cfg = TrainConfig(**{**asdict(cfg), **overrides})
-    model.check(train)
-    if val is not None:
-        model.check(val)
+    for what, data in (("training", train), ("validation", val)):
+        if data is None:
+            continue
+        model.check(data)
+        empty = [f.name for f in model.target_fields if not data.predicted(f.name).any()]
+        if empty:
+            raise ValueError(
+                f"the {what} data have no predicted position for field(s) {empty} (all values "
+                "missing, or `scored` all False): there is nothing to fit or to stop early on"
+            )
+    threads = torch.get_num_threads()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _fit(model, train, val, cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(model, train, val, cfg: TrainConfig) -> History:
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     sched, plateau = _scheduler(opt, cfg, steps_per_epoch)
     hist, best_state, bad, start_epoch = History(), None, 0, 0
-
-    ckpt = Path(cfg.checkpoint_dir) / "checkpoint.pt" if cfg.checkpoint_dir else None
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        if _resume_key(state["config"]) != _resume_key(asdict(cfg)):
-            raise ValueError(
-                f"{ckpt} was written with a different TrainConfig; use another checkpoint_dir "
-                "or delete it to start over"
-            )
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        (plateau or sched).load_state_dict(state["scheduler"])
-        gen.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
-        hist, best_state, bad = History(**state["history"]), state["best_state"], state["bad"]
-        start_epoch = hist.epochs_run
+    initial = copy.deepcopy(model.state_dict())
+    fingerprint = {
+        "model": checkpoint.model_fingerprint(model),
+        "data": checkpoint.data_fingerprint(train, val),
+        "settings": _resume_key(asdict(cfg)),
+    }
+    folder = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    if folder is not None and cfg.resume:
+        state = checkpoint.load(folder)
+        if state is not None:
+            hist, best_state, bad = _restore(state, folder, fingerprint, model, opt,
+                                             plateau or sched, gen)
+            start_epoch = hist.epochs_run
 
     t0 = time.perf_counter() - hist.seconds
     bar = tqdm(
         range(start_epoch, cfg.max_epochs),
-        disable=not cfg.progress,
+        # On a terminal only: piped into a log, a bar writes hundreds of carriage returns.
+        disable=not cfg.progress or not sys.stderr.isatty(),
         desc="fit",
         unit="epoch",
         initial=start_epoch,
         total=cfg.max_epochs,
     )
-    for epoch in bar:
-        if bad >= cfg.patience:
-            break
-        model.train()
-        order = torch.randperm(len(train), generator=gen)
-        total, n_batches = 0.0, 0
-        for start in range(0, len(train), cfg.batch_size):
-            batch = train[order[start : start + cfg.batch_size]]
-            loss = model.loss(batch)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"non-finite training loss {float(loss.detach())} at epoch {epoch}; lower the "
-                    "learning rate or check the data scale"
-                )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            if sched is not None:
-                sched.step()
-            total += float(loss.detach())
-            n_batches += 1
-        hist.train_loss.append(total / n_batches)
-        if val is not None:
-            v = _val_loss(model, val, cfg.eval_batch_size)
-            hist.val_loss.append(v)
-            if plateau is not None:
-                plateau.step(v)
-            if v < hist.best_val - 1e-6:
-                hist.best_val, hist.best_epoch, bad = v, epoch, 0
-                best_state = copy.deepcopy(model.state_dict())
-            else:
-                bad += 1
-        hist.epochs_run = epoch + 1
-        hist.seconds = time.perf_counter() - t0
-        bar.set_postfix(
-            train=f"{hist.train_loss[-1]:.4f}",
-            val=f"{hist.val_loss[-1]:.4f}" if hist.val_loss else "-",
-        )
-        if ckpt is not None:
-            _save_checkpoint(ckpt, model, opt, plateau or sched, gen, hist, best_state, bad, cfg)
-    bar.close()
+    try:
+        for epoch in bar:
+            if bad >= cfg.patience:
+                break
+            model.train()
+            order = torch.randperm(len(train), generator=gen)
+            total, n_batches = 0.0, 0
+            for start in range(0, len(train), cfg.batch_size):
+                idx = order[start : start + cfg.batch_size]
+                batch = train[idx]
+                loss = model.loss(batch)
+                if not torch.isfinite(loss):
+                    _raise_non_finite(model, batch, idx, "fit", f" at epoch {epoch}")
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                opt.step()
+                if sched is not None:
+                    sched.step()
+                total += float(loss.detach())
+                n_batches += 1
+            hist.train_loss.append(total / n_batches)
+            if val is not None:
+                v = _val_loss(model, val, cfg.eval_batch_size)
+                hist.val_loss.append(v)
+                if plateau is not None:
+                    plateau.step(v)
+                if v < hist.best_val - 1e-6:
+                    hist.best_val, hist.best_epoch, bad = v, epoch, 0
+                    best_state = copy.deepcopy(model.state_dict())
+                else:
+                    bad += 1
+            hist.epochs_run = epoch + 1
+            hist.seconds = time.perf_counter() - t0
+            bar.set_postfix(
+                train=f"{hist.train_loss[-1]:.4f}",
+                val=f"{hist.val_loss[-1]:.4f}" if hist.val_loss else "-",
+            )
+            if folder is not None:
+                _save(folder, model, opt, plateau or sched, gen, hist, best_state, bad, cfg,
+                      fingerprint)
+    except FloatingPointError:
+        # Leave the user a usable model, not the destroyed weights.
+        model.load_state_dict(best_state if best_state is not None else initial)
+        model.eval()
+        raise
+    finally:
+        bar.close()
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
+    model.train_threads_ = torch.get_num_threads()
+    if val is not None and hist.best_epoch == hist.epochs_run - 1 and \
+            hist.epochs_run == cfg.max_epochs:
+        warnings.warn(
+            f"the best validation epoch was the last one ({hist.epochs_run}): the model may "
+            "still be improving; consider more epochs", StillImproving, stacklevel=3)
     return hist
 
 
 def _resume_key(cfg: dict) -> dict:
     """The settings a resumed run must share with the run that wrote the checkpoint."""
-    return {k: v for k, v in cfg.items() if k not in ("progress", "checkpoint_dir")}
+    return {k: v for k, v in cfg.items()
+            if k not in ("progress", "checkpoint_dir", "threads", "resume")}
 
 
 def _scheduler(opt, cfg: TrainConfig, steps_per_epoch: int):
@@ -227,20 +387,64 @@ def _scheduler(opt, cfg: TrainConfig, steps_per_epoch: int):
     return torch.optim.lr_scheduler.LambdaLR(opt, factor), None
 
 
-def _save_checkpoint(path: Path, model, opt, sched, gen, hist, best_state, bad, cfg) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    state = {
-        "model": model.state_dict(),
-        "optimizer": opt.state_dict(),
-        "scheduler": sched.state_dict(),
-        "generator": gen.get_state(),
-        "torch_rng": torch.get_rng_state(),
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _save(folder: Path, model, opt, sched, gen, hist, best_state, bad, cfg, fingerprint):
+    tensors = {f"model/{k}": v for k, v in model.state_dict().items()}
+    if best_state is not None:
+        tensors |= {f"best/{k}": v for k, v in best_state.items()}
+    opt_state = opt.state_dict()
+    scalars = {}
+    for i, st in opt_state["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optimizer/{i}/{k}"] = v
+            else:
+                scalars[f"{i}/{k}"] = v
+    tensors["rng/generator"] = gen.get_state()
+    tensors["rng/torch"] = torch.get_rng_state()
+    meta = {
+        "format": 1,
+        "fingerprint": fingerprint,
         "history": asdict(hist),
-        "best_state": best_state,
         "bad": bad,
-        "config": asdict(cfg),
+        "has_best": best_state is not None,
+        "optimizer": {"param_groups": opt_state["param_groups"], "scalars": scalars},
+        "scheduler": sched.state_dict(),
     }
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)  # atomic: a kill mid-write leaves the previous checkpoint intact
-    (path.parent / "history.json").write_text(json.dumps(asdict(hist)))
+    checkpoint.save(folder, tensors, meta)
+    (folder / "history.json").write_text(json.dumps(asdict(hist)))
+
+
+def _restore(state, folder: Path, fingerprint: dict, model, opt, sched, gen):
+    tensors, meta = state
+    saved = meta.get("fingerprint", {})
+    for part, what in (("model", "model"), ("data", "data (training or validation)"),
+                       ("settings", "training settings")):
+        if saved.get(part) != fingerprint[part]:
+            diff = (checkpoint.differences(saved.get(part) or {}, fingerprint[part])
+                    if isinstance(fingerprint[part], dict) else ["the data's contents differ"])
+            raise ValueError(
+                f"{folder / checkpoint.FILE} was written for another {what}: "
+                + "; ".join(diff[:5])
+                + ". Use another checkpoint_dir, or resume=False to start over"
+            )
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model/")})
+    best = ({k[5:]: v for k, v in tensors.items() if k.startswith("best/")}
+            if meta["has_best"] else None)
+    opt_state = {"state": {}, "param_groups": meta["optimizer"]["param_groups"]}
+    for k, v in tensors.items():
+        if k.startswith("optimizer/"):
+            _, i, name = k.split("/", 2)
+            opt_state["state"].setdefault(int(i), {})[name] = v
+    for k, v in meta["optimizer"]["scalars"].items():
+        i, name = k.split("/", 1)
+        opt_state["state"].setdefault(int(i), {})[name] = v
+    opt.load_state_dict(opt_state)
+    with contextlib.suppress(KeyError):
+        meta["scheduler"].pop("_scale_fn_ref", None)
+    sched.load_state_dict(meta["scheduler"])
+    gen.set_state(tensors["rng/generator"])
+    torch.set_rng_state(tensors["rng/torch"])
+    return History(**meta["history"]), best, meta["bad"]

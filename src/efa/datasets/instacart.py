@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
-from efa.datasets.root import require_file, resolve_file
+from efa.datasets.root import read_csv, require_file, resolve_file, warn_row_count
 
 __all__ = [
     "BASKET_COLUMNS",
@@ -109,7 +109,7 @@ def read_baskets(path: PathLike) -> pd.DataFrame:
     below 1, or an order whose ranks are not exactly 1..n.
     """
     path = require_file(path, "Instacart baskets with columns order_id,product_id,rank")
-    frame = pd.read_csv(path)
+    frame = read_csv(path)
     _require_columns(frame, BASKET_COLUMNS, str(path))
     out = pd.DataFrame(
         {col: _as_int_column(frame, col, str(path), header_lines=1) for col in BASKET_COLUMNS}
@@ -131,7 +131,7 @@ def read_item_names(root: PathLike | None = None) -> pd.DataFrame:
     path = resolve_file(
         root, "item_map.csv", _SUBDIR, "Instacart item map (item,product_id,product_name)"
     )
-    frame = pd.read_csv(path, keep_default_na=False)
+    frame = read_csv(path, keep_default_na=False)
     _require_columns(frame, ("item", "product_id", "product_name"), str(path))
     out = pd.DataFrame(
         {
@@ -152,7 +152,7 @@ def read_order_products(path: PathLike) -> pd.DataFrame:
     https://www.kaggle.com/c/instacart-market-basket-analysis/data.
     """
     path = require_file(path, "Kaggle Instacart order_products__prior.csv or __train.csv")
-    frame = pd.read_csv(path, usecols=lambda c: c in RAW_COLUMNS)
+    frame = read_csv(path, usecols=lambda c: c in RAW_COLUMNS)
     _require_columns(frame, RAW_COLUMNS, str(path))
     return pd.DataFrame({col: _as_int_column(frame, col, str(path), 1) for col in RAW_COLUMNS})
 
@@ -162,6 +162,9 @@ def load_instacart(root: PathLike | None = None) -> tuple[pd.DataFrame, pd.DataF
     what = "Instacart preprocessed baskets (order_id,product_id,rank)"
     train = read_baskets(resolve_file(root, "data_train_final.csv", _SUBDIR, what))
     test = read_baskets(resolve_file(root, "data_test_final.csv", _SUBDIR, what))
+    for frame, name, rows in ((train, "data_train_final.csv", 275_345),
+                              (test, "data_test_final.csv", 16_066)):
+        warn_row_count(name, len(frame), rows, "EFA paper's preprocessed file")
     return train, test
 
 

@@ -75,7 +75,7 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
-from efa.datasets.root import resolve_file
+from efa.datasets.root import read_csv, resolve_file, warn_row_count
 from efa.datasets.splits import Splits
 
 __all__ = [
@@ -114,6 +114,8 @@ def read_ratings(path_or_dir: PathLike | None = None) -> pd.DataFrame:
     lines = path.read_text(encoding="latin-1").splitlines()
     if not lines:
         raise ValueError(f"{path}: file is empty; expected tab-separated {RATING_COLUMNS}")
+    if path.name == "u.data":
+        warn_row_count(path, len(lines), 100_000, "official MovieLens-100K u.data")
     fields = [line.split("\t") for line in lines]
     n_fields = np.fromiter((len(f) for f in fields), dtype=np.int64, count=len(fields))
     bad = np.flatnonzero(n_fields != len(RATING_COLUMNS))
@@ -144,7 +146,7 @@ def read_ratings(path_or_dir: PathLike | None = None) -> pd.DataFrame:
 def read_movies(path_or_dir: PathLike | None = None) -> pd.DataFrame:
     """Read MovieLens-100K ``u.item`` into ``movie_id`` (int64), ``title`` (str)."""
     path = resolve_file(path_or_dir, "u.item", _SUBDIR, "MovieLens-100K movie list (u.item)")
-    raw = pd.read_csv(
+    raw = read_csv(
         path,
         sep="|",
         header=None,

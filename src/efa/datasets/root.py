@@ -83,3 +83,31 @@ def resolve_file(
                 return candidate
         return require_file(path / filename, what)
     return require_file(path, what)
+
+
+def read_csv(path: str | os.PathLike[str], **kwargs):
+    """``pandas.read_csv`` whose failures name the file and the cause (a truncated ``.gz``
+    otherwise surfaces as a bare EOFError)."""
+    import zlib
+
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path, **kwargs)
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError, pd.errors.ParserError,
+            pd.errors.EmptyDataError) as err:
+        raise ValueError(
+            f"{path} cannot be read ({type(err).__name__}: {err}); is the file complete and in "
+            "the expected format?"
+        ) from None
+
+
+def warn_row_count(path, rows: int, expected: int, what: str) -> None:
+    """Warn when a file with a documented size has another number of rows (cut short?)."""
+    import warnings
+
+    if rows != expected:
+        warnings.warn(
+            f"{path} has {rows:,} data rows; the {what} has {expected:,}: is the file complete?",
+            stacklevel=3,
+        )

@@ -42,7 +42,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from efa.datasets.root import resolve_file
+from efa.datasets.root import read_csv, resolve_file
 from efa.datasets.splits import Splits
 from efa.geo import EARTH_RADIUS_KM, haversine_km, nearest_neighbours
 
@@ -115,7 +115,7 @@ def read_city_temperatures(path: PathLike | None = None) -> pd.DataFrame:
     source = str(path)
     # low_memory=False: the Kaggle file mixes types in State, which otherwise triggers chunked
     # dtype guessing and a DtypeWarning.
-    raw = pd.read_csv(path, low_memory=False)
+    raw = read_csv(path, low_memory=False)
     _require_columns(raw, TEMPERATURE_COLUMNS, source)
     month, day, year = (_numeric(raw, c, source) for c in ("Month", "Day", "Year"))
     value = _numeric(raw, "AvgTemperature", source)
@@ -151,7 +151,7 @@ def read_cities(path: PathLike | None = None) -> pd.DataFrame:
         path, "cities.csv", _SUBDIR, "city coordinates with columns State,City,Latitude,Longitude"
     )
     source = str(path)
-    raw = pd.read_csv(path)
+    raw = read_csv(path)
     _require_columns(raw, CITY_COLUMNS, source)
     lat, lon = _numeric(raw, "Latitude", source), _numeric(raw, "Longitude", source)
     bad = ~(lat.between(-90, 90) & lon.between(-180, 180))

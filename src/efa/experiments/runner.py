@@ -37,10 +37,20 @@ def default_workers(quick: bool) -> int:
     return 1 if quick else max(1, min(2, os.cpu_count() or 1))
 
 
+def _quiet() -> None:
+    """Experiments report their best epochs in the results; the interactive hint is noise."""
+    import warnings
+
+    from efa.train import StillImproving
+
+    warnings.simplefilter("ignore", StillImproving)
+
+
 def _init_worker(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    _quiet()
     with contextlib.suppress(Exception):  # Linux: die with the parent, even on SIGKILL
         import ctypes
 
@@ -70,6 +80,7 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
     ``threads`` torch threads each (in-process when ``workers == 1``). Results are flattened
     (a task may return a list) and come back in job order."""
     jobs = sorted(jobs, key=lambda j: -j.get("cost", 1.0))
+    _quiet()
     if workers <= 1:
         results = [_announce(task(j), progress) for j in jobs]
     else:
@@ -133,14 +144,11 @@ def check_destination(folder: Path, command: str, force: bool) -> None:
     """Refuse to replace results made by a different command (other seeds, --quick) unless
     ``force``; refuse a destination that is not a writable folder. Called before any work."""
     folder = Path(folder)
-    parent = folder.parent
-    if parent.exists() and not parent.is_dir():
-        raise NotADirectoryError(f"--out {parent} exists and is not a folder")
-    if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(f"{folder} exists and is not a folder")
-    probe = parent
+    probe = folder
     while not probe.exists():
         probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(f"{probe} is not a folder: cannot write {folder}")
     if not os.access(probe, os.W_OK):
         raise PermissionError(f"cannot write into {probe}")
     old = folder / "results.json"

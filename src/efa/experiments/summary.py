@@ -35,6 +35,11 @@ def tables(results: Path) -> str:
     parts = []
     for path in sorted(Path(results).glob("*/results.json")):
         doc = json.loads(path.read_text())
+        if "--quick" in doc["command"]:
+            raise ValueError(
+                f"{path} was made by `{doc['command']}`, a --quick run: not results to publish; "
+                "rerun the full command"
+            )
         parts += [
             f"**{doc['experiment']}** — `{doc['command']}` ({len(doc['seeds'])} seeds, "
             f"{doc['wall_seconds']:.0f} s; all metrics in `results/{path.parent.name}/results.md`)",
