@@ -122,6 +122,13 @@ class ConditionalModel(nn.Module):
     direction: str = "bidirectional"
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's parameters (or buffers) live; data are moved there."""
+        for t in (*self.parameters(), *self.buffers()):
+            return t.device
+        return torch.device("cpu")
+
+    @property
     def target_fields(self) -> list[Field]:
         return [f for f in self.fields if f.target]
 
@@ -170,14 +177,23 @@ class ConditionalModel(nn.Module):
     def forward(self, data: Sequences) -> dict[str, Tensor]:
         return self.natural_params(data)
 
+    def _here(self, data: Sequences, at: Tensor | None = None):
+        """``data`` (and a position mask) on the model's device."""
+        device = self.device
+        if data.device != device:
+            data = data.to(device)
+        return data, (None if at is None else at.to(device))
+
     def check(self, data: Sequences) -> None:
         dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
         check_sequences(data, self.fields, self.max_len, dtype)
 
     def log_likelihood(
-        self, data: Sequences, base_measure: bool = True, check: bool = True
+        self, data: Sequences, base_measure: bool = True, check: bool = True,
+        weights: Tensor | None = None,
     ) -> dict[str, tuple[Tensor, int]]:
-        """Per target field: (sum of log p(y_i | context) over predicted positions, count)."""
+        """Per target field: (sum of log p(y_i | context) over predicted positions, count).
+        ``weights`` [B]: a weight per sequence on its terms (sampled positions, see fit)."""
         if check:
             self.check(data)
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
@@ -186,7 +202,10 @@ class ConditionalModel(nn.Module):
         for f in self.target_fields:
             m = at[f.name]
             y = data.fields[f.name][m]
-            out[f.name] = (f.family.log_prob(y, etas[f.name], base_measure).sum(), int(m.sum()))
+            lp = f.family.log_prob(y, etas[f.name], base_measure)
+            if weights is not None:
+                lp = lp * weights[m.nonzero()[:, 0]].to(lp.dtype)
+            out[f.name] = (lp.sum(), int(m.sum()))
         return out
 
     def log_likelihoods(self, data: Sequences, base_measure: bool = True) -> dict[str, Tensor]:
@@ -202,10 +221,15 @@ class ConditionalModel(nn.Module):
             out[f.name] = full
         return out
 
-    def loss(self, data: Sequences, check: bool = False) -> Tensor:
-        """Training objective: the sum over target fields of the mean negative log-likelihood."""
-        ll = self.log_likelihood(data, check=check)
-        return -sum(s / max(n, 1) for s, n in ll.values())
+    def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
+             counts: dict[str, int] | None = None) -> Tensor:
+        """Training objective: the sum over target fields of the mean negative log-likelihood.
+        ``counts`` replaces each field's number of predicted positions as the denominator (the
+        global count across data-parallel ranks, or of the full batch when positions are
+        sampled); ``weights`` as in :meth:`log_likelihood`."""
+        ll = self.log_likelihood(data, check=check, weights=weights)
+        return -sum(s / max(n if counts is None else counts[name], 1)
+                    for name, (s, n) in ll.items())
 
     @torch.no_grad()
     def predict_mean(self, data: Sequences, at: Tensor | None = None) -> dict[str, Tensor]:
@@ -213,6 +237,7 @@ class ConditionalModel(nn.Module):
         field at the positions ``at`` [B, I] (default: every real position, missing values
         included: an imputation); NaN elsewhere."""
         self.check(data)
+        data, at = self._here(data, at)
         at = data.valid() if at is None else at & data.valid()
         etas = self.natural_params_at(data, {f.name: at for f in self.target_fields})
         out = {}
@@ -335,6 +360,7 @@ class EFA(ConditionalModel):
         positions not in ``at`` (default: every real position) are zero."""
         self.check(data)
         f = self.target(target)
+        data, at = self._here(data, at)
         at = data.valid() if at is None else at & data.valid()
         _, rows = self.states(data, f.name, at, want_weights=True)
         b_idx, i_idx = at.nonzero(as_tuple=True)
