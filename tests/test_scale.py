@@ -218,3 +218,83 @@ def test_world_sizes_that_do_not_divide_the_data_are_refused():
         check_sizes(21, 8, 2, False)
     check_sizes(21, 8, 2, True)
     check_sizes(16, 8, 2, False)
+
+
+# --------------------------------------------------------------------------- large vocabularies
+
+
+def test_chunked_log_softmax_is_the_dense_one_with_its_gradient():
+    from efa.vocab import EXCLUDED, chunked_log_prob
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(4, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(11, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    b = torch.randn(11, dtype=torch.float64, generator=g, requires_grad=True)
+    y = torch.randint(0, 11, (4,), generator=g)
+    rows, items = torch.tensor([0, 0, 3, 2]), torch.tensor([1, 10, 5, 9])
+    items = torch.where(items == y[rows], (items + 1) % 11, items)
+    dense = h @ w.T + b
+    dense = dense.index_put((rows, items), torch.tensor(EXCLUDED, dtype=torch.float64))
+    ref = torch.log_softmax(dense, -1)[torch.arange(4), y]
+    got = chunked_log_prob(h, w, b, y, 4, (rows, items))
+    torch.testing.assert_close(got, ref, atol=1e-12, rtol=0)
+    assert torch.autograd.gradcheck(
+        lambda h, w, b: chunked_log_prob(h, w, b, y, 4, (rows, items)), (h, w, b))
+
+
+def test_efa_with_a_chunked_vocabulary_is_exact_in_every_mode():
+    for direction, layers, mode in [("unidirectional", 2, "two_stream"),
+                                    ("bidirectional", 1, "two_stream"),
+                                    ("bidirectional", 2, "copies")]:
+        data = _data_for("distinct")
+        a = make_model(fields=[Category("item", 40, dim=4, distinct=True)], num_layers=layers,
+                       direction=direction, mode=mode)
+        b = make_model(fields=[Category("item", 40, dim=4, distinct=True, vocab_chunk=7)],
+                       num_layers=layers, direction=direction, mode=mode)
+        la, lb = a.loss(data), b.loss(data)
+        torch.testing.assert_close(la, lb, atol=1e-10, rtol=0)
+        la.backward()
+        lb.backward()
+        for (k, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
+            torch.testing.assert_close(pa.grad, pb.grad, atol=1e-10, rtol=0, msg=k)
+
+
+def test_unigram_with_distinct_needs_no_dense_logits():
+    from efa.baselines import Unigram
+
+    data = _data_for("distinct")
+    item = Category("item", 40, distinct=True)
+    for direction in ("unidirectional", "bidirectional"):
+        model = Unigram.from_data(item, data, direction=direction)
+        fast = model.log_likelihood(data)["item"][0]
+        dense = super(Unigram, model).log_probs_at(data, {"item": data.predicted("item")})
+        torch.testing.assert_close(fast, dense["item"].sum(), atol=1e-4, rtol=0)
+
+
+def test_sampled_softmax_is_the_corrected_softmax_over_the_samples_and_trains():
+    """TensorFlow's sampled_softmax_loss (subtract log Q, remove accidental hits), and the
+    model it trains improves on the exact likelihood."""
+    from efa.vocab import sampled_log_prob
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(4, 6, dtype=torch.float64, generator=g)
+    w = torch.randn(50, 6, dtype=torch.float64, generator=g)
+    y = torch.tensor([3, 7, 11, 40])
+    q = torch.rand(50, dtype=torch.float64, generator=g) + 0.1
+    log_q = (q / q.sum()).log()
+    state = g.get_state()
+    got = sampled_log_prob(h, w, None, y, 6, log_q, g)
+    g.set_state(state)
+    neg = torch.multinomial(log_q.exp(), 6, replacement=True, generator=g)
+    for r in range(4):
+        z = [float(h[r] @ w[y[r]] - log_q[y[r]] - torch.log(torch.tensor(6.0)))]
+        z += [float(h[r] @ w[j] - log_q[j] - torch.log(torch.tensor(6.0)))
+              for j in neg.tolist() if j != int(y[r])]
+        z = torch.tensor(z, dtype=torch.float64)
+        assert float(got[r]) == pytest.approx(float(z[0] - torch.logsumexp(z, 0)), abs=1e-10)
+    model = make_model(dtype=torch.float32, fields=[Category("item", 40, dim=4, distinct=True)],
+                       num_layers=1)
+    data = _data_for("distinct").to(torch.float32)
+    before = -efa.evaluate(model, data)["item"]
+    efa.fit(model, data, None, max_epochs=30, lr=3e-2, sampled_softmax=8, progress=False)
+    assert -efa.evaluate(model, data)["item"] < before and not hasattr(model, "sampling")

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from efa import strategies
+from efa import strategies, vocab
 from efa.attention import BLOCKS, KERNELS, Block, kernel_spec, mlp
 from efa.data import Sequences, check_sequences
 from efa.fields import Field, field_from_config
@@ -197,27 +197,33 @@ class ConditionalModel(nn.Module):
         if check:
             self.check(data)
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
-        etas = self.natural_params_at(data, at)
+        lps = self.log_probs_at(data, at, base_measure)
         out = {}
         for f in self.target_fields:
             m = at[f.name]
-            y = data.fields[f.name][m]
-            lp = f.family.log_prob(y, etas[f.name], base_measure)
+            lp = lps[f.name]
             if weights is not None:
                 lp = lp * weights[m.nonzero()[:, 0]].to(lp.dtype)
             out[f.name] = (lp.sum(), int(m.sum()))
         return out
 
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
+                     base_measure: bool = True) -> dict[str, Tensor]:
+        """log p(y_i | context) [P] of each field in ``at`` at its asked positions."""
+        etas = self.natural_params_at(data, at)
+        return {name: self.field(name).family.log_prob(data.fields[name][m], etas[name],
+                                                       base_measure)
+                for name, m in at.items()}
+
     def log_likelihoods(self, data: Sequences, base_measure: bool = True) -> dict[str, Tensor]:
         """log p(y_i | context) [B, I] per target field; NaN where not predicted."""
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
-        etas = self.natural_params_at(data, at)
+        lps = self.log_probs_at(data, at, base_measure)
         out = {}
         for f in self.target_fields:
             m = at[f.name]
-            lp = f.family.log_prob(data.fields[f.name][m], etas[f.name], base_measure)
-            full = lp.new_full(m.shape, float("nan"))
-            full[m] = lp
+            full = lps[f.name].new_full(m.shape, float("nan"))
+            full[m] = lps[f.name]
             out[f.name] = full
         return out
 
@@ -260,6 +266,21 @@ def context_items(data: Sequences, name: str, k: int, direction: str, at: Tensor
     else:
         counts = onehot.cumsum(1) - onehot
     return counts[at] > 0
+
+
+def context_pairs(data: Sequences, name: str, direction: str, at: Tensor) -> tuple[Tensor, Tensor]:
+    """The items of category ``name`` in the context of each asked position, as (row, item)
+    pairs (row = index among ``at.nonzero()``): the sparse form of :func:`context_items` for
+    large vocabularies."""
+    b_idx, i_idx = at.nonzero(as_tuple=True)
+    x = data.fields[name]
+    present = data.valid() & data.observed.get(name, data.valid())
+    j = torch.arange(x.shape[1], device=x.device)
+    ctx = present[b_idx] & (j[None, :] != i_idx[:, None])  # [P, I]
+    if direction != "bidirectional":
+        ctx &= j[None, :] < i_idx[:, None]
+    rows, cols = ctx.nonzero(as_tuple=True)
+    return rows, x[b_idx[rows], cols]
 
 
 class EFA(ConditionalModel):
@@ -351,6 +372,34 @@ class EFA(ConditionalModel):
                                  content=content)
             out[name] = self.restrict(name, data, m, eta)
         return out
+
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
+                     base_measure: bool = True) -> dict[str, Tensor]:
+        """As ``ConditionalModel.log_probs_at``; a category with ``vocab_chunk`` is scored
+        without its [positions × D] logits (``efa.vocab``), and during training with
+        ``sampling`` set (by ``fit(..., sampled_softmax=k)``) by the sampled softmax."""
+        sampling = getattr(self, "sampling", None) if self.training else None
+        large = [name for name in at if self.field(name).kind == "category" and (
+            sampling is not None or getattr(self.field(name), "vocab_chunk", None))]
+        if not large:
+            return super().log_probs_at(data, at, base_measure)
+        out = super().log_probs_at(data, {k: v for k, v in at.items() if k not in large},
+                                   base_measure) if len(large) < len(at) else {}
+        content = self.encode(data, self.hidden_for(data, None))
+        for name in large:
+            f, m = self.field(name), at[name]
+            h, _ = self.states(data, name, m, content=content)
+            net = self.readouts[name].net
+            y = data.fields[name][m]
+            excluded = context_pairs(data, name, self.direction, m) if f.distinct else None
+            if sampling is not None:
+                out[name] = vocab.sampled_log_prob(
+                    h, net.weight, net.bias, y, sampling["k"], sampling["log_q"][name],
+                    sampling["generator"], excluded)
+            else:
+                out[name] = vocab.chunked_log_prob(h, net.weight, net.bias, y,
+                                                   f.vocab_chunk or f.num_categories, excluded)
+        return {name: out[name] for name in at}
 
     @torch.no_grad()
     def attention_weights(self, data: Sequences, target: str | None = None,

@@ -50,6 +50,9 @@ class TrainConfig:
       pseudo-likelihood for long sequences in copies mode; evaluation stays exact.
     drop_last: skip a last partial batch (needed when a data-parallel world size does not
       divide the data).
+    sampled_softmax: k > 0 trains category read-outs by the sampled softmax with k negatives
+      per batch from the ``proposal`` ("unigram": training frequencies, or "uniform"), with
+      the log-Q correction (large vocabularies; evaluation stays exact).
     """
 
     lr: float = 3e-3
@@ -70,6 +73,8 @@ class TrainConfig:
     autocast: str | None = None
     positions: int | None = None
     drop_last: bool = False
+    sampled_softmax: int | None = None
+    proposal: str = "unigram"
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
@@ -82,6 +87,10 @@ class TrainConfig:
             _check_int("threads", self.threads, 1)
         if self.positions is not None:
             _check_int("positions", self.positions, 1)
+        if self.sampled_softmax is not None:
+            _check_int("sampled_softmax", self.sampled_softmax, 1)
+        if self.proposal not in ("unigram", "uniform"):
+            raise ValueError(f"proposal must be 'unigram' or 'uniform', got {self.proposal!r}")
         if self.autocast not in (None, "bf16", "fp16"):
             raise ValueError(f"autocast must be None, 'bf16' or 'fp16', got {self.autocast!r}")
         for name, low in (("lr", 0.0), ("weight_decay", None), ("grad_clip", 0.0)):
@@ -350,6 +359,10 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
             hist, best_state, bad = _restore(state, folder, fingerprint, model, opt,
                                              plateau or sched, gen, sampler)
             start_epoch = hist.epochs_run
+    negatives = torch.Generator().manual_seed(cfg.seed + 104729)
+    if cfg.sampled_softmax is not None:
+        model.sampling = {"k": cfg.sampled_softmax, "generator": negatives,
+                          "log_q": _proposals(model, train, cfg.proposal)}
     objective = distributed.Loss(model)
     if size > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -432,6 +445,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         raise
     finally:
         bar.close()
+        if hasattr(model, "sampling"):
+            del model.sampling
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
@@ -442,6 +457,23 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
             f"the best validation epoch was the last one ({hist.epochs_run}): the model may "
             "still be improving; consider more epochs", StillImproving, stacklevel=3)
     return hist
+
+
+def _proposals(model, train: Sequences, kind: str) -> dict[str, torch.Tensor]:
+    """log Q per category target: training frequencies (add-one) or uniform."""
+    out = {}
+    for f in model.target_fields:
+        if f.kind != "category":
+            continue
+        k = f.num_categories
+        if kind == "uniform":
+            q = torch.full((k,), 1.0 / k, dtype=torch.float64)
+        else:
+            counts = torch.bincount(train.fields[f.name][train.predicted(f.name)].cpu(),
+                                    minlength=k).double() + 1
+            q = counts / counts.sum()
+        out[f.name] = q.log().to(model.device, next(model.parameters()).dtype)
+    return out
 
 
 def _sample_positions(batch: Sequences, m: int, gen: torch.Generator):
