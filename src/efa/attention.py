@@ -135,10 +135,15 @@ class Softmax(DotProduct):
         return torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1)
 
     def forward(self, q, k, v, allowed, own=None, q_pos=None, k_pos=None, need_weights=True):
-        if own is None and not need_weights:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
-                                                  scale=self.scale), None
-        return super().forward(q, k, v, allowed, own, q_pos, k_pos)
+        if need_weights:
+            return super().forward(q, k, v, allowed, own, q_pos, k_pos)
+        if own is not None:
+            # Two-stream as one fused call: the keys are the context's and, in extra columns,
+            # each query's own; query i sees context j ≠ i (where allowed) and its own column i.
+            eye = torch.eye(q.shape[-2], dtype=torch.bool, device=q.device)
+            allowed = torch.cat([allowed & ~eye, eye.expand_as(allowed)], dim=-1)
+            k, v = torch.cat([k, own[0]], dim=-2), torch.cat([v, own[1]], dim=-2)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scale), None
 
 
 @register_kernel

@@ -41,7 +41,12 @@ def two_stream(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tens
             weights.append(w[b_idx, :, i_idx])
     # Every position is computed anyway; reading out before selecting keeps efa 0.1's float
     # summation order in the read-out's gradient (same seed, same numbers across versions).
-    return head(query)[b_idx, i_idx], (torch.stack(weights) if want_weights else None)
+    out = head(query)
+    if at.all():  # every position asked: a view, not a copy
+        out = out.reshape(-1, *out.shape[2:])
+    else:
+        out = out[b_idx, i_idx]
+    return out, (torch.stack(weights) if want_weights else None)
 
 
 def copies(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
