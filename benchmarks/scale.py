@@ -140,7 +140,7 @@ def summarise(rows: list[dict]) -> dict:
     ratios, exponents = {}, {}
     for d in sorted({k[1] for k in ok}):
         for i in sorted({k[2] for k in ok}):
-            get = lambda m: ok.get((m, d, i))  # noqa: E731
+            get = lambda m, d=d, i=i: ok.get((m, d, i))  # noqa: E731
             if get("efa-uni") and get("lm"):
                 ratios[f"uni D={d} I={i}: efa/lm throughput"] = (
                     get("efa-uni")["tokens_per_second"] / get("lm")["tokens_per_second"])
