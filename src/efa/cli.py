@@ -54,6 +54,7 @@ def reproduce(
         1, min=1, help="torch CPU threads per worker; 1 is as fast for these small models and "
         "never thrashes when several runs share the cores (numbers depend on it)",
     ),
+    device: str = typer.Option(None, help="train on this device (cpu, cuda, cuda:1)"),
 ):
     """Run an experiment and write OUT/NAME/results.json, results.md and plots."""
     if name not in EXPERIMENTS:
@@ -68,8 +69,12 @@ def reproduce(
     folder = out / name
     try:
         runner.check_destination(folder, command, force)  # before any work
+        if device is not None:
+            from efa.train import _check_device
+
+            _check_device(device)
         report = runner.reproduce(name, seeds, quick, progress, command,
-                                  workers=workers or None, threads=threads)
+                                  workers=workers or None, threads=threads, device=device)
         runner.write_atomically(report, folder, get(name).plots)
     except Exception as err:  # one line for the user; the traceback with --debug
         _fail(err)
