@@ -250,6 +250,12 @@ class Categorical(Family):
     def log_base_measure(self, y: Tensor) -> Tensor:
         return torch.zeros(y.shape, dtype=_as_real(y).dtype, device=y.device)
 
+    def log_prob(self, y: Tensor, eta: Tensor, base_measure: bool = True) -> Tensor:
+        """η_y − logsumexp(η): the same numbers as ⟨η, one-hot(y)⟩ − A(η), without the
+        [..., K] one-hot (large vocabularies)."""
+        _check_last_dim(eta, self.num_natural, "eta", self)
+        return eta.gather(-1, y.long()[..., None])[..., 0] - self.log_partition(eta)
+
     def mean(self, eta: Tensor) -> Tensor:
         """Class probabilities ``[..., K]`` (the mean of the one-hot encoding)."""
         return torch.softmax(eta, dim=-1)

@@ -162,6 +162,7 @@ class Category(Field):
     dim: int = 32
     readout_bias: bool = False
     distinct: bool = False
+    vocab_chunk: int | None = None
 
     kind = "category"
 
@@ -175,6 +176,9 @@ class Category(Field):
             )
         self.dim = _as_int(self.dim)
         _check_positive(self.name, "dim", self.dim)
+        if self.vocab_chunk is not None:
+            self.vocab_chunk = _as_int(self.vocab_chunk)
+            _check_positive(self.name, "vocab_chunk", self.vocab_chunk)
         self.family = Categorical(self.num_categories)
 
     def config(self) -> dict:

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from efa.baselines.fm import context_sum
 from efa.data import Sequences
 from efa.fields import Category, Value
-from efa.model import ConditionalModel
+from efa.model import ConditionalModel, context_pairs
 
 
 class Unigram(ConditionalModel):
@@ -53,6 +53,19 @@ class Unigram(ConditionalModel):
         f = self.fields[0]
         shape = (*data.fields[f.name].shape, f.num_categories)
         return {f.name: self.log_probs.expand(shape)}
+
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
+                     base_measure: bool = True) -> dict[str, Tensor]:
+        """log p(y) without [positions × D] logits (any vocabulary size): the frequency, and
+        with ``distinct`` the renormalisation over the items not in the context."""
+        f = self.fields[0]
+        m = at[f.name]
+        lp = self.log_probs[data.fields[f.name][m]]
+        if f.distinct:
+            rows, items = context_pairs(data, f.name, self.direction, m)
+            seen = torch.zeros_like(lp).index_add_(0, rows, self.log_probs[items].exp())
+            lp = lp - torch.log1p(-seen.clamp(max=1 - 1e-12))
+        return {f.name: lp}
 
 
 class _Design(nn.Module):
