@@ -31,12 +31,7 @@ from efa.train import seed_everything
 DIRECTIONS = ("unidirectional", "bidirectional")
 MODELS = ("Unigram", "Unigram + distinct", "Logit", "Logit + distinct", "FM", "EFA + distinct")
 N_ITEMS, MAX_LEN = 63, 24
-PAPER = {
-    ("unidirectional", "FM"): 3.715,
-    ("bidirectional", "FM"): 3.476,
-    ("unidirectional", "EFA"): 3.706,
-    ("bidirectional", "EFA"): 3.420,
-}
+PAPER = items.paper_numbers(fm=(3.715, 3.476), efa=(3.706, 3.420))
 TABLE3_ITEMS = ("Asparagus", "Carrots", "Fresh Cauliflower", "Organic Avocado")
 TABLE3_METHODS = (("bidirectional", "FM"), ("unidirectional", "FM"),
                   ("bidirectional", "EFA + distinct"), ("unidirectional", "EFA + distinct"))
