@@ -84,10 +84,11 @@ def cbow(dim: int, pooling: str) -> CategoricalFM:
     return CategoricalFM(Category("word", len(VOCAB)), dim=dim, pooling=pooling)
 
 
-def attention(dim: int) -> EFA:
+def attention(dim: int, head_dim: int) -> EFA:
     """The paper's Eq. 1 model: one bare softmax head, no residual, positions or biases."""
     return EFA(EFAConfig([Category("word", len(VOCAB), dim=dim)], num_layers=1, num_heads=1,
-                         block="bare", bias=False, max_len=None, direction="bidirectional"))
+                         head_dim=min(dim, head_dim), block="bare", bias=False, max_len=None,
+                         direction="bidirectional"))
 
 
 @dataclass(frozen=True)
@@ -96,37 +97,64 @@ class Spec:
     n_validation: int = 2_000
     dims: tuple[int, ...] = DIMS
     pooling: str = "sum"
+    head_dim: int = 32  # d_w ≥ |V| = 12: W^LOV = δW^OW^V is not rank-limited
     figure_dim: int = 100
+    # Training lengths of the "path" analysis: CBOW at figure_dim, seed 0, constant rate.
+    path_epochs: tuple[int, ...] = (1, 2, 3, 5, 8, 13, 20, 30, 40)
     train: dict = field(default_factory=lambda: {
-        CBOW: TrainConfig(lr=1e-3, batch_size=128, max_epochs=50, patience=50,
-                          schedule="constant", progress=False),
-        ATTENTION: TrainConfig(lr=1e-3, batch_size=128, max_epochs=50, patience=50,
-                               schedule="constant", progress=False),
+        name: TrainConfig(lr=1e-3, batch_size=128, max_epochs=30, patience=5,
+                          schedule="plateau", progress=False)
+        for name in (CBOW, ATTENTION)
     })
 
 
 SPEC = Spec()
-QUICK = Spec(n_sentences=600, n_validation=200, dims=(30, 100), figure_dim=30, train={
-    name: replace(cfg, max_epochs=2, patience=2) for name, cfg in SPEC.train.items()
-})
+QUICK = Spec(n_sentences=600, n_validation=200, dims=(30, 100), figure_dim=30,
+             path_epochs=(1, 2), train={
+                 name: replace(cfg, max_epochs=2, patience=2) for name, cfg in SPEC.train.items()
+             })
 
 
 def jobs(spec: Spec, seeds: int) -> list[dict]:
     """Seed s draws the corpus with seed s (and a validation corpus with seed 10_000 + s) and
-    initialises and shuffles with seed s."""
-    return [{"seed": s, "dim": d, "model": m, "spec": spec,
-             "cost": (3 if m == ATTENTION else 1) * (1 + d / 300)}
+    initialises and shuffles with seed s; one more job traces CBOW's correlations along
+    training (seed 0)."""
+    fits = [{"seed": s, "dim": d, "model": m, "spec": spec,
+             "cost": (2 if m == ATTENTION else 1) * (1 + d / 300)}
             for s in range(seeds) for d in spec.dims for m in (CBOW, ATTENTION)]
+    return [*fits, {"seed": 0, "dim": spec.figure_dim, "model": "path", "spec": spec,
+                    "cost": sum(spec.path_epochs) / 30}]
+
+
+def path(spec: Spec) -> dict:
+    """CBOW's correlations after 1, 2, 3, ... epochs at a constant learning rate (each a fit
+    from the same seed, so each run continues the previous one's first epochs exactly)."""
+    x = generate(spec.n_sentences, 0)
+    train, val = to_sequences(x), to_sequences(generate(spec.n_validation, 10_000))
+    counts = cooccurrence(x, len(VOCAB))
+    out = {"epochs": list(spec.path_epochs), "spearman": [], "pearson": [], "val_ce": []}
+    cfg = replace(spec.train[CBOW], schedule="constant", seed=0)
+    for epochs in spec.path_epochs:
+        seed_everything(0)
+        model = cbow(spec.figure_dim, spec.pooling)
+        fit(model, train, None, replace(cfg, max_epochs=epochs))
+        r = prop9_correlations(*cbow_embeddings(model), counts)
+        out["spearman"].append(r["spearman"])
+        out["pearson"].append(r["pearson"])
+        out["val_ce"].append(-evaluate(model, val)["word"])
+    return out
 
 
 def task(job: dict) -> dict:
     t0 = time.perf_counter()
     spec, seed, dim, name = job["spec"], job["seed"], job["dim"], job["model"]
+    if name == "path":
+        return {"model": "path", "path": path(spec), "seconds": time.perf_counter() - t0}
     x = generate(spec.n_sentences, seed)
     train, val = to_sequences(x), to_sequences(generate(spec.n_validation, 10_000 + seed))
     counts = cooccurrence(x, len(VOCAB))
     seed_everything(seed)
-    model = cbow(dim, spec.pooling) if name == CBOW else attention(dim)
+    model = cbow(dim, spec.pooling) if name == CBOW else attention(dim, spec.head_dim)
     hist = fit(model, train, val, replace(spec.train[name], seed=seed))
     out = {"seed": seed, "dim": dim, "model": name, "epochs": hist.epochs_run,
            "best_epoch": hist.best_epoch + 1, "val_ce": -evaluate(model, val)["word"]}
@@ -177,7 +205,7 @@ METRICS = (  # (key, metric name, paper numbers, models)
 
 
 def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
-    by = {(r["model"], r["dim"], r["seed"]): r for r in results}
+    by = {(r["model"], r["dim"], r["seed"]): r for r in results if r["model"] != "path"}
     report = Report("analogy-toy", command, list(range(seeds)))
     for key, metric, paper, models in METRICS:
         for dim in spec.dims:
@@ -205,6 +233,8 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                                  CBOW: by[CBOW, spec.figure_dim, 0]["scatter"],
                                  ATTENTION: by[ATTENTION, spec.figure_dim, 0]["scatter"],
                                  "tilde": first["scatter_tilde"]}
+    report.figures["path"] = {"dim": spec.figure_dim, **next(
+        r["path"] for r in results if r["model"] == "path")}
     c, a = spec.train[CBOW], spec.train[ATTENTION]
     report.notes += [
         f"Corpus: {spec.n_sentences:,} sentences of 5 words from the paper's generator "
@@ -214,16 +244,22 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         "pairs, the Pearson one over the pairs that occur (log defined).",
         f"CBOW: efa's CategoricalFM (bidirectional, pooling='{spec.pooling}': logits = "
         "W Σ_{j≠i} c_{x_j}, a full softmax over the 12 words, no negative sampling, no bias); "
-        f"AdamW lr {c.lr:g}, batch {c.batch_size}, {c.max_epochs} epochs, {c.schedule} "
-        "learning rate, the epoch with the best validation log-likelihood kept.",
+        f"AdamW lr {c.lr:g}, batch {c.batch_size}, at most {c.max_epochs} epochs, the rate "
+        f"halved on a validation plateau, early stopping (patience {c.patience}) with the "
+        "epoch of the best validation log-likelihood kept: the correlations of a converged "
+        "CBOW (path.png shows them along training).",
         "Attention: efa.EFA with one bare softmax head (no residual, no positional table, no "
-        "biases, head dim = d), exact masked pseudo-likelihood (two-stream); W = δ W^O W^V and "
+        f"biases, token dimension d, head dimension d_w = min(d, {spec.head_dim})), exact "
+        "masked pseudo-likelihood (two-stream); W = δ W^O W^V and "
         "C = the token table, so the masked slot's logits are exactly Σ_j γ_j W c_{a_j} (tested). "
-        f"AdamW lr {a.lr:g}, batch {a.batch_size}, {a.max_epochs} epochs, same selection. τ_j "
+        f"AdamW lr {a.lr:g}, batch {a.batch_size}, the same schedule and selection. τ_j "
         "= exp(c_jᵀW^KQ c_[MASK]/√d); γ, p̄, ζ_j = Σγ²/Σγ, c̃_j = S ζ_j c_j (S = 5) over the "
         "training corpus with every position masked in turn (efa.embeddings).",
-        "The paper does not describe its CBOW training (optimiser, epochs, initialisation); "
-        "see docs/analogy.md for how the correlations depend on training length.",
+        "The paper does not describe its CBOW training (optimiser, epochs, initialisation). "
+        "The correlations depend on how far training went: near initialisation, where the "
+        "second-order expansion behind Prop 9 holds, they are higher; path.png traces them "
+        f"along {max(spec.path_epochs)} epochs at a constant rate (d = {spec.figure_dim}, "
+        "seed 0).",
     ]
     return report
 
@@ -276,3 +312,24 @@ def plots(report: Report, out) -> None:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     save(fig, out / "scatter.png")
+
+    pa = report.figures["path"]
+    fig, ax = figure(figsize=(6.5, 4))
+    ax.plot(pa["epochs"], pa["spearman"], "o-", color="C0", label="Spearman (Prop 9)")
+    ax.plot(pa["epochs"], pa["pearson"], "s-", color="C1", label="Pearson (Prop 9)")
+    dim = pa["dim"]
+    if dim in PAPER["spearman"]:
+        ax.axhline(PAPER["spearman"][dim], color="C0", ls=":", label=f"paper, d={dim}")
+        ax.axhline(PAPER["pearson"][dim], color="C1", ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("epochs of training (constant learning rate)")
+    ax.set_ylabel("correlation")
+    twin = ax.twinx()
+    twin.plot(pa["epochs"], pa["val_ce"], "k--", lw=1, label="validation CE")
+    twin.set_ylabel("validation cross-entropy (nats)")
+    ax.legend(fontsize=8, loc="upper center")
+    twin.legend(fontsize=8, loc="upper right")
+    ax.set_title(f"CBOW on the toy corpus, d={dim}, seed 0: correlations along training",
+                 fontsize=9)
+    fig.tight_layout()
+    save(fig, out / "path.png")
