@@ -99,6 +99,19 @@ def test_normalize_changes_the_offset(tmp_path):
     assert unit.predicted[2] == "queen" and raw.predicted[2] == "woman"
 
 
+def test_cosines_with_any_target(tmp_path):
+    q = _questions(tmp_path)
+    for normalize in (False, True):
+        out = analogy.answer(VECTORS, VOCAB, q, normalize=normalize)
+        np.testing.assert_allclose(
+            analogy.cosines(VECTORS, VOCAB, q, list(q.d), normalize=normalize), out.cosine)
+    # man:woman::king:? has offset (−1, 1, 0); its cosine with "man" (1, 0, 0) is −1/√2.
+    c = analogy.cosines(VECTORS, VOCAB, q, ["man", "man", "man", "man"])
+    assert c[0] == pytest.approx(-1 / np.sqrt(2))
+    with pytest.raises(KeyError, match="not in the vocabulary"):
+        analogy.cosines(VECTORS, VOCAB, q, ["man", "man", "man", "unicorn"])
+
+
 def test_summary_and_paper_table(tmp_path):
     q = _questions(tmp_path)
     out = analogy.answer(VECTORS, VOCAB, q, candidates="words")

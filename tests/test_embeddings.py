@@ -152,10 +152,16 @@ def test_offset_residuals_and_prop13():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(8, 6))
     X[3] = X[0] + X[1] - X[2]  # x_0 + x_1 = x_2 + x_3 exactly
-    e = offset_residuals(X, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    e = offset_residuals(X, [[0, 1, 2, 3], [4, 5, 6, 7]], center=False)
     assert e[0] == pytest.approx(0, abs=1e-12)
     expect = np.linalg.norm(X[4] + X[5] - X[6] - X[7]) / np.sqrt((X[4:] ** 2).sum())
     assert e[1] == pytest.approx(expect)
+    # A direction shared by every word cancels in the offset; centring removes it from the
+    # scale too, so the residuals do not change.
+    shifted = offset_residuals(X + 50.0, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    np.testing.assert_allclose(shifted, offset_residuals(X, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+                               atol=1e-12)
+    assert offset_residuals(X + 50.0, [[4, 5, 6, 7]], center=False)[0] < 0.1 * e[1]
     quads = np.array([[0, 1, 2, 3], [4, 5, 6, 7], [1, 2, 5, 6], [0, 4, 5, 7]])
     r = prop13(X, 2 * X, quads, holds=np.array([True, False, False, False]), C_tilde=X)
     assert r["e_W_holding"] == pytest.approx(0, abs=1e-12) and r["e_C_holding"] < 1e-12

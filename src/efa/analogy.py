@@ -221,6 +221,30 @@ def answer(vectors, vocab: Sequence[str], questions: pd.DataFrame,
     return out
 
 
+def cosines(vectors, vocab: Sequence[str], questions: pd.DataFrame, targets: Sequence[str],
+            normalize: bool = False, lowercase: bool = True) -> np.ndarray:
+    """cos(x_b + x_c − x_a, x_t) for one target word t per question: with t = d it is the
+    ``cosine`` of :func:`answer`; with a random word it is the chance level of that mean cosine
+    for these embeddings (trained embeddings share a common direction, which makes every
+    cosine positive)."""
+    x = check_embeddings(vectors, vocab)
+    index = vocabulary_index(vocab, lowercase)
+    if len(targets) != len(questions):
+        raise ValueError(f"one target per question: {len(targets)} targets, "
+                         f"{len(questions)} questions")
+    words = [*questions.a, *questions.b, *questions.c, *targets]
+    missing = sorted({w for w in words if w not in index})
+    if missing:
+        raise KeyError(f"words not in the vocabulary: {missing[:5]}")
+    rows = {col: np.array([index[w] for w in questions[col]]) for col in "abc"}
+    t = np.array([index[w] for w in targets])
+    unit = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-300)
+    base = unit if normalize else x
+    f = base[rows["b"]] + base[rows["c"]] - base[rows["a"]]
+    f = f / np.maximum(np.linalg.norm(f, axis=1, keepdims=True), 1e-300)
+    return (f * unit[t]).sum(1)
+
+
 def summarise(answers: pd.DataFrame) -> pd.DataFrame:
     """Accuracy and mean cosine per category, per group and overall (columns ``level``,
     ``name``, ``n``, ``accuracy``, ``cosine``)."""

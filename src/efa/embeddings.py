@@ -185,14 +185,18 @@ def correlation(x, y) -> dict[str, float]:
             "spearman": float(spearmanr(x[ok], y[ok])[0]), "pairs": int(ok.sum())}
 
 
-def offset_residuals(X, quads) -> np.ndarray:
-    """For quadruples (r, s, t, u) of rows: ‖x_r + x_s − x_t − x_u‖ / √(Σ of the four ‖x‖²),
-    ≈ 1 for unrelated words and 0 when x_r + x_s = x_t + x_u exactly. For an analogy question
-    "a is to b as c is to d", (r, s, t, u) = (b, c, a, d)."""
+def offset_residuals(X, quads, center: bool = True) -> np.ndarray:
+    """For quadruples (r, s, t, u) of rows: ‖x_r + x_s − x_t − x_u‖ / √(Σ of the four ‖x − μ‖²),
+    0 when x_r + x_s = x_t + x_u exactly and ≈ 1 for unrelated words. μ is the mean row
+    (``center``): it cancels in the offset, and without it a common direction shared by all
+    embeddings (frequent in trained ones) would make every quadruple look like an analogy.
+    For an analogy question "a is to b as c is to d", (r, s, t, u) = (b, c, a, d)."""
     X = np.asarray(X, dtype=np.float64)
     q = np.asarray(quads, dtype=np.int64)
     if q.ndim != 2 or q.shape[1] != 4:
         raise ValueError(f"quads must be an integer array [Q, 4], got shape {q.shape}")
+    if center:
+        X = X - X.mean(0)
     r, s, t, u = (X[q[:, k]] for k in range(4))
     num = np.linalg.norm(r + s - t - u, axis=1)
     den = np.sqrt(sum((v**2).sum(1) for v in (r, s, t, u)))

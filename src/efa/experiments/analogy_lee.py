@@ -165,9 +165,17 @@ def score(spec, vocab, W, C, C_tilde, x, seed, name) -> dict:
         rng = np.random.default_rng(seed)
         embeddings["random"] = rng.normal(size=C.shape)
     answers = {}
+    # A random word per question: the mean cosine it gets is the chance level of the metric
+    # for each set of embeddings (trained ones share a common direction).
+    decoys = np.random.default_rng(1000 + seed).choice(vocab, size=len(kept))
     for key, X in embeddings.items():
         answers[key] = analogy.answer(X, vocab, kept)
+        answers[key]["cosine_random"] = analogy.cosines(X, vocab, kept, list(decoys))
         out[f"analogy_{key}"] = analogy.groups(analogy.summarise(answers[key]))
+        for group in GROUPS:
+            part = answers[key] if group == "overall" else \
+                answers[key][answers[key].group == group]
+            out[f"analogy_{key}"][group]["cosine_random"] = float(part.cosine_random.mean())
         unit = analogy.answer(X, vocab, kept, normalize=True)
         out[f"analogy_{key}_unit"] = analogy.groups(analogy.summarise(unit))
     quads = quadruples(kept, vocab)
@@ -203,11 +211,16 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                            [by[m, s][f"analogy_{emb}"][group][key] for s in range(seeds)])
     for group in GROUPS:
         for label, m, emb in rows:
+            report.add(group, label, "mean cosine(x_b + x_c − x_a, x_random word) (chance)",
+                       [by[m, s][f"analogy_{emb}"][group]["cosine_random"]
+                        for s in range(seeds)])
+    for group in GROUPS:
+        for label, m, emb in rows:
             report.add(group, label, "analogy accuracy (unit vectors, gensim's 3CosAdd)",
                        [by[m, s][f"analogy_{emb}_unit"][group]["accuracy"] for s in range(seeds)])
     for m in MODELS:
         for group in GROUPS:
-            report.add(group, f"{m} (center W)", "analogy accuracy (3CosAdd, raw vectors)",
+            report.add(group, m, "analogy accuracy of the center embeddings W (3CosAdd, raw)",
                        [by[m, s]["analogy_W"][group]["accuracy"] for s in range(seeds)])
     prop13_metrics = (
         ("spearman_e_W_e_C", "Prop 13: Spearman corr(e_W, e_C) over the questions"),
@@ -282,12 +295,14 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         f"sampling (5), its default learning rate and frequent-word subsampling, "
         f"{spec.w2v_epochs} epochs (the efa models' maximum: the matched budget; it has no "
         "likelihood to stop on), one worker, seed s, a process-independent hash.",
-        "Random vectors: N(0, I) embeddings of the same shape (chance level).",
+        "Random vectors: N(0, I) embeddings of the same shape (chance level of the accuracy). "
+        "The chance level of the mean cosine differs per model: 'x_random word' replaces the "
+        "answer d by a random vocabulary word (the same words for every model).",
         "Prop 13: for each question a:b::c:d the quadruple (r, s, t, u) = (b, c, a, d) and the "
-        "residual e_X = ‖x_r + x_s − x_t − x_u‖ / √(Σ‖x‖²) (≈ 1 for unrelated words, 0 for an "
-        "exact analogy), in the center embeddings W (CategoricalFM ρ; δW^OW^V for attention; "
-        "word2vec's syn1neg) and the context embeddings C (α; the token table; word2vec's "
-        "vectors); c̃_j = S ζ_j c_j (Prop 14).",
+        "residual e_X = ‖x_r + x_s − x_t − x_u‖ / √(Σ‖x − μ‖²) (μ the mean embedding; ≈ 1 for "
+        "unrelated words, 0 for an exact analogy), in the center embeddings W (CategoricalFM "
+        "ρ; δW^OW^V for attention; word2vec's syn1neg) and the context embeddings C (α; the "
+        "token table; word2vec's vectors); c̃_j = S ζ_j c_j (Prop 14).",
     ]
     return report
 
@@ -323,8 +338,7 @@ def plots(report: Report, out) -> None:
     fig.tight_layout()
     save(fig, out / "scatter.png")
 
-    rows = [r for r in report.rows if r.metric.startswith("analogy accuracy (3CosAdd")
-            and "center" not in r.model]
+    rows = [r for r in report.rows if r.metric == "analogy accuracy (3CosAdd, raw vectors)"]
     models = list(dict.fromkeys(r.model for r in rows))
     fig, axes = figure(1, 2, figsize=(12, 4))
     for ax, metric, title in ((axes[0], "analogy accuracy (3CosAdd, raw vectors)", "accuracy"),
