@@ -273,12 +273,14 @@ def plots(report: Report, out) -> None:
                            (axes[1], "pearson", "Pearson corr(wᵀc, log p(w,c)/p(c) + log|V|)")):
         for k, (model, color) in enumerate(((CBOW, "C0"), (ATTENTION, "C3"))):
             v = np.array(fig_data[f"{model}/{key}"])
-            ax.errorbar(np.array(dims) * (1 + 0.04 * (k - 0.5)), v.mean(1), yerr=v.std(1),
+            sd = v.std(1, ddof=1) if v.shape[1] > 1 else np.zeros(len(v))
+            ax.errorbar(np.array(dims) * (1 + 0.04 * (k - 0.5)), v.mean(1), yerr=sd,
                         fmt="o-", color=color, capsize=3, label=model)
         ax.plot(dims, fig_data["paper"][key], "kx--", ms=8, mew=2, label="paper (CBOW)")
         ax.fill_between(dims, np.array(fig_data["paper"][key]) - 0.03,
                         np.array(fig_data["paper"][key]) + 0.03, color="0.85", label="± 0.03")
         ax.set_xscale("log")
+        ax.minorticks_off()
         ax.set_xticks(dims, [str(d) for d in dims])
         ax.set_xlabel("embedding dimension")
         ax.set_title(title, fontsize=10)
@@ -322,6 +324,8 @@ def plots(report: Report, out) -> None:
         ax.axhline(PAPER["spearman"][dim], color="C0", ls=":", label=f"paper, d={dim}")
         ax.axhline(PAPER["pearson"][dim], color="C1", ls=":")
     ax.set_xscale("log")
+    ax.minorticks_off()
+    ax.set_xticks(pa["epochs"], [str(e) for e in pa["epochs"]])
     ax.set_xlabel("epochs of training (constant learning rate)")
     ax.set_ylabel("correlation")
     twin = ax.twinx()
@@ -333,3 +337,23 @@ def plots(report: Report, out) -> None:
                  fontsize=9)
     fig.tight_layout()
     save(fig, out / "path.png")
+
+    att = report.extra.get("attention_seed0")
+    if att:
+        words = att["words"]
+        fig, axes = figure(1, 2, figsize=(12, 3.8))
+        log_tau = np.array(att["log_tau"])
+        axes[0].bar(range(len(words)), log_tau - log_tau.mean(), color="C3")
+        axes[0].set_title("log τ_j − mean: what the masked slot pays to word j", fontsize=9)
+        zeta = np.array(att["zeta"], dtype=float) * 5
+        axes[1].bar(range(len(words) - 1), zeta, color="C2")
+        axes[1].axhline(1.0, color="k", ls=":", lw=1, label="τ constant: S ζ_j = 1")
+        axes[1].set_title("S ζ_j = c̃_j / c_j (Prop 14)", fontsize=9)
+        axes[1].legend(fontsize=8)
+        for ax, n in ((axes[0], len(words)), (axes[1], len(words) - 1)):
+            ax.set_xticks(range(n), words[:n], rotation=45, ha="right", fontsize=8)
+            ax.grid(axis="y", alpha=0.3)
+        fig.suptitle(f"Attention on the toy corpus, d={report.figures['scatter']['dim']}, "
+                     "seed 0", fontsize=10)
+        fig.tight_layout()
+        save(fig, out / "attention_tau_zeta.png")
