@@ -109,7 +109,7 @@ class Spec:
 
 
 SPEC = Spec()
-QUICK = Spec(n_sentences=600, n_validation=200, dims=(30, 100), figure_dim=30,
+QUICK = Spec(n_sentences=400, n_validation=100, dims=(30,), figure_dim=30,
              path_epochs=(1, 2), train={
                  name: replace(cfg, max_epochs=2, patience=2) for name, cfg in SPEC.train.items()
              })
