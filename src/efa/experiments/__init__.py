@@ -17,6 +17,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                   "EFA paper Sec 6.3: the masked product of an Instacart basket"),
     "temperature": ("efa.experiments.temperature",
                     "EFA paper Sec 6.4: U.S. city temperatures as a set (Gaussian)"),
+    "analogy-toy": ("efa.experiments.analogy_toy",
+                    "MoE paper App. G/I: what CBOW and attention factorise (Props 9, 14)"),
+    "analogy-lee": ("efa.experiments.analogy_lee",
+                    "MoE paper Sec 4: word analogies of CBOW, attention, word2vec on Lee"),
 }
 
 
