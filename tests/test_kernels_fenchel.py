@@ -534,3 +534,36 @@ def test_kernel_options_are_saved_and_loaded(tmp_path):
     for name in a:
         m = data.predicted(name)
         torch.testing.assert_close(a[name][m], b[name][m])
+
+
+MATRIX = [[0, 1, 3, 4, 9], [1, 0.5, 2, 3, 4], [3, 2, 1, 2, 3], [4, 3, 2, 1.5, 2], [9, 4, 3, 2, 1]]
+
+
+@pytest.mark.parametrize("cost", ["sqeuclidean", "positions", MATRIX])
+@pytest.mark.parametrize("gamma", [0.5, 1e-3])
+def test_ot_kernel_factorised_form_is_the_log_domain_formula(cost, gamma):
+    """The kernel's matrix-product form (with the own-template corrections, and its
+    log-domain fallback when a normaliser under-flows) equals Eq. 24 computed directly."""
+    from efa.kernels.ot import _mix
+
+    g = torch.Generator().manual_seed(15)
+    B, H, n, d = 2, 2, 5, 3
+    kern = KERNELS["ot"](H, d, 0.7, False, gamma=gamma, cost=cost, relative="bidirectional",
+                         num_buckets=4, max_distance=8).double()
+    with torch.no_grad():
+        kern.rel_bias.normal_(generator=g)
+    q, k, own = (3 * torch.randn(B, H, n, d, generator=g, dtype=D64) for _ in range(3))
+    allowed = (torch.rand(B, 1, n, n, generator=g) > 0.3) | torch.eye(n, dtype=torch.bool)
+    pos = torch.arange(n)[None]
+    for mine in (None, own):
+        log_u = kern.log_preference(k, allowed, pos, pos, mine)
+        w = kern.tilt(q, k, log_u, mine, pos, pos)
+        t = k * 0.7
+        s = kern.alpha()[None, :, None, None] * ((q @ t.transpose(-1, -2)) if mine is None else
+                                                 torch.where(torch.eye(n, dtype=torch.bool),
+                                                             (q * mine * 0.7).sum(-1)[..., None],
+                                                             q @ t.transpose(-1, -2)))
+        direct = _mix(s, log_u, kern.costs(t, None if mine is None else mine * 0.7, pos),
+                      kern.gamma()[None, :, None, None, None], torch.isfinite(log_u))
+        torch.testing.assert_close(w, direct, atol=1e-12, rtol=0)
+        assert torch.all(w[~allowed.expand_as(w)] == 0)

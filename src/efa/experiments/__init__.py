@@ -17,6 +17,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                   "EFA paper Sec 6.3: the masked product of an Instacart basket"),
     "temperature": ("efa.experiments.temperature",
                     "EFA paper Sec 6.4: U.S. city temperatures as a set (Gaussian)"),
+    "fenchel-toy": ("efa.experiments.fenchel_toy",
+                    "Attention as inference, Fig 3: exact vs closed-form attention, d = 2"),
 }
 
 

@@ -132,12 +132,18 @@ def solve_dual(z: Tensor, t: Tensor, log_u: Tensor, alpha: Tensor, own: Tensor |
         iters = torch.zeros(lam.shape[:-1], dtype=torch.long, device=lam.device)
         cg_steps = min(t.shape[-1], t.shape[-2]) + 1
 
+        finite = torch.isfinite(log_u)
+
         def objective(lam):
-            """(p, F, the magnitude of F's terms: its rounding scale, h, ∇F)."""
-            p, lse = tilted(lam, t, own, log_u)
+            """(p, F, the magnitude of F's terms (its rounding scale), h, ∇F)."""
+            logits = log_u + template_scores(lam, t, own)
+            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+            p = torch.exp(logits - lse)
             lb, ll = (lam * b).sum(-1), (lam * lam).sum(-1) / (2 * alpha[..., 0])
             h = template_mean(p, t, own)
-            return p, lb - ll - lse, lb.abs() + ll + lse.abs(), h, b - lam / alpha - h
+            biggest = torch.where(finite, logits.abs(), 0).amax(-1)  # log-sum-exp's rounding
+            return (p, lb - ll - lse[..., 0], lb.abs() + ll + biggest, h,
+                    b - lam / alpha - h)
 
         p, f, mag, h, g = objective(lam)
         for it in range(max_iter + 1):

@@ -31,7 +31,13 @@ import torch
 from torch import Tensor, nn
 
 from efa.attention import register_kernel
-from efa.kernels.preference import PreferenceKernel, positive, template_scores
+from efa.kernels.preference import (
+    PreferenceKernel,
+    positive,
+    template_mean,
+    template_scores,
+    with_own,
+)
 
 
 def check_cost(M, where: str = "cost matrix M") -> Tensor:
@@ -106,6 +112,33 @@ def entropic_ot(p: Tensor, u: Tensor, M: Tensor, gamma) -> Tensor:
     return (M[K > 0] * X).sum() + gamma * (X * torch.log(X)).sum()
 
 
+def _mix_factorised(s, log_u, base, mine, gamma, allowed, dt=None):
+    """``_mix`` in O(I³) multiply-adds instead of O(I³) exponentials: exp((s_t − M_ti)/γ) =
+    E_t K_ti with E = exp(s/γ) (shifted by its maximum per query), K = exp(−M/γ), so
+    Z_qi = Σ_t E_qt K_ti and p_qt = E_qt Σ_i K_ti u_qi / Z_qi are two matrix products. Query q's
+    own template (``mine`` [B, H, Iq, Ik], its costs) changes row and column q of K: rank-one
+    corrections. In the dtype ``dt`` (default: s's; float32 under-flows below e^-87); None if
+    some Z under-flows."""
+    dt = dt or s.dtype
+    u = torch.softmax(log_u, dim=-1).to(dt)
+    sg = (s / gamma).to(dt).masked_fill(~allowed, float("-inf"))
+    e = torch.exp(sg - sg.amax(-1, keepdim=True))  # 0 where not allowed
+    k = torch.exp(-base.to(dt) / gamma.to(dt))  # [B|1, H, Ik, Ik]
+    z = e @ k
+    if mine is not None:
+        ko = torch.exp(-mine.to(dt) / gamma.to(dt))  # ko[q, q] = 1
+        eq = torch.diagonal(e, dim1=-2, dim2=-1)[..., None]
+        z = with_own(z + eq * (ko - k), (e * ko).sum(-1))
+    if bool(((z < torch.finfo(dt).tiny * 1e8) & (u > 0)).any()):
+        return None
+    r = torch.where(u > 0, u / z, 0)
+    spread = r @ k.transpose(-1, -2)
+    if mine is not None:
+        rq = torch.diagonal(r, dim1=-2, dim2=-1)[..., None]
+        spread = with_own(spread + rq * (ko - k), (ko * r).sum(-1))
+    return (e * spread).to(s.dtype)
+
+
 COSTS = ("sqeuclidean", "positions")
 
 
@@ -161,42 +194,60 @@ class OT(PreferenceKernel):
     def gamma(self) -> Tensor:
         return self.log_gamma.exp()
 
-    def costs(self, t: Tensor, own: Tensor | None, k_pos: Tensor) -> Tensor:
-        """M [B|1, H|1, Iq|1, Ik, Ik]: the cost between templates i and j for query q."""
+    def base_costs(self, t: Tensor, k_pos: Tensor) -> Tensor:
+        """M [B|1, H|1, Ik, Ik] between the context templates."""
         cost, c = self.opts["cost"], self.opts["cost_scale"]
         if cost == "positions":
             pos = k_pos.to(t.dtype)
-            return c * (pos[..., :, None] - pos[..., None, :]).abs()[:, None, None]
+            return c * (pos[..., :, None] - pos[..., None, :]).abs()[:, None]
         if not isinstance(cost, str):
             n = int(k_pos.max()) + 1
             if n > self.cost_matrix.shape[0]:
                 raise ValueError(f"attention kernel 'ot': the cost matrix covers "
                                  f"{self.cost_matrix.shape[0]} positions, the data has {n}")
             m = self.cost_matrix.to(t.dtype)[k_pos[..., :, None], k_pos[..., None, :]]
-            return c * m[:, None, None]
+            return c * m[:, None]
         sq = (t * t).sum(-1)
         base = (sq[..., :, None] + sq[..., None, :] - 2 * t @ t.transpose(-1, -2)).clamp_min(0)
-        eye = torch.eye(t.shape[-2], dtype=torch.bool, device=t.device)
-        base = c * base.masked_fill(eye, 0)[:, :, None]  # [B, H, 1, Ik, Ik]
-        if own is None:
-            return base
-        # Query q's own template replaces template q: row and column q of its cost matrix.
+        return c * base.masked_fill(torch.eye(t.shape[-2], dtype=torch.bool, device=t.device), 0)
+
+    def own_costs(self, t: Tensor, own: Tensor, base: Tensor) -> Tensor:
+        """[B, H, Iq, Ik]: the cost between query q's own template and template j (0 at
+        j = q). Position costs do not depend on the template: row q of ``base``."""
+        if self.opts["cost"] != "sqeuclidean":
+            return base.expand(*own.shape[:-2], *base.shape[-2:])
+        sq = (t * t).sum(-1)
         mine = (own * own).sum(-1)[..., :, None] + sq[..., None, :] - 2 * own @ t.transpose(-1, -2)
-        mine = c * mine.clamp_min(0).masked_fill(eye, 0)  # [B, H, Iq, Ik]: own_q vs t_j
+        eye = torch.eye(t.shape[-2], dtype=torch.bool, device=t.device)
+        return self.opts["cost_scale"] * mine.clamp_min(0).masked_fill(eye, 0)
+
+    def costs(self, t: Tensor, own: Tensor | None, k_pos: Tensor) -> Tensor:
+        """M [B|1, H|1, Iq|1, Ik, Ik]: the cost between templates i and j for query q (query
+        q's own template replaces template q: row and column q of its matrix)."""
+        base = self.base_costs(t, k_pos)
+        if own is None:
+            return base[:, :, None]
+        mine = self.own_costs(t, own, base)
         iq = torch.arange(own.shape[-2], device=t.device)
         row = (iq[:, None, None] == torch.arange(t.shape[-2], device=t.device)[None, :, None])
-        col = row.transpose(-1, -2)
-        m = torch.where(row, mine[..., :, None, :], base)
-        return torch.where(col, mine[..., :, :, None], m)
+        m = torch.where(row, mine[..., :, None, :], base[:, :, None])
+        return torch.where(row.transpose(-1, -2), mine[..., :, :, None], m)
 
     def tilt(self, q, k, log_u, k_own, q_pos, k_pos):
         t = k * self.scale
         own = None if k_own is None else k_own * self.scale
         a = self.alpha().to(q.dtype)[None, :, None, None]
-        g = self.gamma().to(q.dtype)[None, :, None, None, None]
+        g = self.gamma().to(q.dtype)[None, :, None, None]
         s = a * template_scores(q, t, own)  # α⟨t_j, z_q⟩ [B, H, Iq, Ik]
         allowed = torch.isfinite(log_u)
-        return _mix(s, log_u, self.costs(t, own, k_pos), g, allowed)
+        base = self.base_costs(t, k_pos)
+        mine = None if own is None else self.own_costs(t, own, base)
+        w = _mix_factorised(s, log_u, base, mine, g, allowed)
+        if w is None and s.dtype != torch.float64:  # under-flow: float64 has range e^±709
+            w = _mix_factorised(s, log_u, base, mine, g, allowed, torch.float64)
+        if w is None:  # still: the log-domain form, O(I³) exponentials
+            w = _mix(s, log_u, self.costs(t, own, k_pos), g[..., None], allowed)
+        return w
 
     def true_preference(self, k: Tensor, allowed: Tensor, q_pos=None, k_pos=None,
                         k_own: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -210,8 +261,6 @@ class OT(PreferenceKernel):
         t = k * self.scale
         own = None if k_own is None else k_own * self.scale
         g = self.gamma().to(k.dtype)[None, :, None, None, None]
-        from efa.kernels.preference import template_mean
-
         u = _mix(torch.zeros_like(log_u), log_u, self.costs(t, own, k_pos), g,
                  torch.isfinite(log_u))
         return u, template_mean(u, t, own)
