@@ -19,6 +19,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                     "EFA paper Sec 6.4: U.S. city temperatures as a set (Gaussian)"),
     "fenchel-toy": ("efa.experiments.fenchel_toy",
                     "Attention as inference, Fig 3: exact vs closed-form attention, d = 2"),
+    "dual-gap": ("efa.experiments.dual_gap",
+                 "Attention as inference, Fig 4: is trained attention where λ* ≈ αz holds?"),
+    "attention-kernels": ("efa.experiments.attention_kernels",
+                          "Attention as inference: each kernel in place of softmax, 3 experiments"),
 }
 
 

@@ -121,6 +121,11 @@ def solve_dual(z: Tensor, t: Tensor, log_u: Tensor, alpha: Tensor, own: Tensor |
                tol: float | None = None, max_iter: int = 50, start: Tensor | None = None):
     """λ* of Eq. 8 per query by safeguarded Newton (no gradients). ``alpha`` broadcasts to
     [..., Iq, 1]. Returns (λ* [..., Iq, d], Newton iterations [..., Iq], converged [..., Iq])."""
+    return _newton(z, t, log_u, alpha, own, tol, max_iter, start)[:3]
+
+
+def _newton(z, t, log_u, alpha, own, tol, max_iter, start):
+    """solve_dual, also returning the tilt p̃ and its mean at λ*."""
     with torch.no_grad():
         dtype = z.dtype
         tol = DEFAULT_TOL.get(dtype, 1e-5) if tol is None else tol
@@ -176,7 +181,7 @@ def solve_dual(z: Tensor, t: Tensor, log_u: Tensor, alpha: Tensor, own: Tensor |
                     break
                 eta = torch.where(ok, eta, eta / 2)
             lam, p, f, mag, h, g = new, p_new, f_new, mag_new, h_new, g_new
-        return lam, iters, done
+        return lam, iters, done, p, h
 
 
 def stationarity(lam, z, t, own, log_u, alpha):
@@ -188,11 +193,12 @@ def stationarity(lam, z, t, own, log_u, alpha):
     return mu + z - lam / alpha - template_mean(p, t, own)
 
 
-def _hessian_solve(lam, t, own, log_u, alpha, g, tol):
-    """(I/α + Cov_p̃[t])⁻¹ g with p̃ the tilt at λ (no gradients)."""
+def _hessian_solve(lam, t, own, log_u, alpha, g, tol, p=None, h=None):
+    """(I/α + Cov_p̃[t])⁻¹ g with p̃ the tilt at λ (or ``p``, with mean ``h``; no gradients)."""
     with torch.no_grad():
-        p, _ = tilted(lam, t, own, torch.log_softmax(log_u, dim=-1))
-        h = template_mean(p, t, own)
+        if p is None:
+            p, _ = tilted(lam, t, own, torch.log_softmax(log_u, dim=-1))
+            h = template_mean(p, t, own)
         rtol = torch.full(g.shape[:-1], tol, dtype=g.dtype, device=g.device)
         steps = 2 * (min(t.shape[-1], t.shape[-2]) + 1)
         return cg(lambda v: v / alpha + cov_times(p, h, t, own, v), g, rtol, steps)
@@ -216,17 +222,17 @@ class _DualSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, t, own, log_u, alpha, tol, max_iter, info):
-        lam, iters, done = solve_dual(z, t, log_u, alpha, own, tol, max_iter)
+        lam, iters, done, p, h = _newton(z, t, log_u, alpha, own, tol, max_iter, None)
         if info is not None:
             info["iterations"], info["converged"] = iters, done
-        ctx.save_for_backward(lam, z, t, own, log_u, alpha)
+        ctx.save_for_backward(lam, z, t, own, log_u, alpha, p, h)
         ctx.tol = DEFAULT_TOL.get(z.dtype, 1e-5) if tol is None else tol
         return lam
 
     @staticmethod
     def backward(ctx, g_lam):
-        lam, z, t, own, log_u, alpha = ctx.saved_tensors
-        w = _hessian_solve(lam, t, own, log_u, alpha, g_lam, min(ctx.tol, 1e-6))
+        lam, z, t, own, log_u, alpha, p, h = ctx.saved_tensors
+        w = _hessian_solve(lam, t, own, log_u, alpha, g_lam, min(ctx.tol, 1e-6), p, h)
         needs = list(ctx.needs_input_grad[:5])
         grads = _implicit_grads(
             (z, t, own, log_u, alpha), needs,

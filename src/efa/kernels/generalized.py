@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from efa.attention import register_kernel
-from efa.kernels.preference import PreferenceKernel, with_own
+from efa.kernels.preference import PreferenceKernel, template_scores
 
 
 @register_kernel
@@ -22,7 +22,6 @@ class Generalized(PreferenceKernel):
     name = "generalized"
 
     def tilt(self, q, k, log_u, k_own, q_pos, k_pos):
-        s = q @ k.transpose(-1, -2)
-        s = with_own(s, None if k_own is None else (q * k_own).sum(-1))
+        s = template_scores(q, k, k_own)
         a = self.alpha().to(q.dtype)[None, :, None, None]
         return torch.softmax(log_u + a * (s * self.scale), dim=-1)

@@ -72,7 +72,9 @@ def template_scores(lam: Tensor, t: Tensor, own: Tensor | None = None) -> Tensor
     """⟨t_j, λ_q⟩ [..., Iq, Ik] for λ [..., Iq, d] and templates t [..., Ik, d] shared by the
     queries; with ``own`` [..., Iq, d] (Iq = Ik) query q's template at j = q is own_q."""
     s = lam @ t.transpose(-1, -2)
-    return with_own(s, None if own is None else (lam * own).sum(-1))
+    if own is not None:  # in place: s is a fresh tensor (cheaper than a masked copy)
+        torch.diagonal(s, dim1=-2, dim2=-1).copy_((lam * own).sum(-1))
+    return s
 
 
 def template_mean(w: Tensor, t: Tensor, own: Tensor | None = None) -> Tensor:
