@@ -59,9 +59,10 @@ SPECS = {
            "gamma": 0.5},
     "ot-positions": {"kernel": "ot", "cost": "positions", "cost_scale": 0.3},
 }
-MODES = [("unidirectional", 1, "auto"), ("unidirectional", 2, "two_stream"),
-         ("unidirectional", 2, "copies"), ("bidirectional", 1, "two_stream"),
-         ("bidirectional", 1, "copies"), ("bidirectional", 2, "auto")]
+# Two-stream (own template at the diagonal) causal and bidirectional, and the masked copies
+# (the other combinations run the same code: tests/test_model.py covers the strategies).
+MODES = [("unidirectional", 2, "two_stream"), ("bidirectional", 1, "two_stream"),
+         ("bidirectional", 2, "auto")]
 
 
 def _perturbed(model):
@@ -312,12 +313,12 @@ def test_float32_solve_is_accurate_to_its_tolerance():
 
 def test_implicit_gradients_pass_gradcheck():
     g = torch.Generator().manual_seed(7)
-    n, d = 5, 3
-    t = torch.randn(2, n, d, generator=g, dtype=D64, requires_grad=True)
-    own = torch.randn(2, n, d, generator=g, dtype=D64, requires_grad=True)
-    z = torch.randn(2, n, d, generator=g, dtype=D64, requires_grad=True)
-    log_u = torch.randn(2, n, n, generator=g, dtype=D64, requires_grad=True)
-    alpha = torch.tensor([[1.5], [0.7]], dtype=D64, requires_grad=True)
+    n, d = 4, 3
+    t = torch.randn(1, n, d, generator=g, dtype=D64, requires_grad=True)
+    own = torch.randn(1, n, d, generator=g, dtype=D64, requires_grad=True)
+    z = torch.randn(1, n, d, generator=g, dtype=D64, requires_grad=True)
+    log_u = torch.randn(1, n, n, generator=g, dtype=D64, requires_grad=True)
+    alpha = torch.tensor([[1.5]], dtype=D64, requires_grad=True)
 
     def exact(z, t, own, log_u, alpha):
         return fenchel_lambda(z, t, log_u, alpha, own=own, tol=1e-14)
@@ -335,18 +336,18 @@ def test_model_loss_gradcheck_with_the_exact_kernel():
                        attention={"kernel": "fenchel", "alpha": 3.0, "tol": 1e-14})
     data = mixed_data(n=2, max_len=3, missing=False)
     params = dict(model.named_parameters())
+    names = ("blocks.0.attn.k.bias", "blocks.0.attn.q.bias", "blocks.0.attn.kernel.log_alpha")
     from torch.func import functional_call
 
-    def loss(w, a):
-        etas = functional_call(model, {**params, "blocks.0.attn.q.weight": w,
-                                       "blocks.0.attn.kernel.log_alpha": a}, (data,))
+    def loss(*values):
+        etas = functional_call(model, {**params, **dict(zip(names, values, strict=True))},
+                               (data,))
         return -sum(f.family.log_prob(data.fields[f.name][data.predicted(f.name)],
                                       etas[f.name][data.predicted(f.name)]).sum()
                     for f in model.target_fields)
 
-    w = params["blocks.0.attn.q.weight"].detach().clone().requires_grad_()
-    a = params["blocks.0.attn.kernel.log_alpha"].detach().clone().requires_grad_()
-    assert torch.autograd.gradcheck(loss, (w, a), atol=1e-6)
+    inputs = tuple(params[n].detach().clone().requires_grad_() for n in names)
+    assert torch.autograd.gradcheck(loss, inputs, atol=1e-6)
 
 
 # --------------------------------------------------------------------------- OT attention
@@ -403,7 +404,7 @@ def test_ot_true_preference_is_pots_semi_relaxed_sinkhorn_solution():
     g = torch.Generator().manual_seed(11)
     A = torch.rand(7, 7, generator=g, dtype=D64)
     M = (A + A.T).fill_diagonal_(0)
-    for gamma in (0.05, 0.3, 2.0):
+    for gamma in (0.1, 2.0):
         ut = ot_true_preference(log_u[0], M, gamma)
         plan = ot.unbalanced.sinkhorn_unbalanced(
             np.full(7, 1 / 7), u.numpy(), M.numpy(), gamma, reg_m=(0, float("inf")),
@@ -412,15 +413,15 @@ def test_ot_true_preference_is_pots_semi_relaxed_sinkhorn_solution():
         # ũ is optimal: the balanced Sinkhorn potential of its marginal is constant, and
         # nearby distributions cost more (W_γ from POT).
         _, log = ot.sinkhorn(ut.numpy(), u.numpy(), M.numpy(), gamma, log=True,
-                             stopThr=1e-15, numItermax=20000)
+                             stopThr=1e-13, numItermax=5000)
         f = gamma * np.log(log["u"])
         assert np.ptp(f) < 1e-9
         def w_gamma(p, gamma=gamma):  # ⟨M, X⟩ − γH(X) at POT's entropic plan from p to u
-            X = ot.sinkhorn(p, u.numpy(), M.numpy(), gamma, stopThr=1e-15, numItermax=20000)
+            X = ot.sinkhorn(p, u.numpy(), M.numpy(), gamma, stopThr=1e-12, numItermax=5000)
             return float((M.numpy() * X).sum() + gamma * (X * np.log(X)).sum())
 
         w0 = w_gamma(ut.numpy())
-        for _ in range(5):
+        for _ in range(3):
             p = torch.softmax(torch.log(ut) + 0.05 * torch.randn(7, generator=g, dtype=D64), -1)
             assert w_gamma(p.numpy()) > w0
         mean = ot_true_mean(t, log_u[0], M, gamma)

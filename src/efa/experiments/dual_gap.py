@@ -56,15 +56,23 @@ class Spec:
     sequences: int = 400  # test sequences run through each model
     tol: float = 1e-10
     max_iter: int = 100
-    quick: bool = False  # train with the experiments' QUICK settings
+    quick: bool = False  # train with the experiments' QUICK settings, for one epoch
 
 
 SPEC = Spec()
-QUICK = Spec(models=("synthetic/bidirectional", "movielens/unidirectional",
-                     "temperature/same day ℓ=1"), queries=60, sequences=20, quick=True)
+QUICK = Spec(models=("synthetic/bidirectional", "temperature/same day ℓ=1"), queries=60,
+             sequences=20, quick=True)
 
 
 # --------------------------------------------------------------------------- trained models
+
+
+def _short(cfg, quick: bool):
+    return replace(cfg, max_epochs=1, patience=1) if quick else cfg
+
+
+def _few(data, quick: bool, n: int = 64):
+    return data[torch.arange(min(n, len(data)))] if quick else data
 
 
 def train_model(name: str, seed: int, quick: bool):
@@ -77,10 +85,10 @@ def train_model(name: str, seed: int, quick: bool):
         spec = ex.QUICK if quick else ex.SPEC
         orders, ratings, _, (tr, va, te) = ex._data(spec.n_users, spec.n_train, seed)
         data = ex.to_sequences(orders, ratings)
-        train, val, test = data[tr], data[va], data[te]
+        train, val, test = _few(data[tr], quick), _few(data[va], quick), data[te]
         loc, scale = float(ratings[tr].mean()), float(ratings[tr].std())
         model = ex.efa_model(variant, loc, scale)
-        fit(model, train, val, replace(spec.train["EFA"], seed=seed))
+        fit(model, train, val, replace(_short(spec.train["EFA"], quick), seed=seed))
         return model, test, "rating", {"test MSE": mean_squared_error(model, test, "rating")}
     if kind in ("movielens", "instacart"):
         from efa.experiments import instacart, items, movielens
@@ -92,14 +100,16 @@ def train_model(name: str, seed: int, quick: bool):
         n_items = ex.N_MOVIES if kind == "movielens" else ex.N_ITEMS
         model, _ = items.categorical_model("EFA + distinct", variant, n_items, ex.MAX_LEN, spec,
                                            train)
-        fit(model, train, val, replace(spec.train["EFA"], seed=seed))
+        fit(model, train, val, replace(_short(spec.train["EFA"], quick), seed=seed))
         return model, test, "item", {"test CE": -evaluate(model, test)["item"]}
     from efa.experiments import temperature as ex
 
     spec = ex.QUICK if quick else ex.SPEC
+    if quick:
+        spec = replace(spec, train={k: _short(c, True) for k, c in spec.train.items()})
     layers = int(variant.split("ℓ=")[1])
     train, val, test, _ = ex.load(0, spec.lag_layout, spec.center)
-    model, _ = ex.fit_efa(train, val, layers, seed, spec)
+    model, _ = ex.fit_efa(_few(train, quick, 24), _few(val, quick, 24), layers, seed, spec)
     return model, test, ex.NAME, {"test MSE (°F²)": mean_squared_error(model, test, ex.NAME)}
 
 
