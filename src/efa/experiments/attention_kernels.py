@@ -84,6 +84,15 @@ def jobs(spec: Spec, seeds: int) -> list[dict]:
 
 
 def task(job: dict) -> dict:
+    """One fit; a run that diverges (non-finite loss) is recorded as failed, not fatal."""
+    try:
+        return _task(job)
+    except FloatingPointError as err:
+        return {"setting": job["setting"], "kernel": job["kernel"], "seed": job["seed"],
+                "failed": str(err), "seconds": 0.0}
+
+
+def _task(job: dict) -> dict:
     t0 = time.perf_counter()
     spec: Spec = job["spec"]
     setting, kernel, seed = job["setting"], job["kernel"], job["seed"]
@@ -153,7 +162,8 @@ def verdict(mean: float, se: float) -> str:
 
 def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     report = Report("attention-kernels", command, list(range(seeds)))
-    by = {(r["setting"], r["kernel"], r["seed"]): r for r in results}
+    failed = [r for r in results if "failed" in r]
+    by = {(r["setting"], r["kernel"], r["seed"]): r for r in results if "failed" not in r}
 
     def values(setting, kernel, key):
         return [by[setting, kernel, s][key] for s in range(seeds) if (setting, kernel, s) in by]
@@ -202,6 +212,10 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                + ("; ".join(wins) if wins else "none") + ". Worse than softmax by more than 2 "
                "SE: " + ("; ".join(losses) if losses else "none") + ".")
     ts = spec.temperature.train["two_stream"]
+    if failed:
+        report.notes.append("Failed runs (non-finite training loss), left out of the rows: "
+                            + "; ".join(f"{r['kernel']} on {r['setting']}, seed {r['seed']}: "
+                                        f"{r['failed']}" for r in failed) + ".")
     report.notes += [
         summary,
         f"Seeds: {seeds} for softmax, generalized and generalized + context; "
