@@ -156,7 +156,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
 
 def _slope(rows, spec) -> tuple[float, float]:
     small = [r for r in rows if r["alpha_sigma"] < 0.1]
-    if len(small) < 2:
+    if len({r["alpha"] for r in small}) < 3:
         return float("nan"), float("nan")
     x = np.log([r["alpha"] for r in small])
     out = []
