@@ -57,7 +57,6 @@ SPECS = {
     "second_order": {"kernel": "second_order", "alpha": 4.0, "relative": "auto"},
     "ot": {"kernel": "ot", "cost": "sqeuclidean", "relative": "auto", "context": 2,
            "gamma": 0.5},
-    "ot-positions": {"kernel": "ot", "cost": "positions", "cost_scale": 0.3},
 }
 # Two-stream (own template at the diagonal) causal and bidirectional, and the masked copies
 # (the other combinations run the same code: tests/test_model.py covers the strategies).
