@@ -21,6 +21,12 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                     "MoE paper App. G/I: what CBOW and attention factorise (Props 9, 14)"),
     "analogy-lee": ("efa.experiments.analogy_lee",
                     "MoE paper Sec 4: word analogies of CBOW, attention, word2vec on Lee"),
+    "fenchel-toy": ("efa.experiments.fenchel_toy",
+                    "Attention as inference, Fig 3: exact vs closed-form attention, d = 2"),
+    "dual-gap": ("efa.experiments.dual_gap",
+                 "Attention as inference, Fig 4: is trained attention where λ* ≈ αz holds?"),
+    "attention-kernels": ("efa.experiments.attention_kernels",
+                          "Attention as inference: each kernel in place of softmax, 3 experiments"),
 }
 
 

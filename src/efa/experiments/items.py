@@ -64,8 +64,9 @@ def subset(data: Sequences, n: int | None) -> Sequences:
 
 
 def categorical_model(name: str, direction: str, num_items: int, max_len: int, spec: ZooSpec,
-                      train: Sequences):
-    """(model called ``name``, e.g. "EFA + distinct", the base name whose settings apply)."""
+                      train: Sequences, attention: str | dict = "softmax"):
+    """(model called ``name``, e.g. "EFA + distinct", the base name whose settings apply);
+    ``attention``: the EFA's attention kernel (efa.attention, efa.kernels)."""
     base = name.removesuffix(DISTINCT)
     item = Category("item", num_items, dim=spec.dim, distinct=name.endswith(DISTINCT))
     if base == "Unigram":
@@ -80,7 +81,7 @@ def categorical_model(name: str, direction: str, num_items: int, max_len: int, s
         model = EFA(EFAConfig(
             [item], max_len=max_len if spec.positions else None,
             num_layers=spec.layers[direction], num_heads=spec.heads, head_dim=spec.head_dim,
-            direction=direction, block="residual",
+            direction=direction, block="residual", attention=attention,
         ))
     return model, base
 
