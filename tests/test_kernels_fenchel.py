@@ -98,13 +98,15 @@ def test_the_kernels_differ_from_softmax_where_they_should():
     assert (rows["second_order"] - rows["generalized"]).abs().max() > 1e-3
 
 
-def test_generalized_with_defaults_is_softmax_bit_for_bit():
+def test_generalized_with_defaults_is_softmax():
+    """Equal to float64 precision (softmax's fused scaled_dot_product_attention path adds in
+    another order, so not bit for bit)."""
     data = mixed_data(n=3)
     a = make_model(num_layers=2, attention="softmax").natural_params(data)
     b = make_model(num_layers=2, attention="generalized").natural_params(data)
     for name in a:
         m = data.predicted(name)
-        assert torch.equal(a[name][m], b[name][m])
+        torch.testing.assert_close(a[name][m], b[name][m], atol=1e-12, rtol=0)
 
 
 # --------------------------------------------------------------------------- generalized attention

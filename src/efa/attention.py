@@ -230,10 +230,12 @@ class Block(nn.Module):
         holds its own token ``x_i`` at position i (two-stream)."""
         if self.kind == "pre_ln":
             m = None if memory is None else self.ln1(memory)
-            a, w = self.attn(self.ln1(x), allowed, m, own, q_pos, need_weights)
+            a, w = self.attn(self.ln1(x), allowed, memory=m, own=own, q_pos=q_pos,
+                             need_weights=need_weights)
             x = x + a
             return x + self.ffn(self.ln2(x)), w
-        a, w = self.attn(x, allowed, memory, own, q_pos, need_weights)
+        a, w = self.attn(x, allowed, memory=memory, own=own, q_pos=q_pos,
+                         need_weights=need_weights)
         if self.kind == "bare":
             return a, w
         if self.kind == "residual":

@@ -233,7 +233,7 @@ class PreferenceKernel(Kernel):
         """Weights [B, H, Iq, Ik] over the templates t = scale·k for evidence z = q."""
         raise NotImplementedError
 
-    def forward(self, q, k, v, allowed, own=None, q_pos=None, k_pos=None):
+    def forward(self, q, k, v, allowed, own=None, q_pos=None, k_pos=None, need_weights=True):
         if q_pos is None:
             q_pos = torch.arange(q.shape[-2], device=q.device)[None]
         if k_pos is None:
