@@ -4,3 +4,5 @@ registers them (``efa.attention`` does so the first time a kernel is looked up).
 A kernel is a subclass of :class:`efa.attention.Kernel` decorated with
 :func:`efa.attention.register_kernel`; see docs/design.md, "How to add a kernel".
 """
+
+from efa.kernels import cme  # noqa: F401  (CME attention: "cme")
