@@ -46,7 +46,7 @@ def two_stream(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tens
 
 def copies(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
            want_weights: bool = False, chunk: int = 4096, head=_identity):
-    if len(blocks) == 1 and _own_is_copy(blocks[0]) and _dense(at):
+    if len(blocks) == 1 and own_is_copy(blocks[0]) and _dense(at):
         return _own_form_copies(blocks[0], content, query, allowed, at, want_weights, chunk, head)
     b_idx, i_idx = at.nonzero(as_tuple=True)
     states, weights = [], []
@@ -73,7 +73,7 @@ def copies(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
     return out, (torch.cat(weights, dim=1) if want_weights else None)
 
 
-def _own_is_copy(block) -> bool:
+def own_is_copy(block) -> bool:
     """Whether ``block``'s kernel declares that its two-stream ("own") form computes the masked
     copy exactly although it is not row-local: kernel ridge (CME) attention, whose copy i has
     the content's key set with key i replaced, a block update of one factorisation per
@@ -95,7 +95,7 @@ def _dense(at: Tensor) -> bool:
 
 
 def _own_form_copies(block, content, query, allowed, at, want_weights, chunk, head):
-    """The copies of a one-layer model whose kernel's own form is the copy (``_own_is_copy``):
+    """The copies of a one-layer model whose kernel's own form is the copy (``own_is_copy``):
     one two-stream pass per sequence that has asked positions, read out at those positions
     (same order as ``at.nonzero()``)."""
     seqs = at.any(-1).nonzero().flatten()

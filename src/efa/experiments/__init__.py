@@ -17,6 +17,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                   "EFA paper Sec 6.3: the masked product of an Instacart basket"),
     "temperature": ("efa.experiments.temperature",
                     "EFA paper Sec 6.4: U.S. city temperatures as a set (Gaussian)"),
+    "temperature-cme": ("efa.experiments.temperature_cme",
+                        "Temperatures with CME attention (attention = GP posterior mean)"),
+    "exchangeability": ("efa.experiments.exchangeability",
+                        "Zhang et al.: CME attention, rates in L, heads, gap, excess, transfer"),
 }
 
 
