@@ -173,7 +173,7 @@ def test_copies_block_update_and_fresh_solves_agree(monkeypatch):
     monkeypatch.setattr(strategies, "_own_form_copies", lambda *a: calls.append(1) or real(*a))
     dense, rows = model.natural_params(data), model.attention_weights(data, "count")
     assert calls
-    monkeypatch.setattr(strategies, "OWN_FORM_MIN_FRACTION", 2.0)  # never the update
+    monkeypatch.setattr(strategies, "OWN_FORM_MIN_ASKED", 10**9)  # never the update
     calls.clear()
     fresh, rows2 = model.natural_params(data), model.attention_weights(data, "count")
     assert not calls
