@@ -51,6 +51,8 @@ def two_stream(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tens
 
 def copies(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
            want_weights: bool = False, chunk: int = 4096, head=_identity):
+    if len(blocks) == 1 and own_is_copy(blocks[0]) and _dense(at):
+        return _own_form_copies(blocks[0], content, query, allowed, at, want_weights, chunk, head)
     b_idx, i_idx = at.nonzero(as_tuple=True)
     states, weights = [], []
     for start in range(0, len(b_idx), chunk):
@@ -74,6 +76,44 @@ def copies(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
         return head(content.new_zeros(0, content.shape[-1])), None
     out = torch.cat(states)
     return out, (torch.cat(weights, dim=1) if want_weights else None)
+
+
+def own_is_copy(block) -> bool:
+    """Whether ``block``'s kernel declares that its two-stream ("own") form computes the masked
+    copy exactly although it is not row-local: kernel ridge (CME) attention, whose copy i has
+    the content's key set with key i replaced, a block update of one factorisation per
+    sequence. (Softmax and linear do not declare it: their copies are untouched.)"""
+    kernel = getattr(getattr(block, "attn", None), "kernel", None)
+    return bool(getattr(kernel, "own_is_copy", False))
+
+
+# The own form computes every position of a sequence: it pays against one fresh solve per copy
+# from about 4 asked positions per sequence on, whatever the length (benchmarks/cme_copies.py:
+# fresh / update = 1.7, 1.1, 1.2 at 4 asked of I = 20, 44, 100; 5.9, 11, 67 at all asked).
+OWN_FORM_MIN_ASKED = 4
+
+
+def _dense(at: Tensor) -> bool:
+    """Whether the sequences with asked positions have OWN_FORM_MIN_ASKED of them on average."""
+    rows = int(at.any(-1).sum())
+    return rows > 0 and int(at.sum()) >= OWN_FORM_MIN_ASKED * rows
+
+
+def _own_form_copies(block, content, query, allowed, at, want_weights, chunk, head):
+    """The copies of a one-layer model whose kernel's own form is the copy (``own_is_copy``):
+    one two-stream pass per sequence that has asked positions, read out at those positions
+    (same order as ``at.nonzero()``)."""
+    seqs = at.any(-1).nonzero().flatten()
+    per = max(1, chunk // max(1, at.shape[-1]))  # sequences per chunk: ~chunk query rows
+    states, weights = [], []
+    for start in range(0, len(seqs), per):
+        s = seqs[start : start + per]
+        h, w = block(query[s], allowed[s], memory=content[s], own=True)
+        b, i = at[s].nonzero(as_tuple=True)
+        states.append(head(h[b, i]))
+        if want_weights:
+            weights.append(w[b, :, i][None])
+    return torch.cat(states), (torch.cat(weights, dim=1) if want_weights else None)
 
 
 STRATEGIES = {"two_stream": two_stream, "copies": copies}

@@ -27,6 +27,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                  "Attention as inference, Fig 4: is trained attention where λ* ≈ αz holds?"),
     "attention-kernels": ("efa.experiments.attention_kernels",
                           "Attention as inference: each kernel in place of softmax, 3 experiments"),
+    "temperature-cme": ("efa.experiments.temperature_cme",
+                        "Temperatures with CME attention (attention = GP posterior mean)"),
+    "exchangeability": ("efa.experiments.exchangeability",
+                        "Zhang et al.: CME attention, rates in L, heads, gap, excess, transfer"),
 }
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from efa import strategies
 from efa.baselines import Climatology, select_shrinkage
 from efa.data import Sequences
 from efa.datasets import temperature as tp
@@ -63,6 +64,7 @@ class Spec:
     lag_layout: str = "fields"  # past values as extra fields of each city's token
     center: bool = True  # per-city training-mean anomalies
     block: str = "pre_ln"
+    attention: str | dict = "softmax"  # any EFAConfig.attention (efa.experiments.temperature_cme)
     per_row: int = 4  # scored cities per training row (Sequences.split_scored)
     val_targets: int = 11  # cities per validation day used for early stopping
     k_values: tuple[int, ...] = K_VALUES
@@ -127,16 +129,24 @@ def fit_efa(train, val, layers: int, seed: int, spec: Spec, base=None):
     restored). With ``base`` (a fitted model on a subset of the fields, e.g. the same-day model
     for a lagged one) the model starts as ``base`` (``EFA.warm_start``) and is fine-tuned."""
     seed_everything(seed)
-    model = spatial_efa(train, layers, name=NAME, block=spec.block)
+    model = spatial_efa(train, layers, name=NAME, block=spec.block, attention=spec.attention)
     if base is not None:
         model.warm_start(base)
-    if model.config.strategy == "two_stream":  # ℓ = 1: one pass per day predicts every city
+    if one_pass(model):  # ℓ = 1: one pass per day predicts every city
         hist = fit(model, train, val, replace(spec.train["two_stream"], seed=seed))
     else:  # masked copies: one forward per (day, city)
         cfg = replace(spec.train["copies" if base is None else "lagged"], seed=seed)
         rows = train.split_scored(spec.per_row, seed=seed)
         hist = fit(model, rows, val.thin_scored(spec.val_targets, seed=12345), cfg)
     return model, hist
+
+
+def one_pass(model) -> bool:
+    """Whether one pass per day computes every city's masked copy: the two-stream form, or a
+    one-layer model whose kernel's own form is the copy (CME attention: one factorisation per
+    day, see efa.strategies.copies)."""
+    return model.config.strategy == "two_stream" or (
+        model.config.num_layers == 1 and strategies.own_is_copy(model.blocks[0]))
 
 
 def fit_fm(train, val, k: int, seed: int, spec: Spec):

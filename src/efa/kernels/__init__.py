@@ -5,4 +5,4 @@ A kernel is a subclass of :class:`efa.attention.Kernel` decorated with
 :func:`efa.attention.register_kernel`; see docs/design.md, "How to add a kernel".
 """
 
-from efa.kernels import fenchel, generalized, ot, second_order  # noqa: F401  (registers them)
+from efa.kernels import cme, fenchel, generalized, ot, second_order  # noqa: F401  (registers)
