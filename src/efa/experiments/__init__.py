@@ -17,6 +17,12 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                   "EFA paper Sec 6.3: the masked product of an Instacart basket"),
     "temperature": ("efa.experiments.temperature",
                     "EFA paper Sec 6.4: U.S. city temperatures as a set (Gaussian)"),
+    "tabular-simulation": ("efa.experiments.tabular_simulation",
+                           "MoE paper Table 1: categorical tables under covariate shift"),
+    "tabular-simulation-grids": ("efa.experiments.tabular_grids",
+                                 "MoE paper Table 1: the reference RF/GB/MLP grids (cached)"),
+    "auto-mpg": ("efa.experiments.auto_mpg",
+                 "MoE paper Table 2: auto-mpg by origin, and UCI car by price"),
 }
 
 
