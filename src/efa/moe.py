@@ -58,11 +58,18 @@ class Reparam:
     scale: float
     C: Tensor | None = None
     P: Tensor | None = None
+    b: Tensor | None = None  # the read-out's bias (Category(readout_bias=True)), else None
+
+    def offset(self, query: Tensor) -> Tensor:
+        """W^ℓ x'_m (+ b): g + D e_m for the Appendix-B tokens, [..., V]."""
+        out = query @ self.W_l.T
+        return out if self.b is None else out + self.b
 
     @property
     def g(self) -> Tensor:
-        """g = W^ℓ c_[MASK] [V]."""
-        return self.W_l @ self.C[-1]
+        """g = W^ℓ c_[MASK] [V] (plus the read-out bias, if any)."""
+        g = self.W_l @ self.C[-1]
+        return g if self.b is None else g + self.b
 
     @property
     def D(self) -> Tensor:
@@ -106,12 +113,13 @@ def reparameterise(model: EFA, target: str | None = None) -> Reparam:
     Differentiable: the result is a function of the model's parameters."""
     _check_linear(model)
     f = model.target(target)
-    W_KQ, W_LOV, W_l, scale = _layer(model.blocks[0], model.readouts[f.name].net.weight)
+    read = model.readouts[f.name].net
+    W_KQ, W_LOV, W_l, scale = _layer(model.blocks[0], read.weight)
     C = P = None
     if len(model.fields) == 1 and isinstance(model.fields[0], Category):
         C = model.encoders[model.fields[0].name].table.weight
         P = model.pos.weight if model.max_len is not None else None
-    return Reparam(W_KQ, W_LOV, W_l, scale, C, P)
+    return Reparam(W_KQ, W_LOV, W_l, scale, C, P, read.bias)
 
 
 def copy_tokens(content: Tensor, query: Tensor) -> Tensor:
@@ -132,7 +140,7 @@ def gates_and_experts(rep: Reparam, tokens: Tensor, query: Tensor, allowed: Tens
     pi = torch.softmax(h, dim=-1)
     if not experts:
         return pi, None
-    bias = query @ rep.W_l.T / H  # (g + D e_m) / H = W^ℓ x'_m / H, [B, M, V]
+    bias = rep.offset(query) / H  # (g + D e_m) / H = W^ℓ x'_m / H, [B, M, V]
     f = torch.einsum("hvp,bmjp->bmhjv", rep.W_LOV, tokens) + bias[:, :, None, None, :]
     return pi, f
 
@@ -211,6 +219,9 @@ def two_layer_terms(model: EFA, data: Sequences, target: str | None = None) -> d
         "layer2": torch.einsum("bmhi,vp,hpq,qr,bmir->bmv", A2, L, M2, T, X),
         "path": torch.einsum("bmhi,bmgij,vp,hpq,qr,grs,bmjs->bmv", A2, A1, L, M2, T, M1, X),
     }
+    bias = model.readouts[f.name].net.bias
+    if bias is not None:  # a read-out bias is a constant expert
+        terms["self"] = terms["self"] + bias
     terms["A1"], terms["A2"] = A1, A2
     return terms
 

@@ -6,9 +6,9 @@ is a token of a column-specific vocabulary, a numeric cell is either a quantile 
 in ``fit``) or a Gaussian value field (``numeric="gaussian"``). The model is an :class:`efa.EFA`
 whose likelihood is, for every row and every column k, log p(x_k | the other cells): every
 column, the response included, is masked in turn, computed exactly by the core's two-stream
-algorithm (one pass per row; no masked copies of the data). A categorical column's softmax runs
-over its own levels only (:class:`TableEFA`). Prediction masks the response; ``predict_column_proba``
-and ``impute`` do the same for any column.
+algorithm (one pass per row; no masked copies of the data). A categorical column's softmax
+runs over its own levels only (:class:`TableEFA`). Prediction masks the response;
+``predict_column_proba`` and ``impute`` do the same for any column.
 
 Rows whose label is missing (NaN / None in ``y``) still enter the likelihood of the features
 (the paper's Y = [MASK], semi-supervised). Two backbones: ``"paper"`` (the authors' single post-LN
@@ -141,7 +141,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         if arr.dtype.kind == "c":
             raise ValueError("Complex data not supported")
         if arr.ndim != 2:
-            raise ValueError(f"Expected 2D array, got {arr.ndim}D array instead: reshape your "
+            raise ValueError(f"Expected 2D array, got {arr.ndim}D array instead. Reshape your "
                              "data with array.reshape(-1, 1) for a single feature or "
                              "array.reshape(1, -1) for a single sample")
         return pd.DataFrame(arr)
@@ -236,10 +236,12 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             if unseen.any():
                 r = int(np.flatnonzero(unseen)[0])
                 if self.handle_unknown == "error" and not unknown_ok:
+                    known = self.levels_[c]
+                    more = " ..." if len(known) > 10 else ""
                     raise ValueError(
                         f"column {c!r} has the value {col.iloc[r]!r} (row {r}) that fit never "
-                        f"saw (known: {self.levels_[c][:10]}{' ...' if len(self.levels_[c]) > 10 else ''}); "
-                        "pass handle_unknown='unk' to treat unseen values as unknown")
+                        f"saw (known: {known[:10]}{more}); pass handle_unknown='unk' to treat "
+                        "unseen values as unknown")
                 obs[unseen, j] = False
             ids[:, j] = self.offsets_[c] + np.where(codes < 0, 0, codes)
         return ids, vals, obs
@@ -293,14 +295,15 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y "
                              "is None")
+        frame = self._frame(X)
         validate_data(self, X, reset=True, skip_check_array=True)
-        X = self._frame(X)
+        X = frame
         if X.shape[1] < 1:
-            raise ValueError("X has 0 feature(s) (shape=(%d, 0)) while a minimum of 1 is "
-                             "required." % len(X))
+            raise ValueError(f"X has 0 feature(s) (shape=({len(X)}, 0)) while a minimum of 1 "
+                             "is required.")
         if len(X) == 0:
-            raise ValueError("Found array with 0 sample(s) (shape=(0, %d)) while a minimum of "
-                             "1 is required." % X.shape[1])
+            raise ValueError(f"Found array with 0 sample(s) (shape=(0, {X.shape[1]})) while a "
+                             "minimum of 1 is required.")
         y = _as_1d(y)
         if len(y) != len(X):
             raise ValueError(f"X has {len(X)} rows but y has {len(y)} labels")
@@ -359,8 +362,9 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ predict
     def _check_X(self, X):
         check_is_fitted(self, "model_")
+        frame = self._frame(X)
         validate_data(self, X, reset=False, skip_check_array=True)
-        X = self._frame(X)
+        X = frame
         if len(X) == 0:
             raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
         if hasattr(self, "feature_names_in_") and isinstance(X, pd.DataFrame) and list(
@@ -390,7 +394,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         return self._column_proba(self._sequences(X), self.n_positions_ - 1, self._target)
 
     def predict(self, X) -> np.ndarray:
-        return self.classes_[self.predict_proba(X).argmax(1)]
+        proba = self.predict_proba(X)
+        return self.classes_[proba.argmax(1)]
 
     def predict_column_proba(self, X, column, y=None) -> pd.DataFrame:
         """p(column = level | every other cell of the row, and ``y`` if given): any categorical

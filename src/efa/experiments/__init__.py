@@ -22,7 +22,9 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "tabular-simulation-grids": ("efa.experiments.tabular_grids",
                                  "MoE paper Table 1: the reference RF/GB/MLP grids (cached)"),
     "auto-mpg": ("efa.experiments.auto_mpg",
-                 "MoE paper Table 2: auto-mpg by origin, and UCI car by price"),
+                 "MoE paper Table 2: auto-mpg, trained on US cars, tested on the others"),
+    "car": ("efa.experiments.car",
+            "UCI Car Evaluation, trained on cheap cars, tested on expensive ones"),
 }
 
 

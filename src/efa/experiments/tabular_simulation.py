@@ -199,7 +199,9 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     report.notes += [
         f"Data: the authors' generator bit for bit (seeds {used[:3]}…, np.random.seed(2023); "
         f"randint(10000, size=20)), n = {spec.n} train and test rows, 10 pooled quantile bins.",
-        f"{EFA_NAME}: efa.tabular.AttentionTableClassifier({', '.join(f'{k}={v!r}' for k, v in est.items())}): one residual_linear attention layer (5 heads × 4 dims, width 20, "
+        f"{EFA_NAME}: efa.tabular.AttentionTableClassifier("
+        + ", ".join(f"{k}={v!r}" for k, v in est.items())
+        + "): one residual_linear attention layer (5 heads × 4 dims, width 20, "
         "the CBOW mixture of experts of Theorem 2) over the 5 features and the response, all "
         "masked in turn (joint pseudo-likelihood, exact two-stream), early stopping on 15 % of "
         "the training rows. These settings were fixed after looking at training curves on one "
