@@ -20,7 +20,7 @@ from efa.moe import mixture, moe_logits
 from efa.tabular import AttentionTableClassifier
 from tests.helpers import naive_natural_params
 
-FAST = dict(max_epochs=15, lr=3e-2, embedding_dim=8, num_heads=2, patience=5)
+FAST = dict(max_epochs=8, lr=5e-2, embedding_dim=8, num_heads=2, patience=3)
 
 
 def table(n=120, seed=0):
@@ -91,7 +91,7 @@ def test_options_semi_supervised_impute_unknown_and_column_proba():
     assert list(est.classes_) == ["no", "yes"]
     p = est.predict_column_proba(X, "a")
     assert list(p.columns) == ["blue", "green", "red"]
-    np.testing.assert_allclose(p.sum(1), 1, atol=1e-6)
+    np.testing.assert_allclose(p.sum(axis=1), 1, atol=1e-6)
     holes = X.copy().astype(object)
     holes.loc[0, "a"], holes.loc[1, "num"] = None, np.nan
     filled = est.impute(holes)
@@ -168,3 +168,15 @@ def test_quick_reproduce(tmp_path, name):
                   "test accuracy")
         assert lr["mean"] == pytest.approx(0.6571428571428571) and lr["paper"] == 0.657
         assert (tmp_path / name / "gates.png").exists()
+
+
+def test_column_softmax_loss_equals_the_restricted_likelihood():
+    X, y = table(50)
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", **FAST).fit(X, y)
+    model = est.model_.double().eval()
+    data = est._sequences(X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
+    from efa.model import ConditionalModel
+
+    generic = ConditionalModel.loss(model, data)
+    torch.testing.assert_close(model.loss(data), generic, atol=1e-10, rtol=0)
+    model.float()

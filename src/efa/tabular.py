@@ -41,17 +41,67 @@ BACKBONES = ("paper", "linear")
 class TableEFA(EFA):
     """An EFA over table rows whose categorical field ``cat`` holds every categorical column's
     levels in one id range; ``support`` [columns, vocabulary] restricts the softmax at column k
-    to column k's own levels (a context-free base measure, so the family stays exponential)."""
+    to column k's own levels (a context-free base measure, so the family stays exponential).
 
-    def __init__(self, config: EFAConfig, support: torch.Tensor):
+    The training loss computes each masked cell's softmax over its column's levels only (the
+    same numbers as the restricted full softmax, whose excluded logits underflow to exactly 0,
+    at the cost of the column's size instead of the whole vocabulary's)."""
+
+    def __init__(self, config: EFAConfig, support: torch.Tensor, cell_dropout: float = 0.0):
         super().__init__(config)
         self.register_buffer("support", support)
+        self.cell_dropout = cell_dropout
+        width = max(1, int(support.sum(1).max()))
+        local = torch.zeros(support.shape[0], width, dtype=torch.long)
+        for k in range(support.shape[0]):
+            ids = support[k].nonzero().flatten()
+            local[k, : len(ids)] = ids
+        self.register_buffer("local_ids", local)  # [columns, width]: the column's vocabulary
+        self.register_buffer("local_ok", torch.arange(width) < support.sum(1, keepdim=True))
+        rank = torch.cumsum(support.long(), 1) - 1  # vocabulary id -> index within its column
+        self.register_buffer("local_rank", rank)
 
     def restrict(self, name, data, at, eta):
         eta = super().restrict(name, data, at, eta)
         if name != "cat":
             return eta
         return eta.masked_fill(~self.support[at.nonzero()[:, 1]], EXCLUDED)
+
+    def loss(self, data, check=False):
+        """Sum over fields of the mean negative log-likelihood of the masked cells. In training,
+        each observed cell is also hidden with probability ``cell_dropout`` (hidden from the
+        context and not scored): the likelihood of a cell given a random subset of the others,
+        so that the model learns to read rows with [MASK]s in them (missing cells, unseen
+        levels) as well as rows without."""
+        if check:
+            self.check(data)
+        if self.training and self.cell_dropout > 0:
+            keep = {k: m & (torch.rand(m.shape) >= self.cell_dropout)
+                    for k, m in data.observed.items()}
+            data = Sequences(data.fields, data.lengths, keep, data.scored)
+        content = self.encode(data, self.hidden_for(data, None))
+        total = 0.0
+        for f in self.target_fields:
+            m = data.predicted(f.name)
+            if not m.any():
+                continue
+            if f.name != "cat":
+                eta = super().natural_params_at(data, {f.name: m})[f.name]
+                ll = f.family.log_prob(data.fields[f.name][m], eta)
+                total = total - ll.mean()
+                continue
+            h, _ = self.states(data, "cat", m, content=content)  # [P, d]
+            cols = m.nonzero()[:, 1]
+            ids = self.local_ids[cols]  # [P, width]
+            read = self.readouts["cat"].net
+            logits = torch.einsum("pd,pld->pl", h, read.weight[ids])
+            if read.bias is not None:
+                logits = logits + read.bias[ids]
+            logits = logits.masked_fill(~self.local_ok[cols], float("-inf"))
+            y = data.fields["cat"][m]
+            target = self.local_rank[cols, y]
+            total = total + torch.nn.functional.cross_entropy(logits, target)
+        return total
 
 
 class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
@@ -78,14 +128,17 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     shared_vocabulary : one embedding table and one read-out for every categorical column
         (the paper's model, whose columns are all bins 0..C−1 of one scale); needs every
         categorical column and the response to have the same levels.
+    cell_dropout : in training, hide each observed cell with this probability as well (from
+        the context and from the likelihood), so that rows with [MASK]s (missing cells, unseen
+        levels with ``handle_unknown="unk"``) are read as in training.
     random_state : int, RandomState or None (seeds initialisation, split and shuffling).
     """
 
     def __init__(self, backbone="paper", embedding_dim=20, num_heads=5, ffn_hidden=5,
                  dropout=0.1, num_layers=1, numeric="quantile", n_bins=10, categorical=None,
-                 handle_unknown="error", missing="error", lr=3e-3, batch_size=64,
+                 handle_unknown="error", missing="error", lr=1e-2, batch_size=128,
                  max_epochs=200, patience=10, weight_decay=0.0, validation_fraction=0.15,
-                 shared_vocabulary=False, random_state=None):
+                 shared_vocabulary=False, cell_dropout=0.0, random_state=None):
         self.backbone = backbone
         self.embedding_dim = embedding_dim
         self.num_heads = num_heads
@@ -104,6 +157,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.weight_decay = weight_decay
         self.validation_fraction = validation_fraction
         self.shared_vocabulary = shared_vocabulary
+        self.cell_dropout = cell_dropout
         self.random_state = random_state
 
     def __sklearn_tags__(self):
@@ -287,7 +341,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             if self.is_cat_[pos]:
                 lo = self.offsets_[c]
                 support[pos, lo : lo + len(self.levels_[c])] = True
-        return TableEFA(cfg, support)
+        return TableEFA(cfg, support, self.cell_dropout)
 
     def fit(self, X, y):
         """Fit on a DataFrame or 2-D array ``X`` and labels ``y`` (NaN/None: unlabelled rows)."""
