@@ -180,3 +180,12 @@ def test_column_softmax_loss_equals_the_restricted_likelihood():
     generic = ConditionalModel.loss(model, data)
     torch.testing.assert_close(model.loss(data), generic, atol=1e-10, rtol=0)
     model.float()
+
+
+def test_quick_grids_and_car(tmp_path):
+    for name in ("tabular-simulation-grids", "car"):
+        result = CliRunner().invoke(app, ["reproduce", name, "--seeds", "1", "--quick", "--out",
+                                          str(tmp_path), "--no-progress"])
+        assert result.exit_code == 0, result.output
+        doc = json.loads((tmp_path / name / "results.json").read_text())
+        assert doc["rows"] and all(np.isfinite(r["mean"]) for r in doc["rows"])
