@@ -80,6 +80,9 @@ def test_linear_backbone_gates_are_the_moe_gates():
     torch.testing.assert_close(torch.as_tensor(gates), pi[:, -1].float().double(),
                                atol=1e-6, rtol=0)
     assert gates.shape == (len(X), 2, 5)
+    g, experts = est.experts(X)
+    mixed = np.einsum("nhj,nhjv->nv", g, experts)
+    np.testing.assert_allclose(mixed, eta[:, support].detach().float().numpy(), atol=1e-4)
 
 
 def test_options_semi_supervised_impute_unknown_and_column_proba():

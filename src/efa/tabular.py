@@ -509,6 +509,27 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         w = self.model_.attention_weights(data, target, at=at)  # [L, B, H, I, I]
         return w[layer, :, :, pos].double().numpy()
 
+    @torch.no_grad()
+    def experts(self, X, column=None) -> tuple[np.ndarray, np.ndarray]:
+        """The mixture of experts of the masked ``column`` (default: the response) for the
+        ``linear`` backbone: gates π [n, heads, columns + 1] and expert logits
+        [n, heads, columns + 1, levels] over the column's levels; Σ π·f is the column's logits
+        (efa.moe, Theorem 2)."""
+        from efa.moe import mixture
+
+        X = self._check_X(X)
+        if self.backbone != "linear" or self.num_layers != 1:
+            raise ValueError("experts() needs backbone='linear' and num_layers=1 (the block "
+                             "whose logits are a mixture of CBOW experts)")
+        pos = self.n_positions_ - 1 if column is None else self._position(column)
+        if not self.is_cat_[pos]:
+            raise ValueError(f"column {column!r} is a Gaussian value field, not categorical")
+        pi, f = mixture(self.model_, self._sequences(X), "cat")
+        name = self.columns_[pos]
+        lo = self.offsets_[name]
+        f = f[:, pos, ..., lo : lo + len(self.levels_[name])]
+        return pi[:, pos].double().numpy(), f.double().numpy()
+
     def _position(self, column) -> int:
         if column in self._index:
             return self._index[column]
