@@ -122,8 +122,9 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
     rows; the early-stopped model is kept (no refit, to halve the cost)."""
 
     def __init__(self, depth=6, learning_rate=0.1, l2_leaf_reg=3.0, max_iterations=500,
-                 validation=0.2, random_state=0, thread_count=1):
+                 max_ctr_complexity=None, validation=0.2, random_state=0, thread_count=1):
         self.depth = depth
+        self.max_ctr_complexity = max_ctr_complexity
         self.learning_rate = learning_rate
         self.l2_leaf_reg = l2_leaf_reg
         self.max_iterations = max_iterations
@@ -132,7 +133,9 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
         self.thread_count = thread_count
 
     def _params(self, iterations):
-        return dict(depth=self.depth, learning_rate=self.learning_rate,
+        extra = ({} if self.max_ctr_complexity is None
+                 else {"max_ctr_complexity": self.max_ctr_complexity})
+        return extra | dict(depth=self.depth, learning_rate=self.learning_rate,
                     l2_leaf_reg=self.l2_leaf_reg, iterations=iterations,
                     random_seed=self.random_state, thread_count=self.thread_count,
                     verbose=False, allow_writing_files=False, loss_function="MultiClass")
