@@ -22,7 +22,7 @@ CASES = list(
         ["unidirectional", "bidirectional"],
         [1, 2, 3],
         ["softmax", "linear"],
-        ["bare", "residual", "post_ln", "pre_ln"],
+        ["bare", "residual", "post_ln", "pre_ln", "residual_linear"],
     )
 )
 

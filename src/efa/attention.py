@@ -205,12 +205,19 @@ def mlp(sizes: list[int]) -> nn.Module:
     return nn.Sequential(*layers[:-1])
 
 
-BLOCKS = ("bare", "residual", "post_ln", "pre_ln")
+BLOCKS = ("bare", "residual", "post_ln", "pre_ln", "residual_linear")
 
 
 class Block(nn.Module):
     """One layer: ``bare`` (attention alone, Eq. 1), ``residual`` (x + MHA(x)), ``post_ln`` /
-    ``pre_ln`` (transformer blocks with LayerNorm and a feed-forward layer)."""
+    ``pre_ln`` (transformer blocks with LayerNorm and a feed-forward layer),
+    ``residual_linear`` (z' = x + MHA(x), then z' + W' z': the linear, LayerNorm-free block of
+    Appendix B of Wibisono & Wang's "Bidirectional attention as a mixture of continuous word
+    experts", whose masked logits are a CBOW mixture of experts, :mod:`efa.moe`).
+
+    ``cfg.dropout`` > 0 drops units of the attention output and of the feed-forward output
+    before they are added to the residual stream (Keras/BERT placement); at 0 no dropout
+    module exists, so the computation (and the random stream) is unchanged."""
 
     def __init__(self, d_model: int, head_dim: int, cfg):
         super().__init__()
@@ -224,6 +231,10 @@ class Block(nn.Module):
             self.ffn = nn.Sequential(
                 nn.Linear(d_model, cfg.ffn_hidden), nn.ReLU(), nn.Linear(cfg.ffn_hidden, d_model)
             )
+        if self.kind == "residual_linear":
+            self.lin = nn.Linear(d_model, d_model, bias=cfg.bias)  # W'
+        rate = getattr(cfg, "dropout", 0.0)
+        self.drop = nn.Dropout(rate) if rate > 0 else nn.Identity()
 
     def forward(self, x, allowed, memory=None, own=False, q_pos=None, need_weights=True):
         """``memory``: the context tokens (keys and values); with ``own=True`` query i also
@@ -232,13 +243,16 @@ class Block(nn.Module):
             m = None if memory is None else self.ln1(memory)
             a, w = self.attn(self.ln1(x), allowed, memory=m, own=own, q_pos=q_pos,
                              need_weights=need_weights)
-            x = x + a
-            return x + self.ffn(self.ln2(x)), w
+            x = x + self.drop(a)
+            return x + self.drop(self.ffn(self.ln2(x))), w
         a, w = self.attn(x, allowed, memory=memory, own=own, q_pos=q_pos,
                          need_weights=need_weights)
         if self.kind == "bare":
-            return a, w
+            return self.drop(a), w
         if self.kind == "residual":
-            return x + a, w
-        x = self.ln1(x + a)
-        return self.ln2(x + self.ffn(x)), w
+            return x + self.drop(a), w
+        if self.kind == "residual_linear":
+            z = x + self.drop(a)
+            return z + self.lin(z), w
+        x = self.ln1(x + self.drop(a))
+        return self.ln2(x + self.drop(self.ffn(x))), w

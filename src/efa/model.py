@@ -34,7 +34,10 @@ class EFAConfig:
       paper's softmax-free form of Props 2–3) or any registered in :mod:`efa.attention`, as a
       name or ``{"kernel": name, **options}``. scale: ``sqrt`` (1/√d_head, Vaswani) or
       ``linear`` (1/d_head, the paper's 1/K). block: ``bare`` (Eq. 1 alone), ``residual``
-      (x + MHA(x), the paper's experiments), ``post_ln`` / ``pre_ln`` (transformer blocks).
+      (x + MHA(x), the paper's experiments), ``post_ln`` / ``pre_ln`` (transformer blocks),
+      ``residual_linear`` (residual attention, then z + W'z: the linear block whose masked
+      logits are a CBOW mixture of experts, efa.moe). dropout: rate on the attention and
+      feed-forward outputs (0: none).
       d_model: token width after the optional mixing MLP (None keeps the concatenation of the
       field embeddings). max_len: size of the learned positional table (None: no positions,
       for sets). mode: how the exact masked pseudo-likelihood is computed (``two_stream``,
@@ -54,6 +57,7 @@ class EFAConfig:
     scale: str = "sqrt"
     block: str = "residual"
     ffn_hidden: int = 64
+    dropout: float = 0.0
     bias: bool = True
     out_proj: bool = True
     mode: str = "auto"
@@ -78,6 +82,8 @@ class EFAConfig:
             if getattr(self, key) not in allowed:
                 raise ValueError(f"{key} must be one of {allowed}, got {getattr(self, key)!r}")
         kernel_spec(self.attention)
+        if not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be a rate in [0, 1), got {self.dropout!r}")
         for key in ("num_layers", "num_heads", "chunk", "mix_hidden", "ffn_hidden"):
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:

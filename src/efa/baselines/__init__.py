@@ -3,6 +3,9 @@
 - :mod:`efa.baselines.fm`: factorisation models, the special cases of EFA in Props 1–3
   (``CategoricalFM``, ``ValueFM``) and the k-nearest-neighbour FM of the temperature
   experiment (``KNNFM``).
+- :mod:`efa.baselines.cbow`: CBOW with a window and a full softmax (``CBOW``).
+- :mod:`efa.baselines.tabular`: peers of the tabular estimator (reference grids, CatBoost, TabM,
+  FT-Transformer).
 - :mod:`efa.baselines.glm`: GLMs (``Unigram``, ``ContextLogit``, ``RatingGLM``), fitted to
   convergence by L-BFGS with the L2 penalty picked on validation (``fit_convex``,
   ``select_l2``).
@@ -10,6 +13,7 @@
   ``GaussianConditional`` with validation-picked shrinkage, ``select_shrinkage``).
 """
 
+from efa.baselines.cbow import CBOW
 from efa.baselines.fm import KNNFM, CategoricalFM, ValueFM, context_sum, knn_indices
 from efa.baselines.gaussian import (
     Climatology,
@@ -20,6 +24,7 @@ from efa.baselines.gaussian import (
 from efa.baselines.glm import ContextLogit, RatingGLM, Unigram, fit_convex, select_l2
 
 __all__ = [
+    "CBOW",
     "KNNFM",
     "CategoricalFM",
     "Climatology",

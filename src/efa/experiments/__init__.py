@@ -31,6 +31,14 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                         "Temperatures with CME attention (attention = GP posterior mean)"),
     "exchangeability": ("efa.experiments.exchangeability",
                         "Zhang et al.: CME attention, rates in L, heads, gap, excess, transfer"),
+    "tabular-simulation": ("efa.experiments.tabular_simulation",
+                           "MoE paper Table 1: categorical tables under covariate shift"),
+    "tabular-simulation-grids": ("efa.experiments.tabular_grids",
+                                 "MoE paper Table 1: the reference RF/GB/MLP grids (cached)"),
+    "auto-mpg": ("efa.experiments.auto_mpg",
+                 "MoE paper Table 2: auto-mpg, trained on US cars, tested on the others"),
+    "car": ("efa.experiments.car",
+            "UCI Car Evaluation, trained on cheap cars, tested on expensive ones"),
 }
 
 

@@ -1,0 +1,143 @@
+"""Categorical tables of the attention-as-mixture-of-experts paper (Wibisono & Wang, UAI 2023).
+
+- :func:`simulate`: the covariate-shift simulation of Section 3.2.1 / Appendix D, drawn exactly
+  as the authors' ``generate_data`` (NumPy's legacy global-state generator, the same call order,
+  the sign flip of the first D//2 columns on *both* splits, pooled quantile bins), or the paper's
+  text (``variant="paper"``: sign flip on the training split only, bins per split).
+- :func:`auto_mpg`: UCI auto-mpg with the reference preprocessing and the origin split.
+- :func:`car`: UCI Car Evaluation with a split by one feature (a second covariate shift case).
+
+Every loader returns ``(train, test)`` pandas DataFrames with the response in the last column.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from efa.datasets.root import data_root, require_file
+
+#: ``np.random.seed(2023); np.random.randint(10000, size=20)`` — the 20 data sets per setting.
+SIMULATION_SEEDS = (4951, 5657, 2743, 6049, 5852, 6659, 9076, 470, 357, 5088,
+                    7605, 9549, 8231, 8408, 5763, 7226, 9244, 2257, 4295, 8433)
+#: The 12 settings (n_c, noise, corr) in the order of the paper's Table 1.
+SIMULATION_SETTINGS = tuple((n_c, noise, corr) for n_c in (1, 5) for noise in (0, 0.5, 1.5)
+                            for corr in (0.1, 0.9))
+
+
+def simulation_seeds() -> tuple[int, ...]:
+    """Recompute the seed list the way the reference notebooks do (a check on the constant)."""
+    state = np.random.get_state()
+    try:
+        np.random.seed(2023)
+        return tuple(int(s) for s in np.random.randint(10000, size=20))
+    finally:
+        np.random.set_state(state)
+
+
+def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: int = 5,
+             y_noise: float = 2.0, n_cat: int = 10, shift: bool = True,
+             variant: str = "code") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One simulated data set: ``train``, ``test`` with integer bins in columns x0..x{d-1}, y.
+
+    The draws use NumPy's legacy generator in the reference order (train x, test x, train
+    noise, test noise, coefficients, train y noise, test y noise), so ``variant="code"`` is
+    bit-for-bit the authors' data. The global NumPy state is restored afterwards.
+    """
+    if variant not in ("code", "paper"):
+        raise ValueError(f"variant must be 'code' (the authors' generator) or 'paper', got "
+                         f"{variant!r}")
+    if not 1 <= n_c <= d:
+        raise ValueError(f"n_c must be in 1..{d}, got {n_c}")
+    rng = np.random.RandomState(seed)  # same stream as np.random.seed(seed) + np.random.*
+    mean = np.zeros(d)
+    train_cov = np.full((d, d), corr) + np.eye(d) * (1 - corr)
+    test_cov = np.full((d, d), 1 - corr) + np.eye(d) * corr if shift else train_cov
+    flip = np.concatenate([-np.ones(d // 2), np.ones(d - d // 2)])
+    train_true = rng.multivariate_normal(mean, train_cov, size=n) * flip
+    test_true = rng.multivariate_normal(mean, test_cov, size=n)
+    if variant == "code":  # the reference flips the test split too (the paper says train only)
+        test_true = test_true * flip
+    scale = np.array([0.4] * n_c + [0.3] * (d - n_c)) * noise
+    train_x = train_true + scale * rng.normal(size=[n, d])
+    test_x = test_true + scale * rng.normal(size=[n, d])
+    coef = rng.uniform(size=n_c) * 10
+    train_y = train_true[:, :n_c] @ coef + y_noise * rng.normal(size=n)
+    test_y = test_true[:, :n_c] @ coef + y_noise * rng.normal(size=n)
+    cols = [f"x{i}" for i in range(d)]
+    train = pd.DataFrame(train_x, columns=cols).assign(y=train_y)
+    test = pd.DataFrame(test_x, columns=cols).assign(y=test_y)
+    if variant == "code":  # quantile bins on the pooled 2n rows
+        pooled = pd.concat([train, test]).reset_index(drop=True)
+        binned = pooled.apply(lambda c: pd.qcut(c, n_cat, labels=False))
+        return (binned.iloc[:n].reset_index(drop=True),
+                binned.iloc[n:].reset_index(drop=True))
+    return tuple(t.apply(lambda c: pd.qcut(c, n_cat, labels=False)) for t in (train, test))
+
+
+AUTO_MPG_COLUMNS = ["cylinders", "displacement", "horsepower", "weight", "acceleration",
+                    "model year"]
+
+
+def auto_mpg(path=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """auto-mpg as in the reference notebook: drop '?' horsepower, keep 4/6/8 cylinders
+    (385 rows), cylinders → 0/1/2, every other column and mpg in 3 quantile bins over all 385
+    rows, origin 1 → train (245 rows), origins 2/3 → test (140). Columns x0..x5 (cylinders,
+    displacement, horsepower, weight, acceleration, model year) and y (the mpg bin)."""
+    path = require_file(path or data_root() / "tabular" / "auto-mpg.csv", "UCI auto-mpg CSV")
+    raw = pd.read_csv(path)
+    missing = [c for c in ["mpg", *AUTO_MPG_COLUMNS, "origin"] if c not in raw]
+    if missing:
+        raise ValueError(f"{path}: columns {missing} are missing (has {list(raw)})")
+    raw = raw[raw["horsepower"].astype(str).str.strip() != "?"]
+    raw = raw[raw["cylinders"].isin([4, 6, 8])].copy()
+    raw["horsepower"] = raw["horsepower"].astype(int)
+    out = pd.DataFrame(index=raw.index)
+    for i, c in enumerate(AUTO_MPG_COLUMNS):
+        if c == "cylinders":
+            out[f"x{i}"] = (raw[c] // 2 - 2).astype(int)
+        else:
+            out[f"x{i}"] = pd.qcut(raw[c], 3, labels=False)
+    out["y"] = pd.qcut(raw["mpg"], 3, labels=False)
+    train = out[raw["origin"] == 1].reset_index(drop=True)
+    test = out[raw["origin"] != 1].reset_index(drop=True)
+    return train, test
+
+
+CAR_COLUMNS = ["buying", "maint", "doors", "persons", "lug_boot", "safety", "deal"]
+CAR_LEVELS = {
+    "buying": ["low", "med", "high", "vhigh"],
+    "maint": ["low", "med", "high", "vhigh"],
+    "doors": ["2", "3", "4", "5more"],
+    "persons": ["2", "4", "more"],
+    "lug_boot": ["small", "med", "big"],
+    "safety": ["low", "med", "high"],
+    "deal": ["unacc", "acc", "good", "vgood"],
+}
+
+
+def car(path=None, shift: str = "buying", train_levels=("low", "med")
+        ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """UCI Car Evaluation (1,728 rows, all categorical; response ``deal``) split by one
+    feature: rows whose ``shift`` column is in ``train_levels`` train, the others test. The
+    default trains on cheap cars (buying low/med, 864 rows: unacc 526, acc 204, good 69,
+    vgood 65) and tests on expensive ones (buying high/vhigh, 864 rows: unacc 684, acc 180):
+    the test rows carry buying levels never seen in training and a different label mix, while
+    p(deal | features) is the same deterministic rule. (The reverse split has no 'good'/'vgood'
+    in training, so no model could predict them.) Columns keep their string levels as ordered
+    pandas Categoricals (the levels of :data:`CAR_LEVELS`)."""
+    path = require_file(path or data_root() / "tabular" / "car.csv", "UCI Car Evaluation CSV")
+    raw = pd.read_csv(path, dtype=str)
+    if list(raw) != CAR_COLUMNS:
+        raise ValueError(f"{path}: expected columns {CAR_COLUMNS}, got {list(raw)}")
+    for c, levels in CAR_LEVELS.items():
+        bad = set(raw[c]) - set(levels)
+        if bad:
+            raise ValueError(f"{path}: column {c!r} has unknown levels {sorted(bad)}")
+        raw[c] = pd.Categorical(raw[c], categories=levels, ordered=True)
+    if shift not in CAR_COLUMNS[:-1]:
+        raise ValueError(f"shift must be a feature column {CAR_COLUMNS[:-1]}, got {shift!r}")
+    inside = raw[shift].isin(list(train_levels))
+    if not inside.any() or inside.all():
+        raise ValueError(f"train_levels {train_levels} leave an empty split of {shift!r}")
+    return raw[inside].reset_index(drop=True), raw[~inside].reset_index(drop=True)

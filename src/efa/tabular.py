@@ -1,0 +1,602 @@
+"""A scikit-learn classifier for tables: bidirectional attention over the columns, trained on the
+joint masked pseudo-likelihood of *all* columns (Wibisono & Wang, UAI 2023, Section 3.1).
+
+Each row is a sequence whose positions are the columns (the response last); a categorical cell
+is a token of a column-specific vocabulary, a numeric cell is either a quantile bin (bins learned
+in ``fit``) or a Gaussian value field (``numeric="gaussian"``). The model is an :class:`efa.EFA`
+whose likelihood is, for every row and every column k, log p(x_k | the other cells): every
+column, the response included, is masked in turn, computed exactly by the core's two-stream
+algorithm (one pass per row; no masked copies of the data). A categorical column's softmax
+runs over its own levels only (:class:`TableEFA`). Prediction masks the response;
+``predict_column_proba`` and ``impute`` do the same for any column.
+
+Rows whose label is missing (NaN / None in ``y``) still enter the likelihood of the features
+(the paper's Y = [MASK], semi-supervised). Two backbones: ``"paper"`` (the authors' single post-LN
+transformer block: 5 heads, width 20, feed-forward 5, dropout 0.1) and ``"linear"`` (the
+theory-exact ``residual_linear`` block, whose response logits are the CBOW mixture of experts of
+:mod:`efa.moe`; ``gates`` returns its π).
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
+
+from efa.data import Sequences
+from efa.families import HeteroscedasticGaussian
+from efa.fields import EXCLUDED, Category, Value
+from efa.model import EFA, EFAConfig
+from efa.train import TrainConfig, fit, seed_everything
+
+BACKBONES = ("paper", "linear")
+
+
+class TableEFA(EFA):
+    """An EFA over table rows whose categorical field ``cat`` holds every categorical column's
+    levels in one id range; ``support`` [columns, vocabulary] restricts the softmax at column k
+    to column k's own levels (a context-free base measure, so the family stays exponential).
+
+    The training loss computes each masked cell's softmax over its column's levels only (the
+    same numbers as the restricted full softmax, whose excluded logits underflow to exactly 0,
+    at the cost of the column's size instead of the whole vocabulary's)."""
+
+    def __init__(self, config: EFAConfig, support: torch.Tensor, cell_dropout: float = 0.0):
+        super().__init__(config)
+        self.register_buffer("support", support)
+        self.cell_dropout = cell_dropout
+        width = max(1, int(support.sum(1).max()))
+        local = torch.zeros(support.shape[0], width, dtype=torch.long)
+        for k in range(support.shape[0]):
+            ids = support[k].nonzero().flatten()
+            local[k, : len(ids)] = ids
+        self.register_buffer("local_ids", local)  # [columns, width]: the column's vocabulary
+        self.register_buffer("local_ok", torch.arange(width) < support.sum(1, keepdim=True))
+        rank = torch.cumsum(support.long(), 1) - 1  # vocabulary id -> index within its column
+        self.register_buffer("local_rank", rank)
+
+    def restrict(self, name, data, at, eta):
+        eta = super().restrict(name, data, at, eta)
+        if name != "cat":
+            return eta
+        return eta.masked_fill(~self.support[at.nonzero()[:, 1]], EXCLUDED)
+
+    def loss(self, data, check=False):
+        """Sum over fields of the mean negative log-likelihood of the masked cells. In training,
+        each observed cell is also hidden with probability ``cell_dropout`` (hidden from the
+        context and not scored): the likelihood of a cell given a random subset of the others,
+        so that the model learns to read rows with [MASK]s in them (missing cells, unseen
+        levels) as well as rows without."""
+        if check:
+            self.check(data)
+        if self.training and self.cell_dropout > 0:
+            keep = {k: m & (torch.rand(m.shape) >= self.cell_dropout)
+                    for k, m in data.observed.items()}
+            data = Sequences(data.fields, data.lengths, keep, data.scored)
+        content = self.encode(data, self.hidden_for(data, None))
+        total = 0.0
+        for f in self.target_fields:
+            m = data.predicted(f.name)
+            if not m.any():
+                continue
+            if f.name != "cat":
+                eta = super().natural_params_at(data, {f.name: m})[f.name]
+                ll = f.family.log_prob(data.fields[f.name][m], eta)
+                total = total - ll.mean()
+                continue
+            h, _ = self.states(data, "cat", m, content=content)  # [P, d]
+            cols = m.nonzero()[:, 1]
+            ids = self.local_ids[cols]  # [P, width]
+            read = self.readouts["cat"].net
+            logits = torch.einsum("pd,pld->pl", h, read.weight[ids])
+            if read.bias is not None:
+                logits = logits + read.bias[ids]
+            logits = logits.masked_fill(~self.local_ok[cols], float("-inf"))
+            y = data.fields["cat"][m]
+            target = self.local_rank[cols, y]
+            total = total + torch.nn.functional.cross_entropy(logits, target)
+        return total
+
+
+class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
+    """Classifier of a table's response from its other columns by bidirectional attention.
+
+    Parameters
+    ----------
+    backbone : ``"paper"`` (post-LN transformer block with a ReLU feed-forward layer) or
+        ``"linear"`` (residual attention + W' residual, no LayerNorm, no biases: the CBOW mixture
+        of experts of efa.moe).
+    embedding_dim, num_heads, ffn_hidden, dropout, num_layers : sizes (paper: 20, 5, 5, 0.1, 1).
+    numeric : ``"quantile"`` (float columns cut into ``n_bins`` quantile bins on the training
+        rows) or ``"gaussian"`` (a heteroscedastic Gaussian value field per float column).
+    categorical : column names (or indices) to treat as categorical; default: every column that
+        is not floating point (integers, strings, booleans, pandas categoricals).
+    handle_unknown : ``"error"`` (a level unseen in fit is an error naming column and value) or
+        ``"unk"`` (it is treated as unobserved: the [MASK] embedding stands for [UNK]).
+    missing : ``"error"`` (NaN in X is an error naming the column) or ``"mask"`` (a missing
+        cell is hidden from the model and not predicted). Missing labels in ``y`` are always
+        allowed: those rows train the features' likelihood only.
+    lr, batch_size, max_epochs, patience, weight_decay : Adam training; early stopping on the
+        joint pseudo-likelihood of an internal validation split (``validation_fraction`` of the
+        rows, stratified by label), best weights restored.
+    shared_vocabulary : one embedding table and one read-out for every categorical column
+        (the paper's model, whose columns are all bins 0..C−1 of one scale); needs every
+        categorical column and the response to have the same levels.
+    cell_dropout : in training, hide each observed cell with this probability as well (from
+        the context and from the likelihood), so that rows with [MASK]s (missing cells, unseen
+        levels with ``handle_unknown="unk"``) are read as in training.
+    random_state : int, RandomState or None (seeds initialisation, split and shuffling).
+    """
+
+    def __init__(self, backbone="paper", embedding_dim=20, num_heads=5, ffn_hidden=5,
+                 dropout=0.1, num_layers=1, numeric="quantile", n_bins=10, categorical=None,
+                 handle_unknown="error", missing="error", lr=1e-2, batch_size=128,
+                 max_epochs=200, patience=10, weight_decay=0.0, validation_fraction=0.15,
+                 shared_vocabulary=False, cell_dropout=0.0, random_state=None):
+        self.backbone = backbone
+        self.embedding_dim = embedding_dim
+        self.num_heads = num_heads
+        self.ffn_hidden = ffn_hidden
+        self.dropout = dropout
+        self.num_layers = num_layers
+        self.numeric = numeric
+        self.n_bins = n_bins
+        self.categorical = categorical
+        self.handle_unknown = handle_unknown
+        self.missing = missing
+        self.lr = lr
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.weight_decay = weight_decay
+        self.validation_fraction = validation_fraction
+        self.shared_vocabulary = shared_vocabulary
+        self.cell_dropout = cell_dropout
+        self.random_state = random_state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.categorical = True
+        tags.input_tags.string = True
+        tags.input_tags.allow_nan = self.missing == "mask"
+        tags.non_deterministic = False
+        return tags
+
+    # ------------------------------------------------------------------ checks and encoding
+    def _check_params(self):
+        if self.backbone not in BACKBONES:
+            raise ValueError(f"backbone must be one of {BACKBONES}, got {self.backbone!r}")
+        if self.numeric not in ("quantile", "gaussian"):
+            raise ValueError(f"numeric must be 'quantile' or 'gaussian', got {self.numeric!r}")
+        if self.handle_unknown not in ("error", "unk"):
+            raise ValueError(f"handle_unknown must be 'error' or 'unk', got "
+                             f"{self.handle_unknown!r}")
+        if self.missing not in ("error", "mask"):
+            raise ValueError(f"missing must be 'error' or 'mask', got {self.missing!r}")
+        if not isinstance(self.n_bins, numbers.Integral) or self.n_bins < 2:
+            raise ValueError(f"n_bins must be an integer >= 2, got {self.n_bins!r}")
+        if not 0 < self.validation_fraction < 1:
+            raise ValueError(f"validation_fraction must be in (0, 1), got "
+                             f"{self.validation_fraction!r}")
+
+    @staticmethod
+    def _frame(X) -> pd.DataFrame:
+        if isinstance(X, pd.DataFrame):
+            return X
+        if hasattr(X, "toarray") or hasattr(X, "tocsr"):
+            raise TypeError("sparse input is not supported: pass a dense array or a DataFrame")
+        arr = np.asarray(X)
+        if arr.dtype.kind == "c":
+            raise ValueError("Complex data not supported")
+        if arr.ndim != 2:
+            raise ValueError(f"Expected 2D array, got {arr.ndim}D array instead. Reshape your "
+                             "data with array.reshape(-1, 1) for a single feature or "
+                             "array.reshape(1, -1) for a single sample")
+        return pd.DataFrame(arr)
+
+    def _column_kinds(self, X: pd.DataFrame) -> list[str]:
+        """'cat' or 'num' per column; refuse dtypes the estimator cannot take."""
+        chosen = None
+        if self.categorical is not None:
+            chosen = {X.columns[c] if isinstance(c, numbers.Integral) and c not in X.columns
+                      else c for c in self.categorical}
+            unknown = chosen - set(X.columns)
+            if unknown:
+                raise ValueError(f"categorical names columns {sorted(map(str, unknown))} that X "
+                                 "does not have")
+        kinds = []
+        for c in X.columns:
+            dt = X[c].dtype
+            if dt.kind in "mMc" or isinstance(dt, pd.PeriodDtype | pd.IntervalDtype):
+                raise TypeError(f"column {c!r} has dtype {dt}, which the estimator cannot take "
+                                "(use numbers, strings, booleans or categoricals)")
+            if chosen is not None:
+                kinds.append("cat" if c in chosen else "num")
+            else:
+                kinds.append("num" if dt.kind == "f" else "cat")
+        return kinds
+
+    def _nan_error(self, col, rows):
+        return ValueError(
+            f"column {col!r} has NaN or inf in {len(rows)} row(s) (first: row {rows[0]}); pass "
+            "missing='mask' to treat missing cells as unobserved")
+
+    def _learn_columns(self, X: pd.DataFrame):
+        self.kinds_ = self._column_kinds(X)
+        self.levels_, self.bins_, self.stats_ = {}, {}, {}
+        for c, kind in zip(X.columns, self.kinds_, strict=True):
+            col = X[c]
+            if kind == "num":
+                v = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
+                ok = np.isfinite(v)
+                if not ok.any():
+                    raise ValueError(f"column {c!r} has no finite value")
+                if self.numeric == "quantile":
+                    edges = np.unique(np.quantile(v[ok], np.linspace(0, 1, self.n_bins + 1)))
+                    self.bins_[c] = edges[1:-1]  # interior edges
+                    self.levels_[c] = list(range(len(edges) - 1 if len(edges) > 1 else 1))
+                else:
+                    mu, sd = float(v[ok].mean()), float(v[ok].std())
+                    self.stats_[c] = (mu, sd if sd > 0 else 1.0)
+            else:
+                values = col[col.notna()]
+                _check_scalars(values, c)
+                levels = pd.unique(values)
+                try:
+                    levels = sorted(levels)
+                except TypeError:
+                    levels = sorted(levels, key=str)
+                self.levels_[c] = list(levels)
+
+    def _cells(self, X: pd.DataFrame, columns, unknown_ok: bool):
+        """(ids [N, K] into the categorical vocabulary, values [N, K], observed [N, K] bool,
+        is_cat [K]) for the given feature columns of X."""
+        n, k = len(X), len(columns)
+        ids = np.zeros((n, k), dtype=np.int64)
+        vals = np.zeros((n, k), dtype=float)
+        obs = np.ones((n, k), dtype=bool)
+        for j, c in enumerate(columns):
+            col = X[c]
+            kind = self.kinds_[self._index[c]]
+            if kind == "num":
+                v = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
+                bad = ~np.isfinite(v)
+                if bad.any():
+                    if self.missing == "error":
+                        raise self._nan_error(c, np.flatnonzero(bad))
+                    obs[bad, j] = False
+                if self.numeric == "quantile":
+                    ids[:, j] = self.offsets_[c] + np.searchsorted(self.bins_[c],
+                                                                   np.nan_to_num(v), "right")
+                else:
+                    mu, sd = self.stats_[c]
+                    vals[:, j] = np.where(bad, 0.0, (np.nan_to_num(v) - mu) / sd)
+                continue
+            missing = col.isna().to_numpy()
+            if missing.any():
+                if self.missing == "error":
+                    raise self._nan_error(c, np.flatnonzero(missing))
+                obs[missing, j] = False
+            _check_scalars(col[~missing], c)
+            lookup = self.lookup_[c]
+            codes = np.array([lookup.get(v, -1) for v in col.where(~col.isna(), None)])
+            unseen = (codes < 0) & ~missing
+            if unseen.any():
+                r = int(np.flatnonzero(unseen)[0])
+                if self.handle_unknown == "error" and not unknown_ok:
+                    known = self.levels_[c]
+                    more = " ..." if len(known) > 10 else ""
+                    raise ValueError(
+                        f"column {c!r} has the value {col.iloc[r]!r} (row {r}) that fit never "
+                        f"saw (known: {known[:10]}{more}); pass handle_unknown='unk' to treat "
+                        "unseen values as unknown")
+                obs[unseen, j] = False
+            ids[:, j] = self.offsets_[c] + np.where(codes < 0, 0, codes)
+        return ids, vals, obs
+
+    def _sequences(self, X: pd.DataFrame, y_codes=None, unknown_ok=False) -> Sequences:
+        """Rows → Sequences over the K feature columns and the response (last position)."""
+        n = len(X)
+        ids, vals, obs = self._cells(X, list(X.columns), unknown_ok)
+        if y_codes is None:
+            y_codes = np.full(n, -1)
+        y_obs = y_codes >= 0
+        y_ids = self.offsets_[self._target] + np.where(y_obs, y_codes, 0)
+        ids = np.concatenate([ids, y_ids[:, None]], 1)
+        vals = np.concatenate([vals, np.zeros((n, 1))], 1)
+        obs = np.concatenate([obs, y_obs[:, None]], 1)
+        cat_pos = np.array(self.is_cat_)
+        fields = {"cat": torch.from_numpy(ids)}
+        observed = {"cat": torch.from_numpy(obs & cat_pos[None])}
+        if self.has_num_:
+            fields["num"] = torch.from_numpy(vals.astype(np.float32))
+            observed["num"] = torch.from_numpy(obs & ~cat_pos[None])
+        return Sequences(fields, torch.full((n,), ids.shape[1]), observed)
+
+    # ------------------------------------------------------------------ fit
+    def _build(self):
+        d = self.embedding_dim
+        fields = [Category("cat", max(self.vocab_size_, 2), dim=d, readout_bias=True)]
+        mix, d_model = "none", None
+        if self.has_num_:
+            fields.append(Value("num", HeteroscedasticGaussian(), dim=d, encoder="linear",
+                                readout="mlp", readout_hidden=(d,)))
+            mix, d_model = "linear", d
+        paper = self.backbone == "paper"
+        cfg = EFAConfig(
+            fields, num_layers=self.num_layers, num_heads=self.num_heads,
+            head_dim=max(1, d // self.num_heads), d_model=d_model, mix=mix,
+            max_len=self.n_positions_, direction="bidirectional",
+            block="post_ln" if paper else "residual_linear", ffn_hidden=self.ffn_hidden,
+            dropout=self.dropout if paper else 0.0, bias=paper, scale="sqrt",
+        )
+        support = torch.zeros(self.n_positions_, max(self.vocab_size_, 2), dtype=torch.bool)
+        for pos, c in enumerate(self.columns_):
+            if self.is_cat_[pos]:
+                lo = self.offsets_[c]
+                support[pos, lo : lo + len(self.levels_[c])] = True
+        return TableEFA(cfg, support, self.cell_dropout)
+
+    def fit(self, X, y):
+        """Fit on a DataFrame or 2-D array ``X`` and labels ``y`` (NaN/None: unlabelled rows)."""
+        self._check_params()
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y "
+                             "is None")
+        frame = self._frame(X)
+        validate_data(self, X, reset=True, skip_check_array=True)
+        X = frame
+        if X.shape[1] < 1:
+            raise ValueError(f"X has 0 feature(s) (shape=({len(X)}, 0)) while a minimum of 1 "
+                             "is required.")
+        if len(X) == 0:
+            raise ValueError(f"Found array with 0 sample(s) (shape=(0, {X.shape[1]})) while a "
+                             "minimum of 1 is required.")
+        y = _as_1d(y)
+        if len(y) != len(X):
+            raise ValueError(f"X has {len(X)} rows but y has {len(y)} labels")
+        labelled = ~pd.isna(pd.Series(y, dtype=object)).to_numpy()
+        if not labelled.any():
+            raise ValueError("y has no label (every entry is missing)")
+        check_classification_targets(y[labelled])
+        self.classes_ = np.unique(y[labelled])
+        if len(self.classes_) < 2:
+            raise ValueError(f"y has one class only ({self.classes_[0]!r}): a classifier needs "
+                             "at least 2 classes")
+        self._target = "__response__"
+        self.feature_columns_ = list(X.columns)
+        self._index = {c: i for i, c in enumerate(X.columns)}
+        self._learn_columns(X)
+        self.has_num_ = self.numeric == "gaussian" and "num" in self.kinds_
+        self.is_cat_ = [k == "cat" or self.numeric == "quantile" for k in self.kinds_] + [True]
+        self.columns_ = [*self.feature_columns_, self._target]
+        self.n_positions_ = len(self.columns_)
+        self.levels_[self._target] = list(self.classes_)
+        self.offsets_, start = {}, 0
+        cats = [c for c, is_cat in zip(self.columns_, self.is_cat_, strict=True) if is_cat]
+        if self.shared_vocabulary:
+            for c in cats:
+                extra = [v for v in self.levels_[c] if v not in set(self.classes_)]
+                if extra:
+                    raise ValueError(
+                        f"shared_vocabulary=True needs every categorical column's levels among "
+                        f"the response's {list(self.classes_)}; column {c!r} has {extra}")
+                self.levels_[c] = list(self.classes_)
+            self.offsets_ = dict.fromkeys(cats, 0)
+            start = len(self.classes_)
+        else:
+            for c in cats:
+                self.offsets_[c], start = start, start + len(self.levels_[c])
+        self.vocab_size_ = start
+        self.lookup_ = {c: _lookup(self.levels_[c]) for c in self.offsets_}
+        y_codes = np.full(len(y), -1)
+        y_codes[labelled] = np.searchsorted(self.classes_, y[labelled])
+
+        rng = check_random_state(self.random_state)
+        seed = int(rng.randint(2**31 - 1))
+        data = self._sequences(X, y_codes)
+        train_idx, val_idx = _split(y_codes, self.validation_fraction, seed)
+        seed_everything(seed)
+        self.model_ = self._build()
+        cfg = TrainConfig(lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
+                          max_epochs=self.max_epochs, patience=self.patience,
+                          schedule="constant", seed=seed, progress=False, grad_clip=1.0)
+        val = data[torch.as_tensor(val_idx)] if len(val_idx) else None
+        self.history_ = fit(self.model_, data[torch.as_tensor(train_idx)], val, cfg)
+        self.model_.eval()
+        self.n_iter_ = self.history_.epochs_run
+        return self
+
+    # ------------------------------------------------------------------ predict
+    def _check_X(self, X):
+        check_is_fitted(self, "model_")
+        frame = self._frame(X)
+        validate_data(self, X, reset=False, skip_check_array=True)
+        X = frame
+        if len(X) == 0:
+            raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
+        if hasattr(self, "feature_names_in_") and isinstance(X, pd.DataFrame) and list(
+                X.columns) == list(self.feature_names_in_):
+            return X
+        X = X.copy()
+        X.columns = self.feature_columns_
+        return X
+
+    @torch.no_grad()
+    def _column_proba(self, data: Sequences, pos: int, column) -> np.ndarray:
+        at = torch.zeros(len(data), self.n_positions_, dtype=torch.bool)
+        at[:, pos] = True
+        out = []
+        for s in range(0, len(data), 4096):
+            batch = data[torch.arange(s, min(s + 4096, len(data)))]
+            p = self.model_.predict_mean(batch, at=at[s : s + len(batch)])["cat"][:, pos]
+            out.append(p)
+        p = torch.cat(out).double().numpy()
+        lo = self.offsets_[column]
+        p = p[:, lo : lo + len(self.levels_[column])]
+        return p / p.sum(1, keepdims=True)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """p(y = class | the row's features), [n, n_classes] in the order of ``classes_``."""
+        X = self._check_X(X)
+        return self._column_proba(self._sequences(X), self.n_positions_ - 1, self._target)
+
+    def predict(self, X) -> np.ndarray:
+        proba = self.predict_proba(X)
+        return self.classes_[proba.argmax(1)]
+
+    def predict_column_proba(self, X, column, y=None) -> pd.DataFrame:
+        """p(column = level | every other cell of the row, and ``y`` if given): any categorical
+        (or binned) column of X, or the response when ``column`` is None."""
+        X = self._check_X(X)
+        if column is None:
+            return pd.DataFrame(self.predict_proba(X), columns=self.classes_, index=X.index)
+        pos = self._position(column)
+        if not self.is_cat_[pos]:
+            raise ValueError(f"column {column!r} is a Gaussian value field: use impute() for its "
+                             "conditional mean")
+        data = self._sequences(X, self._y_codes(y, len(X)))
+        name = self.columns_[pos]
+        levels = self.levels_[name]
+        return pd.DataFrame(self._column_proba(data, pos, name), columns=levels, index=X.index)
+
+    def impute(self, X, y=None) -> pd.DataFrame:
+        """X with each missing cell (NaN/None; needs ``missing='mask'``) replaced by its most
+        probable level (categorical, binned: the bin's training median is not kept, so the bin
+        index) or conditional mean (Gaussian), given the row's observed cells."""
+        X = self._check_X(X)
+        data = self._sequences(X, self._y_codes(y, len(X)))
+        hole = ~(data.observed["cat"] | data.observed.get("num", torch.zeros_like(
+            data.observed["cat"])))
+        hole[:, -1] = False
+        out = X.copy().astype(object)
+        if not hole.any():
+            return X.copy()
+        with torch.no_grad():
+            mean = self.model_.predict_mean(data, at=hole)
+        for pos in range(self.n_positions_ - 1):
+            rows = hole[:, pos].numpy()
+            if not rows.any():
+                continue
+            c = self.columns_[pos]
+            if self.is_cat_[pos]:
+                p = mean["cat"][rows, pos].double().numpy()
+                lo = self.offsets_[c]
+                best = p[:, lo : lo + len(self.levels_[c])].argmax(1)
+                out.loc[out.index[rows], c] = [self.levels_[c][b] for b in best]
+            else:
+                mu, sd = self.stats_[c]
+                out.loc[out.index[rows], c] = mu + sd * mean["num"][rows, pos].double().numpy()
+        return out
+
+    @torch.no_grad()
+    def gates(self, X, column=None, layer: int = -1) -> np.ndarray:
+        """Attention weights [n, heads, columns + 1] of the masked ``column`` (default: the
+        response) over every column, its own [MASK] slot included. With the ``linear``
+        backbone these are exactly the mixture-of-experts gates π of efa.moe."""
+        X = self._check_X(X)
+        pos = self.n_positions_ - 1 if column is None else self._position(column)
+        data = self._sequences(X)
+        at = torch.zeros(len(X), self.n_positions_, dtype=torch.bool)
+        at[:, pos] = True
+        target = "cat" if self.is_cat_[pos] else "num"
+        w = self.model_.attention_weights(data, target, at=at)  # [L, B, H, I, I]
+        return w[layer, :, :, pos].double().numpy()
+
+    @torch.no_grad()
+    def experts(self, X, column=None) -> tuple[np.ndarray, np.ndarray]:
+        """The mixture of experts of the masked ``column`` (default: the response) for the
+        ``linear`` backbone: gates π [n, heads, columns + 1] and expert logits
+        [n, heads, columns + 1, levels] over the column's levels; Σ π·f is the column's logits
+        (efa.moe, Theorem 2)."""
+        from efa.moe import mixture
+
+        X = self._check_X(X)
+        if self.backbone != "linear" or self.num_layers != 1:
+            raise ValueError("experts() needs backbone='linear' and num_layers=1 (the block "
+                             "whose logits are a mixture of CBOW experts)")
+        pos = self.n_positions_ - 1 if column is None else self._position(column)
+        if not self.is_cat_[pos]:
+            raise ValueError(f"column {column!r} is a Gaussian value field, not categorical")
+        pi, f = mixture(self.model_, self._sequences(X), "cat")
+        name = self.columns_[pos]
+        lo = self.offsets_[name]
+        f = f[:, pos, ..., lo : lo + len(self.levels_[name])]
+        return pi[:, pos].double().numpy(), f.double().numpy()
+
+    def _position(self, column) -> int:
+        if column in self._index:
+            return self._index[column]
+        raise KeyError(f"no column {column!r} (columns: {self.feature_columns_})")
+
+    def _y_codes(self, y, n):
+        if y is None:
+            return None
+        y = _as_1d(y)
+        if len(y) != n:
+            raise ValueError(f"X has {n} rows but y has {len(y)} labels")
+        lookup = self.lookup_[self._target]
+        known = ~pd.isna(pd.Series(y, dtype=object)).to_numpy()
+        codes = np.array([lookup.get(v, -2) if k else -1 for v, k in zip(y, known, strict=True)])
+        if (codes == -2).any():
+            r = int(np.flatnonzero(codes == -2)[0])
+            raise ValueError(f"y has the label {y[r]!r} (row {r}) that fit never saw "
+                             f"(classes: {list(self.classes_)})")
+        return codes
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _as_1d(y) -> np.ndarray:
+    arr = np.asarray(y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        from sklearn.exceptions import DataConversionWarning
+
+        warnings.warn("A column-vector y was passed when a 1d array was expected. Please "
+                      "change the shape of y to (n_samples, ), for example using ravel().",
+                      DataConversionWarning, stacklevel=3)
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(f"y must be 1-dimensional, got shape {arr.shape}")
+    return arr
+
+
+def _lookup(levels) -> dict:
+    out = {}
+    for k, v in enumerate(levels):
+        out[v] = k
+        if isinstance(v, np.generic):
+            out[v.item()] = k
+    return out
+
+
+def _check_scalars(values: pd.Series, column) -> None:
+    for v in values:
+        if not isinstance(v, str | numbers.Number | bool | np.generic):
+            raise TypeError(f"column {column!r}: argument must be a string or a number, got "
+                            f"{type(v).__name__} {v!r}")
+
+
+def _split(y_codes: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) row indices: labelled rows stratified by class where every class has
+    at least 2 of them, unlabelled rows split at random; at least one row stays in training."""
+    rng = np.random.RandomState(seed)
+    n = len(y_codes)
+    if n < 4:
+        return np.arange(n), np.arange(0)
+    val = []
+    for c in np.unique(y_codes):
+        rows = np.flatnonzero(y_codes == c)
+        rng.shuffle(rows)
+        k = int(round(fraction * len(rows))) if len(rows) >= 2 else 0
+        val.extend(rows[:k])
+    val = np.sort(np.array(val, dtype=int))
+    train = np.setdiff1d(np.arange(n), val)
+    return train, val

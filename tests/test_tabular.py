@@ -1,0 +1,194 @@
+"""The tabular attention estimator: scikit-learn contract, the exact joint pseudo-likelihood,
+options, bad input; the simulation generator and the reference peers against the authors'
+numbers; the quick experiments."""
+
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.utils.estimator_checks import check_estimator
+from typer.testing import CliRunner
+
+from efa.cli import app
+from efa.datasets.tabular import SIMULATION_SEEDS, auto_mpg, car, simulate, simulation_seeds
+from efa.experiments.tabular_simulation import authors_values
+from efa.moe import mixture, moe_logits
+from efa.tabular import AttentionTableClassifier
+from tests.helpers import naive_natural_params
+
+FAST = dict(max_epochs=8, lr=5e-2, embedding_dim=8, num_heads=2, patience=3)
+
+
+def table(n=120, seed=0):
+    """Three categorical features and a numeric one; y depends on a and the number."""
+    rng = np.random.RandomState(seed)
+    a = rng.choice(["red", "green", "blue"], n)
+    b = rng.randint(0, 4, n)
+    num = rng.normal(size=n)
+    y = np.where((a == "red") | (num > 0.8), "yes", "no")
+    c = pd.Categorical(rng.choice(["s", "m", "l"], n), categories=["s", "m", "l"])
+    return pd.DataFrame({"a": a, "b": b, "c": c, "num": num}), pd.Series(y, name="y")
+
+
+# Checks that cannot apply, with the reason (sklearn's xfail mechanism marks them).
+EXPECTED_FAILED = {
+    "check_sample_weight_equivalence_on_dense_data": "fit takes no sample_weight",
+    "check_classifiers_one_label_sample_weights": "fit takes no sample_weight",
+}
+
+
+def test_passes_sklearn_check_estimator():
+    est = AttentionTableClassifier(random_state=0, **FAST)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_estimator(est, expected_failed_checks=EXPECTED_FAILED)
+
+
+def test_joint_pseudo_likelihood_is_exact_and_covers_every_column():
+    X, y = table(40)
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", **FAST).fit(X, y)
+    model = est.model_.double()
+    data = est._sequences(X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
+    fast = model.natural_params(data)
+    slow = naive_natural_params(model, data)  # one masked copy per cell, run in full
+    for name in fast:
+        m = data.predicted(name)
+        assert m.any(0).sum() == (4 if name == "cat" else 1)  # a, b, c, y  /  num
+        eta_slow = model.restrict(name, data, m, slow[name][m].to(torch.float64))
+        torch.testing.assert_close(fast[name][m], eta_slow, atol=1e-10, rtol=0)
+    model.float()
+
+
+def test_linear_backbone_gates_are_the_moe_gates():
+    X, y = table(60)
+    est = AttentionTableClassifier(backbone="linear", random_state=0, **FAST).fit(X, y)
+    model = est.model_.double()
+    data = est._sequences(X)
+    pi, f = mixture(model, data, "cat")
+    logits = moe_logits(pi, f)[:, -1]  # the masked response
+    at = torch.zeros(len(X), est.n_positions_, dtype=torch.bool)
+    at[:, -1] = True
+    eta = model.natural_params_at(data, {"cat": at})["cat"]
+    support = est.model_.support[-1]
+    torch.testing.assert_close(logits[:, support], eta[:, support], atol=1e-10, rtol=0)
+    model.float()
+    gates = est.gates(X)
+    torch.testing.assert_close(torch.as_tensor(gates), pi[:, -1].float().double(),
+                               atol=1e-6, rtol=0)
+    assert gates.shape == (len(X), 2, 5)
+    g, experts = est.experts(X)
+    mixed = np.einsum("nhj,nhjv->nv", g, experts)
+    np.testing.assert_allclose(mixed, eta[:, support].detach().float().numpy(), atol=1e-4)
+
+
+def test_options_semi_supervised_impute_unknown_and_column_proba():
+    X, y = table(150)
+    y_semi = y.astype(object).copy()
+    y_semi.iloc[::3] = None  # a third of the labels missing: their rows still train the features
+    est = AttentionTableClassifier(random_state=1, missing="mask", handle_unknown="unk",
+                                   numeric="gaussian", **FAST).fit(X, y_semi)
+    assert list(est.classes_) == ["no", "yes"]
+    p = est.predict_column_proba(X, "a")
+    assert list(p.columns) == ["blue", "green", "red"]
+    np.testing.assert_allclose(p.sum(axis=1), 1, atol=1e-6)
+    holes = X.copy().astype(object)
+    holes.loc[0, "a"], holes.loc[1, "num"] = None, np.nan
+    filled = est.impute(holes)
+    assert filled.loc[0, "a"] in {"red", "green", "blue"} and np.isfinite(filled.loc[1, "num"])
+    unseen = X.copy()
+    unseen["a"] = unseen["a"].astype(object)
+    unseen.loc[0, "a"] = "purple"
+    assert est.predict(unseen).shape == (len(X),)  # [UNK]
+    with pytest.raises(ValueError, match="column 'a' has the value 'purple'"):
+        clone(est).set_params(handle_unknown="error").fit(X, y).predict(unseen)
+
+
+def test_bad_input_names_the_column():
+    X, y = table(40)
+    est = AttentionTableClassifier(random_state=0, **FAST)
+    bad = X.copy()
+    bad.loc[3, "num"] = np.nan
+    with pytest.raises(ValueError, match="column 'num' has NaN"):
+        clone(est).fit(bad, y)
+    dates = X.assign(when=pd.Timestamp("2020-01-01"))
+    with pytest.raises(TypeError, match="column 'when' has dtype datetime64"):
+        clone(est).fit(dates, y)
+    with pytest.raises(ValueError, match="one class"):
+        clone(est).fit(X, np.full(len(X), "yes"))
+    fitted = clone(est).fit(X, y)
+    with pytest.raises(ValueError, match="feature names"):
+        fitted.predict(X.rename(columns={"b": "bb"}))
+    with pytest.raises(ValueError, match="4 features"):
+        fitted.predict(X.iloc[:, :3].to_numpy())
+    with pytest.raises(ValueError, match="backbone"):
+        AttentionTableClassifier(backbone="big").fit(X, y)
+
+
+def test_simulation_generator_and_lr_match_the_authors():
+    assert simulation_seeds() == SIMULATION_SEEDS
+    train, test = simulate(5, 0.5, 0.9, 4951)
+    assert train.shape == (2000, 6) and test.shape == (2000, 6)
+    # Pooled quantile bins: each bin holds 400 of the 4000 rows.
+    pooled = pd.concat([train, test])
+    assert (pooled["y"].value_counts() == 400).all()
+    # The label-count fingerprint of (5, 0, 0.9), seed 4951, from the notes on the reference.
+    tr, te = simulate(5, 0, 0.9, 4951)
+    assert tr.y.value_counts().sort_index().tolist() == [41, 181, 255, 269, 275, 288, 251,
+                                                          241, 159, 40]
+    from efa.baselines.tabular import reference_peers
+
+    lr = reference_peers(tr, te, 4951, names=("LR",))["LR"]
+    assert abs(lr["accuracy"] - authors_values()[(5, 0.0, 0.9), 4951]["acc_test_lr"]) <= 0.01
+    paper_text = simulate(5, 0, 0.9, 4951, variant="paper")
+    assert not paper_text[1].equals(te)
+
+
+def test_auto_mpg_and_car_loaders():
+    train, test = auto_mpg()
+    assert (len(train), len(test)) == (245, 140)
+    assert train.y.value_counts().sort_index().tolist() == [125, 83, 37]
+    assert test.y.value_counts().sort_index().tolist() == [4, 52, 84]
+    tr, te = car()
+    assert (len(tr), len(te)) == (864, 864)
+    assert set(tr.buying) == {"low", "med"} and set(te.buying) == {"high", "vhigh"}
+
+
+@pytest.mark.parametrize("name", ["tabular-simulation", "auto-mpg"])
+def test_quick_reproduce(tmp_path, name):
+    result = CliRunner().invoke(app, ["reproduce", name, "--seeds", "1", "--quick", "--out",
+                                      str(tmp_path), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / name / "results.json").read_text())
+    models = {r["model"] for r in doc["rows"]}
+    assert {"efa (linear block)", "LR", "CatBoost", "TabM"} <= models
+    assert (tmp_path / name / "accuracy.png").exists()
+    if name == "auto-mpg":
+        lr = next(r for r in doc["rows"] if r["model"] == "LR" and r["metric"] ==
+                  "test accuracy")
+        assert lr["mean"] == pytest.approx(0.6571428571428571) and lr["paper"] == 0.657
+        assert (tmp_path / name / "gates.png").exists()
+
+
+def test_column_softmax_loss_equals_the_restricted_likelihood():
+    X, y = table(50)
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", **FAST).fit(X, y)
+    model = est.model_.double().eval()
+    data = est._sequences(X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
+    from efa.model import ConditionalModel
+
+    generic = ConditionalModel.loss(model, data)
+    torch.testing.assert_close(model.loss(data), generic, atol=1e-10, rtol=0)
+    model.float()
+
+
+def test_quick_grids_and_car(tmp_path):
+    for name in ("tabular-simulation-grids", "car"):
+        result = CliRunner().invoke(app, ["reproduce", name, "--seeds", "1", "--quick", "--out",
+                                          str(tmp_path), "--no-progress"])
+        assert result.exit_code == 0, result.output
+        doc = json.loads((tmp_path / name / "results.json").read_text())
+        assert doc["rows"] and all(np.isfinite(r["mean"]) for r in doc["rows"])
