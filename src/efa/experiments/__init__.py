@@ -17,6 +17,9 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                   "EFA paper Sec 6.3: the masked product of an Instacart basket"),
     "temperature": ("efa.experiments.temperature",
                     "EFA paper Sec 6.4: U.S. city temperatures as a set (Gaussian)"),
+    "in-context-regression": ("efa.experiments.in_context_regression",
+                              "UNN note: y of a random function from the points before it, vs "
+                              "the GP oracle"),
 }
 
 
