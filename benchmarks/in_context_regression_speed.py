@@ -63,7 +63,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64, help="functions per call")
     parser.add_argument("--min-seconds", type=float, default=2.0)
     args = parser.parse_args()
+    from threadpoolctl import threadpool_limits
+
     torch.set_num_threads(1)
+    threadpool_limits(1)  # NumPy/SciPy (the scikit-learn GPs) on one BLAS thread too
     torch.manual_seed(0)
     gp = NOISY
     b = args.batch
