@@ -114,21 +114,12 @@ def tnp_data(seed: int, train_batches: int, eval_batches: int):
     """(train, val, test) of the TNP prior: training functions of 50 points; validation and
     test as the reference's evaluation batches (context, then targets)."""
     spec = TNPGP()
-    train = sample_tnp(replace(spec, max_num_points=200), train_batches, 1000 * seed + 4)
-    # Training functions: the first 50 points of draws with room for 50 (same prior).
-    train = _first(train.data, spec.max_num_points)
+    # Training functions: 50 points of the same prior (their split into context and targets
+    # does not matter to a causal model).
+    train = sample_tnp(spec, train_batches, 1000 * seed + 4, sizes=(25, 25)).data
     val = sample_tnp(spec, max(1, eval_batches // 8), 1000 * seed + 5)
     test = sample_tnp(spec, eval_batches, 1000 * seed + 6)
     return train, val, test
-
-
-def _first(data: Sequences, n: int) -> Sequences:
-    keep = data.lengths >= n
-    data = data[keep.nonzero().flatten()]
-    scored = torch.ones(len(data), n, dtype=torch.bool)
-    scored[:, 0] = False
-    return Sequences({k: v[:, :n] for k, v in data.fields.items()},
-                     torch.full((len(data),), n), scored=scored)
 
 
 # --------------------------------------------------------------------------- metrics
@@ -267,7 +258,7 @@ def _tnp_task(job: dict) -> dict:
     if name == "oracle":
         mean, sd = _tnp_gp(test)
     else:
-        model, out = train_model(name, train, _first(val.data, 6), seed, spec, channels=0)
+        model, out = train_model(name, train, val.data, seed, spec, channels=0)
         mean, sd = _tnp_sets(model, test)
     tgt = test.targets()
     y = test.data.fields["y"].double()

@@ -153,15 +153,20 @@ class TNPData:
         return self.data.valid() & ~self.context()
 
 
-def sample_tnp(spec: TNPGP, num_batches: int, seed: int) -> TNPData:
+def sample_tnp(spec: TNPGP, num_batches: int, seed: int,
+               sizes: tuple[int, int] | None = None) -> TNPData:
     """``num_batches`` batches of ``spec.batch_size`` functions, drawn as the reference's
-    ``GPSampler(RBFKernel()).sample`` does (sizes per batch, then x, then the kernel, then y)."""
+    ``GPSampler(RBFKernel()).sample`` does (sizes per batch, then x, then the kernel, then y);
+    ``sizes`` = (context, targets) fixes the sizes instead (e.g. training functions)."""
     g = torch.Generator().manual_seed(seed)
     m, b = spec.max_num_points, spec.batch_size
     xs, ys, n_ctx, ells, scales = [], [], [], [], []
     for _ in range(num_batches):
-        nc = int(torch.randint(3, m - 3, (1,), generator=g))
-        nt = int(torch.randint(3, m - nc, (1,), generator=g))
+        if sizes is None:
+            nc = int(torch.randint(3, m - 3, (1,), generator=g))
+            nt = int(torch.randint(3, m - nc, (1,), generator=g))
+        else:
+            nc, nt = sizes
         x = spec.x_low + (spec.x_high - spec.x_low) * torch.rand(b, nc + nt, generator=g)
         ell = 0.1 + (spec.max_length - 0.1) * torch.rand(b, generator=g)
         scale = 0.1 + (spec.max_scale - 0.1) * torch.rand(b, generator=g)
