@@ -69,10 +69,11 @@ class Spec:
         "literal": ("oracle", "nw", "note", "efa"),
         "tnp": ("oracle", "efa"),
     })
+    secondary_epochs: int = 4  # EFA's epochs in the 'literal' and 'tnp' settings
     train: dict = field(default_factory=lambda: {
-        "note": _cfg(lr=3e-3, batch_size=32, max_epochs=12, patience=12, warmup_steps=100),
-        "efa": _cfg(lr=1e-3, batch_size=32, max_epochs=6, patience=6, warmup_steps=100),
-        "tnpd": _cfg(lr=5e-4, batch_size=16, max_epochs=6, patience=6, warmup_steps=100),
+        "note": _cfg(lr=3e-3, batch_size=32, max_epochs=10, patience=10, warmup_steps=100),
+        "efa": _cfg(lr=1e-3, batch_size=16, max_epochs=10, patience=10, warmup_steps=200),
+        "tnpd": _cfg(lr=5e-4, batch_size=16, max_epochs=10, patience=10, warmup_steps=200),
     })
 
 
@@ -81,12 +82,12 @@ QUICK = Spec(length=12, n_train=32, n_val=8, n_test=3, efa_layers=1, tnp_train_b
              tnp_eval_batches=1, fitted_restarts=0, band_context=4, train={
                  name: replace(cfg, max_epochs=1, patience=1, warmup_steps=0)
                  for name, cfg in SPEC.train.items()})
-COSTS = {"oracle": 0.1, "nw": 0.3, "fitted": 4, "note": 2, "efa": 10, "tnpd": 6}
+COSTS = {"oracle": 0.1, "nw": 0.3, "fitted": 0.5, "note": 1, "efa": 10, "tnpd": 4}
 
 
 def jobs(spec: Spec, seeds: int) -> list[dict]:
     return [{"seed": s, "setting": setting, "model": m, "spec": spec,
-             "cost": COSTS[m] * (0.6 if setting == "tnp" else 1)}
+             "cost": COSTS[m] * (1 if setting == "noisy" else 0.4)}
             for s in range(seeds) for setting, models in spec.jobs.items() for m in models]
 
 
@@ -132,8 +133,6 @@ def summarise(mean, sd, y, scored, floor: float | None = None) -> dict:
     nll = 0.5 * ((y - mean) / sd) ** 2 + torch.log(sd) + 0.5 * math.log(2 * math.pi)
     pos = torch.arange(y.shape[1]).expand_as(y)
     late = scored & (pos >= MIN_CONTEXT)
-    if not torch.isfinite(nll[scored]).all():
-        raise FloatingPointError("non-finite NLL at a scored point")
     z = ((y - mean) / sd)[late]
     pit = torch.special.ndtr(z)
     per_context = [float(nll[:, i][scored[:, i]].mean()) if scored[:, i].any() else None
@@ -148,6 +147,7 @@ def summarise(mean, sd, y, scored, floor: float | None = None) -> dict:
         "pit": torch.histc(pit, PIT_BINS, 0, 1).tolist(),
         "nll_by_context": per_context,
         "points": int(scored.sum()),
+        "nonfinite": int((~torch.isfinite(nll[scored])).sum()),  # counted in the means as is
     }
     if floor is not None:
         out["at_floor"] = float((sd[scored] <= floor * 1.0001).double().mean())
@@ -172,12 +172,16 @@ def _build(name: str, train: Sequences, spec: Spec, channels: int = 2):
 
 
 def train_model(name: str, train: Sequences, val: Sequences, seed: int, spec: Spec,
-                channels: int = 2):
+                channels: int = 2, secondary: bool = False):
     seed_everything(seed)
     model = _build(name, train, spec, channels)
     # TNP-D predicts position i with one pass per i: early-stop it on 4 points per function.
     v = val.thin_scored(4, seed=seed) if name == "tnpd" else val
-    hist = fit(model, train, v, replace(spec.train[name], seed=seed))
+    cfg = replace(spec.train[name], seed=seed)
+    if secondary and name == "efa":
+        epochs = min(cfg.max_epochs, spec.secondary_epochs)
+        cfg = replace(cfg, max_epochs=epochs, patience=epochs)
+    hist = fit(model, train, v, cfg)
     return model, {"epochs": hist.epochs_run, "best_epoch": hist.best_epoch,
                    "train_seconds": round(hist.seconds, 1),
                    "parameters": sum(p.numel() for p in model.parameters())}
@@ -226,7 +230,7 @@ def _note_task(job: dict) -> dict:
     elif name == "fitted":
         model = FittedGP(fields, restarts=spec.fitted_restarts, seed=seed)
     else:
-        model, out = train_model(name, train, val, seed, spec)
+        model, out = train_model(name, train, val, seed, spec, secondary=setting != "noisy")
     mean, sd = causal_predictive(model, test)
     out.update(summarise(mean, sd, test.fields["y"], test.predicted("y"), _floor(model)))
     if name == "fitted":
@@ -258,7 +262,7 @@ def _tnp_task(job: dict) -> dict:
     if name == "oracle":
         mean, sd = _tnp_gp(test)
     else:
-        model, out = train_model(name, train, val.data, seed, spec, channels=0)
+        model, out = train_model(name, train, val.data, seed, spec, channels=0, secondary=True)
         mean, sd = _tnp_sets(model, test)
     tgt = test.targets()
     y = test.data.fields["y"].double()
@@ -389,10 +393,13 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         f"leaky ReLU), e = ℓ = 64; AdamW {cfg['note'].lr:g}, batch {cfg['note'].batch_size}, "
         f"{cfg['note'].max_epochs} epochs cosine. EFA: {spec.efa_layers} pre-LN blocks × 4 heads, "
         f"tokens [g(x) 32; λ₁(y) 16; channel 16]; AdamW {cfg['efa'].lr:g}, batch "
-        f"{cfg['efa'].batch_size}, {cfg['efa'].max_epochs} epochs cosine. TNP-D: the reference "
+        f"{cfg['efa'].batch_size}, {cfg['efa'].max_epochs} epochs cosine ({spec.secondary_epochs} "
+        "in the literal and TNP settings). TNP-D: the reference "
         f"architecture (6 post-LN layers, d 64), Adam {cfg['tnpd'].lr:g} (the reference's), "
         f"batch {cfg['tnpd'].batch_size} (the reference's), {cfg['tnpd'].max_epochs} epochs "
-        "over the same training functions. Best epoch on validation functions for all three; "
+        "over the same training functions (more optimiser steps than EFA's, at a lower cost "
+        "per step). No pilot tuning: the learning rates are fixed defaults (TNP-D's is the "
+        "reference's). Best epoch on validation functions for all three; "
         "σ floored at 0.01 standardised units (the share of predictions at the floor is "
         "reported).",
         "GP fitted per sequence: the true kernel family (RBF + channel offset + white noise), "
