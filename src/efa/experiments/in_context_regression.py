@@ -457,8 +457,14 @@ def plots(report: Report, out) -> None:
                 v = np.array([np.nan if a is None else a for a in values], dtype=float)
                 ax.plot(np.arange(len(v)), v, label=name, color=f"C{i}",
                         lw=2.5 if name.startswith("EFA") else 1.3)
+            # Range of the oracle and the efa models (a peer's outliers would flatten them).
+            shown = [np.array([np.nan if a is None else a for a in v], dtype=float)
+                     for name, v in models.items() if name.startswith(("GP oracle", "EFA",
+                                                                       "note"))]
+            lo, hi = np.nanmin(shown), np.nanmax(shown)
+            ax.set_ylim(lo - 0.1 * (hi - lo) - 0.05, hi + 0.25 * (hi - lo) + 0.05)
             ax.set_xlabel("number of context points (points before the predicted one)")
-            ax.set_ylabel("mean NLL per point (nats)")
+            ax.set_ylabel("mean NLL per point (nats; axis clipped)")
             ax.set_title(SETTINGS[setting])
             ax.axvline(MIN_CONTEXT, color="0.7", ls=":", lw=1)
             ax.grid(alpha=0.3)
