@@ -453,9 +453,10 @@ def plots(report: Report, out) -> None:
     if curves:
         fig, axes = figure(1, len(curves), figsize=(6.5 * len(curves), 4.5), squeeze=False)
         for ax, (setting, models) in zip(axes[0], curves.items(), strict=True):
-            for i, (name, values) in enumerate(models.items()):
+            for name, values in models.items():
                 v = np.array([np.nan if a is None else a for a in values], dtype=float)
-                ax.plot(np.arange(len(v)), v, label=name, color=f"C{i}",
+                color = f"C{list(MODELS.values()).index(name)}"  # the same in every panel
+                ax.plot(np.arange(len(v)), v, label=name, color=color,
                         lw=2.5 if name.startswith("EFA") else 1.3)
             # Range of the oracle and the efa models (a peer's outliers would flatten them).
             shown = [np.array([np.nan if a is None else a for a in v], dtype=float)
