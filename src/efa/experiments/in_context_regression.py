@@ -69,11 +69,11 @@ class Spec:
         "literal": ("oracle", "nw", "note", "efa"),
         "tnp": ("oracle", "efa"),
     })
-    secondary_epochs: int = 4  # EFA's epochs in the 'literal' and 'tnp' settings
+    secondary_epochs: int = 3  # EFA's epochs in the 'literal' and 'tnp' settings
     train: dict = field(default_factory=lambda: {
-        "note": _cfg(lr=3e-3, batch_size=32, max_epochs=10, patience=10, warmup_steps=100),
-        "efa": _cfg(lr=1e-3, batch_size=16, max_epochs=10, patience=10, warmup_steps=200),
-        "tnpd": _cfg(lr=5e-4, batch_size=16, max_epochs=10, patience=10, warmup_steps=200),
+        "note": _cfg(lr=3e-3, batch_size=32, max_epochs=8, patience=8, warmup_steps=100),
+        "efa": _cfg(lr=1e-3, batch_size=16, max_epochs=8, patience=8, warmup_steps=200),
+        "tnpd": _cfg(lr=5e-4, batch_size=16, max_epochs=8, patience=8, warmup_steps=200),
     })
 
 
