@@ -234,7 +234,7 @@ def _note_task(job: dict) -> dict:
     mean, sd = causal_predictive(model, test)
     out.update(summarise(mean, sd, test.fields["y"], test.predicted("y"), _floor(model)))
     if name == "fitted":
-        out["hyperparameters_at_45"] = [f[-1] for f in model.fits[:8]]
+        out["last_refit"] = [f[-1] for f in model.fits[:8]]  # first 8 functions
     if seed == 0 and setting == "noisy" and name in ("note", "efa", "oracle"):
         out["bands"] = _bands(model, test, spec, gp)
     return out
