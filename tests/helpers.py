@@ -70,3 +70,13 @@ def naive_natural_params(model: EFA, data: Sequences) -> dict[str, torch.Tensor]
                 eta[b, i] = model.readouts[f.name](x[0, i])
         out[f.name] = eta
     return out
+
+
+def feeding_fields():
+    """The mixed fields, with some feeding only part of the first attention layer (as the UNN
+    note's x feeds queries/keys and y only values)."""
+    where, item, count, temp = mixed_fields()
+    where.feeds = ("q", "k", "skip")
+    count.feeds = ("k", "v", "skip")
+    temp.feeds = ("v",)
+    return [where, item, count, temp]

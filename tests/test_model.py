@@ -5,7 +5,7 @@ import torch
 from torch.func import functional_call
 
 from efa import EFA, KERNELS, Category, EFAConfig, Kernel, Sequences, register_kernel
-from tests.helpers import make_model, mixed_data, naive_natural_params
+from tests.helpers import feeding_fields, make_model, mixed_data, naive_natural_params
 
 
 def _compare(model, data):
@@ -218,3 +218,84 @@ def test_predictions_at_missing_values_agree_between_strategies():
     only = b.predict_mean(data, at=at)["temp"]
     assert torch.isfinite(only[0, 1]) and torch.isnan(only[~at]).all()
     torch.testing.assert_close(only[0, 1], mb[0, 1])
+
+
+# -- fields feeding part of the attention, concatenating blocks, leave-one-out attention ----
+
+
+@pytest.mark.parametrize("direction,layers,mode", [
+    (d, n, m) for d in ("unidirectional", "bidirectional") for n in (1, 2)
+    for m in ("auto", "two_stream", "copies") if not (m == "two_stream" and d == "bidirectional"
+                                                      and n == 2)])
+@pytest.mark.parametrize("attend_self", [True, False])
+def test_feeds_concat_and_leave_one_out_are_exact_in_every_mode(direction, layers, mode,
+                                                                 attend_self):
+    """The UNN note's kind of model (fields feeding only q/k or v, the token concatenated with
+    the attended value, a query that does not see its own token) against the naive copies."""
+    model = make_model(fields=feeding_fields(), num_layers=layers, direction=direction,
+                       mode=mode, block="concat", attend_self=attend_self, scale="none",
+                       bias=False, out_proj=False, num_heads=1, head_dim=4)
+    _compare(model, mixed_data())
+    # The first layer reads only the fed columns: where 0:3, item 3:7, count 7:10, temp 10:12.
+    attn = model.blocks[0].attn
+    assert attn.q.in_features == 7 and attn.k.in_features == 10 and attn.v.in_features == 9
+    assert model.blocks[0].d_out == 10 + 4  # skip (where, item, count) ⊕ one head of 4
+
+
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+@pytest.mark.parametrize("block", ["bare", "residual", "pre_ln"])
+def test_leave_one_out_and_feeds_with_standard_blocks(direction, block):
+    fields = feeding_fields()
+    if block != "bare":  # residual blocks add the attention to the whole token
+        for f in fields:
+            f.feeds = tuple(dict.fromkeys([*f.feeds, "skip"]))
+    model = make_model(fields=fields, num_layers=2, direction=direction, block=block,
+                       attend_self=False)
+    _compare(model, mixed_data())
+
+
+def test_leave_one_out_sees_no_own_token_except_with_an_empty_context():
+    model = make_model(direction="unidirectional", attend_self=False)
+    data = mixed_data(n=2, missing=False)
+    a = model.allowed(data)[:, 0]
+    n = int(data.lengths[1])
+    assert a[1, 0, 0] and a[1, 0].sum() == 1  # the first position: its own token alone
+    assert not torch.diagonal(a[1, 1:n, 1:n]).any()
+    assert (a[1, 1:n, :n] == torch.ones(n, n, dtype=torch.bool).tril(-1)[1:]).all()
+    w = model.attention_weights(data, "temp")
+    assert torch.all(torch.diagonal(w[:, :, :, 1:, 1:], dim1=-2, dim2=-1) == 0)
+    # The masked value never reaches a prediction: changing y_i leaves η_i unchanged.
+    changed = Sequences({k: v.clone() for k, v in data.fields.items()}, data.lengths)
+    changed.fields["temp"][0, 3] += 5.0
+    torch.testing.assert_close(model.natural_params(data)["temp"][0, :4],
+                               model.natural_params(changed)["temp"][0, :4])
+
+
+def test_feeds_are_checked_and_saved(tmp_path):
+    import efa
+    from efa import Attribute, Value
+    from efa.families import HeteroscedasticGaussian
+
+    with pytest.raises(ValueError, match="subset of"):
+        Attribute("x", feeds=("q", "query"))
+    with pytest.raises(ValueError, match="non-empty"):
+        Attribute("x", feeds=())
+    with pytest.raises(ValueError, match="must feed 'skip'"):
+        make_model(fields=feeding_fields(), block="residual")
+    with pytest.raises(ValueError, match="mix='none'"):
+        make_model(fields=feeding_fields(), block="concat", mix="linear", d_model=8)
+    with pytest.raises(ValueError, match="no field feeds 'q'"):
+        make_model(fields=[Attribute("x", feeds=("k", "skip")),
+                           Value("y", HeteroscedasticGaussian(), feeds=("v",))], block="concat")
+    with pytest.raises(ValueError, match="readout_activation"):
+        Value("y", HeteroscedasticGaussian(), readout_activation="tanh")
+    model = make_model(fields=feeding_fields(), block="concat", attend_self=False, scale="none",
+                       dtype=torch.float32)
+    efa.save(model, tmp_path / "m")
+    back = efa.load(tmp_path / "m")
+    assert [f.feeds for f in back.fields] == [f.feeds for f in model.fields]
+    assert back.config.attend_self is False and back.config.scale == "none"
+    data = mixed_data(dtype=torch.float32)
+    for name, eta in model.natural_params(data).items():
+        m = data.predicted(name)
+        torch.testing.assert_close(eta[m], back.natural_params(data)[name][m])

@@ -16,6 +16,11 @@ read-out (state → natural parameter, for targets) and validates its own values
 - ``Attribute``: an always-observed covariate τ_i (latitude/longitude), embedded by g(τ);
   never masked and never predicted.
 
+Every field also says what it ``feeds`` in the first attention layer: by default its embedding
+is part of the token that the queries, keys and values are computed from and that the block
+carries on ("skip"); ``feeds=("q", "k", "skip")`` makes a field attribute-like (it decides where
+to attend, never what is read), ``feeds=("v",)`` makes it a pure value (the UNN note's x and y).
+
 Fields are listed in factorisation order: predicting target field k at position i hides target
 fields k, k+1, ... at i, so ``[movie, rating]`` predicts the movie with movie and rating hidden
 and the rating with the movie visible (Eq. 2 of the EFA paper). A new kind of token is one new
@@ -35,6 +40,10 @@ from efa.families import Categorical, Family, InvalidValues, family_from_config
 
 ENCODERS = ("mlp", "linear", "identity", "table")
 READOUTS = ("mlp", "linear")
+ACTIVATIONS = ("relu", "leaky_relu")
+# What a field's embedding feeds in the first attention layer: the queries, keys, values, and
+# the token carried past the attention (the residual / concatenation path).
+ROLES = ("q", "k", "v", "skip")
 FIELD_KINDS: dict[str, type] = {}
 # Finite, so that exp underflows to exactly 0 in float32 and no inf − inf can occur.
 EXCLUDED = -1e4
@@ -52,6 +61,7 @@ class Field:
     name: str
     target: bool
     dim: int
+    feeds: tuple[str, ...] = ROLES
 
     def build_encoder(self) -> nn.Module:
         """Value → embedding [..., dim]; called as ``encoder(x, hidden)`` with ``hidden``
@@ -142,9 +152,10 @@ class ValueReadout(nn.Module):
         super().__init__()
         self.family, self.loc, self.scale = f.family, f.loc, f.scale
         if f.readout == "linear":
-            self.net = nn.Linear(d_model, f.family.num_outputs)
+            self.net = nn.Linear(d_model, f.family.num_outputs, bias=f.readout_bias)
         else:
-            self.net = mlp([d_model, *f.readout_hidden, f.family.num_outputs])
+            self.net = mlp([d_model, *f.readout_hidden, f.family.num_outputs],
+                           f.readout_activation, f.readout_bias)
 
     def forward(self, h: Tensor) -> Tensor:
         return self.family.link_standardised(self.net(h), self.loc, self.scale)
@@ -163,11 +174,13 @@ class Category(Field):
     readout_bias: bool = False
     distinct: bool = False
     vocab_chunk: int | None = None
+    feeds: tuple[str, ...] = ROLES
 
     kind = "category"
 
     def __post_init__(self):
         _check_name(self.name)
+        self.feeds = _check_feeds(self.name, self.feeds)
         self.num_categories = _as_int(self.num_categories)
         if not isinstance(self.num_categories, int) or self.num_categories < 2:
             raise ValueError(
@@ -223,11 +236,19 @@ class Value(Field):
     readout_hidden: tuple[int, ...] = (32,)
     loc: float = 0.0
     scale: float = 1.0
+    readout_activation: str = "relu"
+    readout_bias: bool = True
+    feeds: tuple[str, ...] = ROLES
 
     kind = "value"
 
     def __post_init__(self):
         _check_name(self.name)
+        self.feeds = _check_feeds(self.name, self.feeds)
+        if self.readout_activation not in ACTIVATIONS:
+            raise ValueError(
+                f"field {self.name!r}: readout_activation must be one of {ACTIVATIONS}"
+            )
         if not isinstance(self.family, Family):
             raise TypeError(
                 f"field {self.name!r}: family must be an efa.families.Family instance, "
@@ -300,12 +321,14 @@ class Attribute(Field):
     encoder: str = "mlp"
     loc: list[float] = field(default_factory=list)
     scale: list[float] = field(default_factory=list)
+    feeds: tuple[str, ...] = ROLES
 
     kind = "attribute"
     target = False
 
     def __post_init__(self):
         _check_name(self.name)
+        self.feeds = _check_feeds(self.name, self.feeds)
         self.size, self.dim, self.hidden = (_as_int(v) for v in (self.size, self.dim, self.hidden))
         _check_positive(self.name, "size", self.size)
         _check_positive(self.name, "dim", self.dim)
@@ -406,6 +429,19 @@ def _as_int(v):
     if hasattr(v, "item") and not isinstance(v, bool) and getattr(v, "ndim", 0) == 0:
         v = v.item()
     return v
+
+
+def _check_feeds(name, feeds) -> tuple[str, ...]:
+    if isinstance(feeds, str):
+        feeds = (feeds,)
+    feeds = tuple(feeds)
+    bad = [r for r in feeds if r not in ROLES]
+    if bad or not feeds or len(set(feeds)) != len(feeds):
+        raise ValueError(
+            f"field {name!r}: feeds must be a non-empty subset of {ROLES} (what the field's "
+            f"embedding feeds in the first attention layer), got {feeds!r}"
+        )
+    return tuple(r for r in ROLES if r in feeds)
 
 
 def _check_name(name):

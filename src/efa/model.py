@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from efa import strategies, vocab
 from efa.attention import BLOCKS, KERNELS, Block, kernel_spec, mlp
 from efa.data import Sequences, check_sequences
-from efa.fields import Field, field_from_config
+from efa.fields import ROLES, Field, field_from_config
 
 DIRECTIONS = ("bidirectional", "unidirectional")
 
@@ -42,6 +42,12 @@ class EFAConfig:
       field embeddings). max_len: size of the learned positional table (None: no positions,
       for sets). mode: how the exact masked pseudo-likelihood is computed (``two_stream``,
       ``copies``, or ``auto``: two-stream wherever it is exact, see efa.strategies).
+      attend_self: whether position i attends to its own (masked) token. False is leave-one-out
+      attention (strictly causal when unidirectional, Eq. 14 of the UNN note): the masked token
+      then reaches the read-out only through the block's skip path (``concat``); a position
+      with no other position to attend to (the first one, causally) attends to its own masked
+      token alone, so its prediction is the model's prior given that token's other fields.
+      scale ``none`` leaves the scores unscaled (q·k).
     """
 
     fields: list[Field]
@@ -62,6 +68,7 @@ class EFAConfig:
     out_proj: bool = True
     mode: str = "auto"
     chunk: int = 4096
+    attend_self: bool = True
     meta: dict = field(default_factory=dict)  # free-form, saved with the model
 
     def __post_init__(self):
@@ -73,7 +80,7 @@ class EFAConfig:
         self.mode = strategies.ALIASES.get(self.mode, self.mode)
         choices = {
             "direction": DIRECTIONS,
-            "scale": ("sqrt", "linear"),
+            "scale": ("sqrt", "linear", "none"),
             "block": BLOCKS,
             "mix": ("none", "linear", "mlp"),
             "mode": strategies.MODES,
@@ -320,8 +327,33 @@ class EFA(ConditionalModel):
             self.pos = nn.Embedding(cfg.max_len, d)
             nn.init.normal_(self.pos.weight, std=0.1)
         head_dim = cfg.head_dim or d // cfg.num_heads
-        self.blocks = nn.ModuleList(Block(d, head_dim, cfg) for _ in range(cfg.num_layers))
-        self.readouts = nn.ModuleDict({f.name: f.build_readout(d) for f in self.target_fields})
+        blocks, width = [], d
+        for layer in range(cfg.num_layers):
+            blocks.append(Block(width, head_dim, cfg, self._inputs() if layer == 0 else None))
+            width = blocks[-1].d_out  # grows with block="concat"
+        self.blocks = nn.ModuleList(blocks)
+        self.readouts = nn.ModuleDict({f.name: f.build_readout(width) for f in self.target_fields})
+
+    def _inputs(self) -> dict | None:
+        """The token columns that the first layer's queries, keys, values and skip path read
+        (``Field.feeds``; None where every field feeds it)."""
+        cols, start = {role: [] for role in ROLES}, 0
+        for f in self.fields:
+            for role in f.feeds:
+                cols[role] += range(start, start + f.dim)
+            start += f.dim
+        restricted = {r: c for r, c in cols.items() if len(c) < start}
+        if not restricted:
+            return None
+        if self.config.mix != "none":
+            raise ValueError(
+                "fields that feed only some of q, k, v, skip need mix='none' (a mixed token "
+                "has no per-field columns)"
+            )
+        for role in ("q", "k", "v"):
+            if role in restricted and not restricted[role]:
+                raise ValueError(f"no field feeds {role!r} of the attention")
+        return restricted
 
     # -- encode -----------------------------------------------------------------------------
     def encode(self, data: Sequences, hidden: dict[str, Tensor]) -> Tensor:
@@ -347,13 +379,17 @@ class EFA(ConditionalModel):
         return hidden
 
     def allowed(self, data: Sequences) -> Tensor:
-        """[B, 1, I, I] which key j each query i may see. Each position always sees itself."""
+        """[B, 1, I, I] which key j each query i may see. Each position sees itself, unless
+        ``attend_self=False``: then only where it would otherwise see nothing."""
         valid = data.valid()
         n = valid.shape[1]
         eye = torch.eye(n, dtype=torch.bool, device=valid.device)
         a = valid[:, None, :].expand(-1, n, -1)
         if self.config.causal:
             a = a & torch.ones(n, n, dtype=torch.bool, device=valid.device).tril()
+        if not self.config.attend_self:
+            a = a & ~eye
+            return (a | (eye & ~a.any(-1, keepdim=True)))[:, None]
         return (a | eye)[:, None]
 
     # -- attend + read out ------------------------------------------------------------------

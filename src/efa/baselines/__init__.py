@@ -11,6 +11,9 @@
   ``select_l2``).
 - :mod:`efa.baselines.gaussian`: Gaussian models of a set of sites (``Climatology``,
   ``GaussianConditional`` with validation-picked shrinkage, ``select_shrinkage``).
+- In-context regression (``efa.regression``): :mod:`efa.baselines.gp` (``GPOracle``, the exact
+  GP with the true kernel; ``FittedGP``, hyper-parameters by marginal likelihood per sequence),
+  :mod:`efa.baselines.smoother` (``NadarayaWatson``), :mod:`efa.baselines.tnp` (``TNPD``).
 """
 
 from efa.baselines.cbow import CBOW
@@ -22,6 +25,9 @@ from efa.baselines.gaussian import (
     sequence_matrix,
 )
 from efa.baselines.glm import ContextLogit, RatingGLM, Unigram, fit_convex, select_l2
+from efa.baselines.gp import FittedGP, GPOracle
+from efa.baselines.smoother import NadarayaWatson, select_smoother
+from efa.baselines.tnp import TNPD
 
 __all__ = [
     "CBOW",
@@ -29,14 +35,19 @@ __all__ = [
     "CategoricalFM",
     "Climatology",
     "ContextLogit",
+    "FittedGP",
+    "GPOracle",
+    "NadarayaWatson",
     "GaussianConditional",
     "RatingGLM",
+    "TNPD",
     "Unigram",
     "ValueFM",
     "context_sum",
     "fit_convex",
     "knn_indices",
     "select_l2",
+    "select_smoother",
     "select_shrinkage",
     "sequence_matrix",
 ]

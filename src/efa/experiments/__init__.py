@@ -39,6 +39,9 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                  "MoE paper Table 2: auto-mpg, trained on US cars, tested on the others"),
     "car": ("efa.experiments.car",
             "UCI Car Evaluation, trained on cheap cars, tested on expensive ones"),
+    "in-context-regression": ("efa.experiments.in_context_regression",
+                              "UNN note: y of a random function from the points before it, vs "
+                              "the GP oracle"),
 }
 
 

@@ -3,8 +3,22 @@ ready for ``efa.fit``.
 
 - :mod:`efa.generators.latent`: exchangeable latent-variable generators (linear-Gaussian,
   GP-latent, Bernoulli/Poisson emissions) with their Bayes predictors.
+- :mod:`efa.generators.gp`: random functions from Gaussian processes (the UNN note's in-context
+  regression data, the TNP benchmark's prior).
 """
 
+from efa.generators.gp import (
+    LITERAL,
+    NOISY,
+    TNPGP,
+    NoteGP,
+    TNPData,
+    covariance,
+    cross_covariance,
+    rbf,
+    sample_note,
+    sample_tnp,
+)
 from efa.generators.latent import (
     BayesPrediction,
     ExpFamilyLatent,
@@ -13,4 +27,6 @@ from efa.generators.latent import (
     LinearGaussian,
 )
 
-__all__ = ["BayesPrediction", "ExpFamilyLatent", "GPLatent", "LatentSample", "LinearGaussian"]
+__all__ = ["LITERAL", "NOISY", "NoteGP", "TNPData", "TNPGP", "covariance", "cross_covariance",
+           "rbf", "sample_note", "sample_tnp",
+           "BayesPrediction", "ExpFamilyLatent", "GPLatent", "LatentSample", "LinearGaussian"]
