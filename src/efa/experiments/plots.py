@@ -27,27 +27,35 @@ def save(fig, path: Path, **kwargs) -> None:
     fig.savefig(path, dpi=kwargs.pop("dpi", 120), **kwargs)
 
 
-def bar_plot(report: Report, metric: str, path: Path, title: str, ylabel: str) -> None:
-    """Mean ± std per (setting, model) with the paper's numbers as black ticks."""
+def bar_plot(report: Report, metric: str, path: Path, title: str, ylabel: str,
+             figsize=None, hatched=lambda model: False, xlabel: str | None = None) -> None:
+    """Mean ± std per (setting, model) with the paper's numbers as black ticks; the bars of
+    the models ``hatched`` picks (e.g. numbers quoted from the authors) hatched and paler."""
     rows = [r for r in report.rows if r.metric == metric]
     settings = list(dict.fromkeys(r.setting for r in rows))
     models = list(dict.fromkeys(r.model for r in rows))
     width = 0.8 / len(models)
-    fig, ax = figure(figsize=(1.8 + 1.6 * len(settings) * len(models) / 2, 4))
+    fig, ax = figure(figsize=figsize or (1.8 + 1.6 * len(settings) * len(models) / 2, 4))
     for m, model in enumerate(models):
         for s, setting in enumerate(settings):
             r = next((r for r in rows if r.setting == setting and r.model == model), None)
             if r is None:
                 continue
             x = s + (m - (len(models) - 1) / 2) * width
-            ax.bar(x, r.mean, width, yerr=r.std, color=f"C{m}", label=model if s == 0 else None)
+            ax.bar(x, r.mean, width, yerr=r.std, color=f"C{m}", label=model if s == 0 else None,
+                   capsize=1.5, hatch="//" if hatched(model) else None,
+                   alpha=0.6 if hatched(model) else 1.0)
             if r.paper is not None:
                 ax.plot([x - width / 2, x + width / 2], [r.paper] * 2, "k-", lw=2,
                         label="paper" if (m, s) == (0, 0) else None)
-    ax.set_xticks(range(len(settings)), settings)
+    many = len(settings) > 6
+    ax.set_xticks(range(len(settings)), settings, rotation=30 if many else 0,
+                  fontsize=8 if many else None)
+    if xlabel:
+        ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7 if many else 8, ncol=4 if many else 1)
     fig.tight_layout()
     save(fig, path)
 

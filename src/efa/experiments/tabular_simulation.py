@@ -294,30 +294,12 @@ def _claims(report, spec, summary, lr_worst):
 
 
 def plots(report: Report, folder) -> None:
-    from efa.experiments.plots import figure, save
+    from efa.experiments.plots import bar_plot
 
-    rows = [r for r in report.rows if r.metric == "test accuracy"]
-    settings = list(dict.fromkeys(r.setting for r in rows))
-    models = list(dict.fromkeys(r.model for r in rows))
-    width = 0.8 / len(models)
-    fig, ax = figure(figsize=(2 + 1.1 * len(settings), 4.5))
-    for m, model in enumerate(models):
-        for s, setting in enumerate(settings):
-            r = next((r for r in rows if r.setting == setting and r.model == model), None)
-            if r is None:
-                continue
-            x = s + (m - (len(models) - 1) / 2) * width
-            sd = float(np.std(r.values))
-            ax.bar(x, r.mean, width, yerr=sd, color=f"C{m}", capsize=1.5,
-                   label=model if s == 0 else None,
-                   hatch="//" if "quoted" in model else None, alpha=0.6 if "quoted" in model
-                   else 1.0)
-    ax.set_xticks(range(len(settings)), settings, rotation=30, fontsize=8)
-    ax.set_xlabel("(n_c, noise, corr)")
-    ax.set_ylabel("test accuracy (mean ± sd over data sets)")
-    ax.set_title("Tabular simulation under covariate shift (Table 1); hatched: authors' runs")
-    ax.legend(fontsize=7, ncol=4)
-    fig.tight_layout()
-    save(fig, Path(folder) / "accuracy.png")
+    n = len({r.setting for r in report.rows if r.metric == "test accuracy"})
+    bar_plot(report, "test accuracy", Path(folder) / "accuracy.png",
+             "Tabular simulation under covariate shift (Table 1); hatched: authors' runs",
+             "test accuracy (mean ± sd over data sets)", figsize=(2 + 1.1 * n, 4.5),
+             hatched=lambda model: "quoted" in model, xlabel="(n_c, noise, corr)")
 
 

@@ -110,6 +110,13 @@ def _lengths(n: int, length: int, lo: int, g) -> Tensor:
     return torch.randint(lo, length + 1, (n,), generator=g)
 
 
+def _check_design(dim, covariates: str) -> None:
+    if not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"dim must be a positive integer, got {dim!r}")
+    if covariates not in COVARIATES:
+        raise ValueError(f"covariates must be one of {COVARIATES}, got {covariates!r}")
+
+
 def _check_positive(**values) -> None:
     for name, v in values.items():
         if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
@@ -191,10 +198,7 @@ class LinearGaussian:
 
     def __post_init__(self):
         _check_positive(prior_var=self.prior_var, noise_var=self.noise_var)
-        if not isinstance(self.dim, int) or self.dim < 1:
-            raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
-        if self.covariates not in COVARIATES:
-            raise ValueError(f"covariates must be one of {COVARIATES}, got {self.covariates!r}")
+        _check_design(self.dim, self.covariates)
 
     @property
     def ridge(self) -> float:
@@ -257,10 +261,7 @@ class GPLatent:
     def __post_init__(self):
         _check_positive(lengthscale=self.lengthscale, signal_var=self.signal_var,
                         noise_var=self.noise_var)
-        if not isinstance(self.dim, int) or self.dim < 1:
-            raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
-        if self.covariates not in COVARIATES:
-            raise ValueError(f"covariates must be one of {COVARIATES}, got {self.covariates!r}")
+        _check_design(self.dim, self.covariates)
 
     @property
     def ridge(self) -> float:
@@ -326,10 +327,7 @@ class ExpFamilyLatent:
         _check_positive(prior_var=self.prior_var)
         if not math.isfinite(self.offset):
             raise ValueError(f"offset must be finite, got {self.offset!r}")
-        if not isinstance(self.dim, int) or self.dim < 1:
-            raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
-        if self.covariates not in COVARIATES:
-            raise ValueError(f"covariates must be one of {COVARIATES}, got {self.covariates!r}")
+        _check_design(self.dim, self.covariates)
         if not isinstance(self.samples, int) or self.samples < 10:
             raise ValueError(f"samples must be an integer >= 10, got {self.samples!r}")
 
