@@ -110,6 +110,18 @@ def _lengths(n: int, length: int, lo: int, g) -> Tensor:
     return torch.randint(lo, length + 1, (n,), generator=g)
 
 
+def _draw_linear(gen, n, length, seed, min_length, covariates):
+    """The random generator, latents z ~ N(0, prior_var·I), covariates and lengths shared by
+    the linear-latent generators (in this order: same seed, same draws)."""
+    lo = _check_size(n, length, min_length)
+    g = _generator(seed)
+    z = torch.randn(n, gen.dim, generator=g, dtype=torch.float64) * math.sqrt(gen.prior_var)
+    c = _covariates(gen.covariates, n, length, gen.dim, g)
+    if covariates is not None:
+        c = covariates.double().expand(n, length, gen.dim).clone()
+    return g, z, c, _lengths(n, length, lo, g)
+
+
 def _check_design(dim, covariates: str) -> None:
     if not isinstance(dim, int) or dim < 1:
         raise ValueError(f"dim must be a positive integer, got {dim!r}")
@@ -213,13 +225,7 @@ class LinearGaussian:
                covariates: Tensor | None = None) -> LatentSample:
         """``n`` sequences of ``length`` tokens (lengths uniform in min_length..length when
         given; padding is zero). ``covariates`` [n, length, dim] overrides the drawn ones."""
-        lo = _check_size(n, length, min_length)
-        g = _generator(seed)
-        z = torch.randn(n, self.dim, generator=g, dtype=torch.float64) * math.sqrt(self.prior_var)
-        c = _covariates(self.covariates, n, length, self.dim, g)
-        if covariates is not None:
-            c = covariates.double().expand(n, length, self.dim).clone()
-        lengths = _lengths(n, length, lo, g)
+        g, z, c, lengths = _draw_linear(self, n, length, seed, min_length, covariates)
         signal = (c * z[:, None, :]).sum(-1)
         y = signal + torch.randn(n, length, generator=g, dtype=torch.float64) * math.sqrt(
             self.noise_var)
@@ -353,13 +359,7 @@ class ExpFamilyLatent:
 
     def sample(self, n: int, length: int, seed: int = 0, min_length: int | None = None,
                covariates: Tensor | None = None) -> LatentSample:
-        lo = _check_size(n, length, min_length)
-        g = _generator(seed)
-        z = torch.randn(n, self.dim, generator=g, dtype=torch.float64) * math.sqrt(self.prior_var)
-        c = _covariates(self.covariates, n, length, self.dim, g)
-        if covariates is not None:
-            c = covariates.double().expand(n, length, self.dim).clone()
-        lengths = _lengths(n, length, lo, g)
+        g, z, c, lengths = _draw_linear(self, n, length, seed, min_length, covariates)
         eta = (c * z[:, None, :]).sum(-1) + self.offset
         signal = self.mean(eta)
         if self.family == "bernoulli":
