@@ -8,7 +8,9 @@ read-out (state → natural parameter, for targets) and validates its own values
 - ``Category``: a categorical x_i (a movie, a product). Embedded by a table β with an extra
   [MASK] row; as a target, read out by center embeddings δ into Categorical logits.
   ``distinct=True`` says that items never repeat within a sequence: the support of x_i given
-  its context excludes the context's items (for EFA and every baseline alike).
+  its context excludes the context's items (for EFA and every baseline alike). ``bag=True``
+  adds the bag-of-context term Σ_{j in c(i)} U[x_j] (a learned K × K table U) to EFA's logits,
+  so that EFA contains the multinomial logit on context counts (docs/peers.md).
 - ``Value``: an exponential-family y_i (a rating, a temperature, a count). Embedded by λ₁, a
   learned map of the standardised value ((y − loc)/scale; never a table of truncated floats
   unless asked); as a target, read out by λ₂ into the family's natural parameter, with the
@@ -162,6 +164,7 @@ class Category(Field):
     dim: int = 32
     readout_bias: bool = False
     distinct: bool = False
+    bag: bool = False
 
     kind = "category"
 
@@ -175,10 +178,16 @@ class Category(Field):
             )
         self.dim = _as_int(self.dim)
         _check_positive(self.name, "dim", self.dim)
+        if self.bag and not self.target:
+            raise ValueError(f"field {self.name!r}: bag=True adds a term to the field's own "
+                             "logits, so it needs target=True")
         self.family = Categorical(self.num_categories)
 
     def config(self) -> dict:
-        return {"kind": self.kind, **{k: getattr(self, k) for k in self.__dataclass_fields__}}
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        if not self.bag:  # saved configs of models without it stay as they were
+            del d["bag"]
+        return {"kind": self.kind, **d}
 
     def build_encoder(self) -> nn.Module:
         return TableEncoder(self.num_categories, self.dim)

@@ -237,6 +237,19 @@ def context_items(data: Sequences, name: str, k: int, direction: str, at: Tensor
     return counts[at] > 0
 
 
+def context_bag(data: Sequences, name: str, table: Tensor, direction: str, at: Tensor) -> Tensor:
+    """[P, n]: Σ_{j in c(i)} table[x_j] over the context items of category ``name`` of each
+    asked position (observed, real positions j ≠ i; j < i unidirectionally), i.e. tableᵀ n_c(i)
+    with n_c(i) the context's item counts: the linear term of the multinomial logit on context
+    counts (``Category(bag=True)``). By a gather and a (cumulative) sum, O(B·I·n)."""
+    x = data.fields[name]
+    present = data.valid() & data.observed.get(name, data.valid())
+    rows = F.embedding(torch.where(present, x, 0).long(), table) * present[..., None]
+    if direction == "bidirectional":
+        return (rows.sum(1, keepdim=True) - rows)[at]
+    return (rows.cumsum(1) - rows)[at]
+
+
 class EFA(ConditionalModel):
     """An exponential family attention model over any mix of fields.
 
@@ -270,6 +283,11 @@ class EFA(ConditionalModel):
         head_dim = cfg.head_dim or d // cfg.num_heads
         self.blocks = nn.ModuleList(Block(d, head_dim, cfg) for _ in range(cfg.num_layers))
         self.readouts = nn.ModuleDict({f.name: f.build_readout(d) for f in self.target_fields})
+        bags = [f for f in self.target_fields if getattr(f, "bag", False)]
+        if bags:  # created last and at zero: the rest of the model starts as without them
+            self.bags = nn.ParameterDict({
+                f.name: nn.Parameter(torch.zeros(f.num_categories, f.num_categories))
+                for f in bags})
 
     # -- encode -----------------------------------------------------------------------------
     def encode(self, data: Sequences, hidden: dict[str, Tensor]) -> Tensor:
@@ -324,6 +342,8 @@ class EFA(ConditionalModel):
         for name, m in at.items():
             eta, _ = self.states(data, self.target(name).name, m, head=self.readouts[name],
                                  content=content)
+            if hasattr(self, "bags") and name in self.bags:
+                eta = eta + context_bag(data, name, self.bags[name], self.direction, m)
             out[name] = self.restrict(name, data, m, eta)
         return out
 
