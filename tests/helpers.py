@@ -72,6 +72,7 @@ def naive_natural_params(model: EFA, data: Sequences) -> dict[str, torch.Tensor]
                     for j in range(int(one.lengths[0])):
                         seen = j != i and (j < i or model.direction == "bidirectional")
                         if seen and one.observed.get(f.name, one.valid())[0, j]:
-                            eta[b, i] += model.bags[f.name][int(one.fields[f.name][0, j])]
+                            u = f.bag_table(model.bags[f.name])
+                            eta[b, i] += u[int(one.fields[f.name][0, j])]
         out[f.name] = eta
     return out

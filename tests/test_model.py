@@ -254,3 +254,18 @@ def test_bag_is_off_by_default_and_changes_nothing_else():
         torch.testing.assert_close(eta, bagged.natural_params(data)[name], equal_nan=True)
     with pytest.raises(ValueError, match="needs target=True"):
         Category("item", 7, target=False, bag=True)
+
+
+def test_bag_prior_is_an_l2_penalty_in_the_training_loss():
+    fields = mixed_fields()
+    fields[1] = Category("item", 7, dim=4, bag=True, bag_l2=0.3, bag_scale=2.0)
+    model = make_model(fields=fields)
+    with torch.no_grad():
+        model.bags["item"].normal_()
+    data = mixed_data()
+    nll = -sum(s / n for s, n in model.log_likelihood(data).values())
+    u = 2.0 * model.bags["item"]
+    torch.testing.assert_close(model.loss(data), nll + 0.15 * u.pow(2).sum())
+    assert make_model().penalty() is None
+    loaded = EFAConfig.from_dict(model.config.to_dict()).fields[1]
+    assert (loaded.bag, loaded.bag_l2, loaded.bag_scale) == (True, 0.3, 2.0)

@@ -180,7 +180,7 @@ def test_bag_of_context_logit_is_efa_with_a_bag(direction, distinct):
         attn.o.weight.zero_()
         attn.o.bias.zero_()  # the attention adds nothing: the residual stream is the token
         model.readouts["x"].net.weight.copy_(torch.eye(n_items, width))
-        model.bags["x"].copy_(logit.weight.weight.T)  # U[j] = W[:, j]
+        model.bags["x"].copy_(logit.weight.weight.T / 10)  # U = 10·V (bag_scale) = Wᵀ
     got = model.log_likelihoods(data)["x"]
     m = data.predicted("x")
     assert torch.isfinite(got[m]).all() and torch.isnan(got[~m]).all()

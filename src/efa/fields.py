@@ -10,7 +10,8 @@ read-out (state → natural parameter, for targets) and validates its own values
   ``distinct=True`` says that items never repeat within a sequence: the support of x_i given
   its context excludes the context's items (for EFA and every baseline alike). ``bag=True``
   adds the bag-of-context term Σ_{j in c(i)} U[x_j] (a learned K × K table U) to EFA's logits,
-  so that EFA contains the multinomial logit on context counts (docs/peers.md).
+  so that EFA contains the multinomial logit on context counts (docs/peers.md); ``bag_l2`` is
+  its Gaussian prior (an L2 penalty in the training loss) and ``bag_scale`` its step size.
 - ``Value``: an exponential-family y_i (a rating, a temperature, a count). Embedded by λ₁, a
   learned map of the standardised value ((y − loc)/scale; never a table of truncated floats
   unless asked); as a target, read out by λ₂ into the family's natural parameter, with the
@@ -165,6 +166,8 @@ class Category(Field):
     readout_bias: bool = False
     distinct: bool = False
     bag: bool = False
+    bag_l2: float = 0.0
+    bag_scale: float = 10.0
 
     kind = "category"
 
@@ -181,13 +184,25 @@ class Category(Field):
         if self.bag and not self.target:
             raise ValueError(f"field {self.name!r}: bag=True adds a term to the field's own "
                              "logits, so it needs target=True")
+        self.bag_l2, self.bag_scale = float(self.bag_l2), float(self.bag_scale)
+        if not (0 <= self.bag_l2 < float("inf")) or not (0 < self.bag_scale < float("inf")):
+            raise ValueError(f"field {self.name!r}: bag_l2 must be >= 0 and bag_scale > 0 "
+                             f"(finite), got {self.bag_l2} and {self.bag_scale}")
         self.family = Categorical(self.num_categories)
 
     def config(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         if not self.bag:  # saved configs of models without it stay as they were
-            del d["bag"]
+            for k in ("bag", "bag_l2", "bag_scale"):
+                del d[k]
         return {"kind": self.kind, **d}
+
+    def bag_table(self, stored: Tensor) -> Tensor:
+        """U from the stored parameter. U = bag_scale · V: Adam moves every coordinate by
+        about lr per step whatever its gradient, and U's entries are effects on the logits
+        summed over the whole context, starting at zero, so they are stored ``bag_scale``
+        times smaller to learn that much faster than the network's weights (docs/peers.md)."""
+        return stored * self.bag_scale
 
     def build_encoder(self) -> nn.Module:
         return TableEncoder(self.num_categories, self.dim)

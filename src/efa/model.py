@@ -203,9 +203,16 @@ class ConditionalModel(nn.Module):
         return out
 
     def loss(self, data: Sequences, check: bool = False) -> Tensor:
-        """Training objective: the sum over target fields of the mean negative log-likelihood."""
+        """Training objective: the sum over target fields of the mean negative log-likelihood
+        (+ the model's ``penalty()``, if it has one)."""
         ll = self.log_likelihood(data, check=check)
-        return -sum(s / max(n, 1) for s, n in ll.values())
+        loss = -sum(s / max(n, 1) for s, n in ll.values())
+        penalty = self.penalty()
+        return loss if penalty is None else loss + penalty
+
+    def penalty(self) -> Tensor | None:
+        """A prior's negative log-density added to the training loss (None: no prior)."""
+        return None
 
     @torch.no_grad()
     def predict_mean(self, data: Sequences, at: Tensor | None = None) -> dict[str, Tensor]:
@@ -336,6 +343,12 @@ class EFA(ConditionalModel):
         return run(self.blocks, content, query, self.allowed(data), at, want_weights,
                    chunk=self.config.chunk, **kw)
 
+    def penalty(self) -> Tensor | None:
+        """(bag_l2 / 2)·‖U‖² of every ``Category(bag=True)`` field with a prior on U."""
+        terms = [0.5 * f.bag_l2 * f.bag_table(self.bags[f.name]).pow(2).sum()
+                 for f in self.target_fields if getattr(f, "bag", False) and f.bag_l2 > 0]
+        return sum(terms) if terms else None
+
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
         content = self.encode(data, self.hidden_for(data, None))
         out = {}
@@ -343,7 +356,8 @@ class EFA(ConditionalModel):
             eta, _ = self.states(data, self.target(name).name, m, head=self.readouts[name],
                                  content=content)
             if hasattr(self, "bags") and name in self.bags:
-                eta = eta + context_bag(data, name, self.bags[name], self.direction, m)
+                table = self.field(name).bag_table(self.bags[name])
+                eta = eta + context_bag(data, name, table, self.direction, m)
             out[name] = self.restrict(name, data, m, eta)
         return out
 
