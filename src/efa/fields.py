@@ -143,7 +143,7 @@ class ValueReadout(nn.Module):
 
     def __init__(self, f: Value, d_model: int):
         super().__init__()
-        self.family, self.loc, self.scale = f.family, f.loc, f.scale
+        self.family, (self.loc, self.scale) = f.family, f.moments
         if f.readout == "linear":
             self.net = nn.Linear(d_model, f.family.num_outputs)
         else:
@@ -229,7 +229,9 @@ class Value(Field):
 
     ``loc``/``scale`` standardise the value before λ₁ sees it and, for location-scale families
     (Gaussians), map the read-out back (mean = loc + scale · z), so the network works in
-    standardised units while the likelihood stays in the data's own units.
+    standardised units while the likelihood stays in the data's own units. Left at None (the
+    default), ``efa.fit`` sets them to the mean and standard deviation of the observed training
+    values before it trains (``EFA.standardise``); until then the value is used as it is.
     """
 
     name: str
@@ -241,8 +243,8 @@ class Value(Field):
     num_values: int | None = None
     readout: str = "mlp"
     readout_hidden: tuple[int, ...] = (32,)
-    loc: float = 0.0
-    scale: float = 1.0
+    loc: float | None = None
+    scale: float | None = None
 
     kind = "value"
 
@@ -267,14 +269,23 @@ class Value(Field):
                     f"field {self.name!r}: encoder='table' needs a discrete family and "
                     "num_values (values 0..num_values-1 get an embedding each)"
                 )
-        self.loc, self.scale = float(self.loc), float(self.scale)
-        if not (self.scale > 0 and self.scale < float("inf")) or self.loc != self.loc:
+        if self.loc is not None:
+            self.loc = float(self.loc)
+        if self.scale is not None:
+            self.scale = float(self.scale)
+        loc, scale = self.moments
+        if not (scale > 0 and scale < float("inf")) or not abs(loc) < float("inf"):
             raise ValueError(
                 f"field {self.name!r}: scale must be a positive finite number and loc finite, "
                 f"got loc={self.loc}, scale={self.scale} (a zero scale means constant values)"
             )
         _check_positive(self.name, "dim", self.dim)
         self.readout_hidden = tuple(self.readout_hidden)
+
+    @property
+    def moments(self) -> tuple[float, float]:
+        """(loc, scale) in use: 0 and 1 where not set (yet)."""
+        return (0.0 if self.loc is None else self.loc, 1.0 if self.scale is None else self.scale)
 
     def config(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "family"}
@@ -290,8 +301,7 @@ class Value(Field):
     def build_encoder(self) -> nn.Module:
         if self.encoder == "table":
             return TableEncoder(self.num_values, self.dim)
-        return MapEncoder(1, self.dim, self.encoder, self.hidden, self.loc, self.scale,
-                          value=True)
+        return MapEncoder(1, self.dim, self.encoder, self.hidden, *self.moments, value=True)
 
     def build_readout(self, d_model: int) -> nn.Module:
         return ValueReadout(self, d_model)

@@ -214,6 +214,10 @@ class ConditionalModel(nn.Module):
         """A prior's negative log-density added to the training loss (None: no prior)."""
         return None
 
+    def standardise(self, data: Sequences) -> ConditionalModel:
+        """Called by ``efa.fit`` with the training data before it trains (nothing here)."""
+        return self
+
     @torch.no_grad()
     def predict_mean(self, data: Sequences, at: Tensor | None = None) -> dict[str, Tensor]:
         """E[y_i | context] [B, I] (class probabilities [B, I, K] for categories) of every target
@@ -295,6 +299,30 @@ class EFA(ConditionalModel):
             self.bags = nn.ParameterDict({
                 f.name: nn.Parameter(torch.zeros(f.num_categories, f.num_categories))
                 for f in bags})
+
+    @torch.no_grad()
+    def standardise(self, data: Sequences) -> EFA:
+        """Set every Value field's unset ``loc``/``scale`` to the mean and standard deviation
+        of its observed values in ``data`` (1 if they are constant): λ₁ then sees standardised
+        values and Gaussian read-outs work in standardised units. ``efa.fit`` calls this with
+        the training data; fields whose loc and scale are set are left alone. Returns self."""
+        for f in self.fields:
+            if f.kind != "value" or (f.loc is not None and f.scale is not None):
+                continue
+            y = data.fields[f.name][data.valid() & data.observed.get(f.name, data.valid())]
+            y = y.double()
+            if f.loc is None:
+                f.loc = float(y.mean()) if len(y) else 0.0
+            if f.scale is None:
+                std = float(y.std()) if len(y) > 1 else 0.0
+                f.scale = std if std > 0 and std < float("inf") else 1.0
+            encoder = self.encoders[f.name]
+            if hasattr(encoder, "loc"):
+                encoder.loc.fill_(f.loc)
+                encoder.scale.fill_(f.scale)
+            if f.name in self.readouts:
+                self.readouts[f.name].loc, self.readouts[f.name].scale = f.loc, f.scale
+        return self
 
     # -- encode -----------------------------------------------------------------------------
     def encode(self, data: Sequences, hidden: dict[str, Tensor]) -> Tensor:
