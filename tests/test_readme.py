@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from efa.experiments.summary import END, START, tables
+from efa.experiments.summary import END, SCALE_END, SCALE_START, START, scale_tables, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,3 +23,5 @@ def test_readme_tables_are_generated_from_results():
     text = (ROOT / "README.md").read_text()
     block = text[text.index(START) + len(START) : text.index(END)].strip()
     assert block == tables(ROOT / "results"), "run `efa summary` to regenerate the README tables"
+    block = text[text.index(SCALE_START) + len(SCALE_START) : text.index(SCALE_END)].strip()
+    assert block == scale_tables(ROOT / "results"), "run `efa summary` (the scaling tables)"

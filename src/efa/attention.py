@@ -20,6 +20,7 @@ import math
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 KERNELS: dict[str, type[Kernel]] = {}
@@ -88,10 +89,13 @@ class Kernel(nn.Module):
         own: tuple[Tensor, Tensor] | None = None,
         q_pos: Tensor | None = None,
         k_pos: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
         """``own = (k_own, v_own)`` [B, H, I, d]: query i sees its own key and value at
         position i instead of k_i, v_i (needs Iq == Ik). ``q_pos`` [B|1, Iq] / ``k_pos``
-        [B|1, Ik]: positions of the queries and keys in the sequence (default 0, 1, ...)."""
+        [B|1, Ik]: positions of the queries and keys in the sequence (default 0, 1, ...).
+        ``need_weights=False`` lets a kernel skip returning the weights (and use a fused
+        implementation); it then returns None for them."""
         if q_pos is None:
             q_pos = torch.arange(q.shape[-2], device=q.device)[None]
         if k_pos is None:
@@ -121,12 +125,25 @@ class DotProduct(Kernel):
 
 @register_kernel
 class Softmax(DotProduct):
-    """w_ij ∝ exp(q_i·k_j · scale) over the allowed j (Vaswani et al.)."""
+    """w_ij ∝ exp(q_i·k_j · scale) over the allowed j (Vaswani et al.). Without the weights
+    and without the two-stream ``own`` form, PyTorch's fused
+    ``scaled_dot_product_attention`` computes the same output faster."""
 
     name = "softmax"
 
     def weights(self, s, allowed, q_pos, k_pos):
         return torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1)
+
+    def forward(self, q, k, v, allowed, own=None, q_pos=None, k_pos=None, need_weights=True):
+        if need_weights:
+            return super().forward(q, k, v, allowed, own, q_pos, k_pos)
+        if own is not None:
+            # Two-stream as one fused call: the keys are the context's and, in extra columns,
+            # each query's own; query i sees context j ≠ i (where allowed) and its own column i.
+            eye = torch.eye(q.shape[-2], dtype=torch.bool, device=q.device)
+            allowed = torch.cat([allowed & ~eye, eye.expand_as(allowed)], dim=-1)
+            k, v = torch.cat([k, own[0]], dim=-2), torch.cat([v, own[1]], dim=-2)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scale), None
 
 
 @register_kernel
@@ -167,7 +184,7 @@ class MultiHeadAttention(nn.Module):
         b, i, _ = x.shape
         return x.view(b, i, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x, allowed, memory=None, own=False, q_pos=None):
+    def forward(self, x, allowed, memory=None, own=False, q_pos=None, need_weights=True):
         q = self.split(self.q(x))
         # Two-stream (``own``): query i holds its own token x_i at position i, the context
         # tokens (``memory``) everywhere else. (Own keys first: the order in which gradients
@@ -175,7 +192,7 @@ class MultiHeadAttention(nn.Module):
         mine = (self.split(self.k(x)), self.split(self.v(x))) if own else None
         src = x if memory is None else memory
         k, v = self.split(self.k(src)), self.split(self.v(src))
-        out, w = self.kernel(q, k, v, allowed, own=mine, q_pos=q_pos)
+        out, w = self.kernel(q, k, v, allowed, own=mine, q_pos=q_pos, need_weights=need_weights)
         b, _, i, _ = out.shape
         return self.o(out.transpose(1, 2).reshape(b, i, -1)), w
 
@@ -208,21 +225,18 @@ class Block(nn.Module):
                 nn.Linear(d_model, cfg.ffn_hidden), nn.ReLU(), nn.Linear(cfg.ffn_hidden, d_model)
             )
 
-    def forward(self, x, allowed, memory=None, own=False, q_pos=None):
+    def forward(self, x, allowed, memory=None, own=False, q_pos=None, need_weights=True):
         """``memory``: the context tokens (keys and values); with ``own=True`` query i also
         holds its own token ``x_i`` at position i (two-stream)."""
         if self.kind == "pre_ln":
             m = None if memory is None else self.ln1(memory)
-            a, w = self._attend(self.ln1(x), allowed, m, own, q_pos)
+            a, w = self.attn(self.ln1(x), allowed, m, own, q_pos, need_weights)
             x = x + a
             return x + self.ffn(self.ln2(x)), w
-        a, w = self._attend(x, allowed, memory, own, q_pos)
+        a, w = self.attn(x, allowed, memory, own, q_pos, need_weights)
         if self.kind == "bare":
             return a, w
         if self.kind == "residual":
             return x + a, w
         x = self.ln1(x + a)
         return self.ln2(x + self.ffn(x)), w
-
-    def _attend(self, x, allowed, memory, own, q_pos):
-        return self.attn(x, allowed, memory=memory, own=own, q_pos=q_pos)

@@ -54,6 +54,7 @@ def reproduce(
         1, min=1, help="torch CPU threads per worker; 1 is as fast for these small models and "
         "never thrashes when several runs share the cores (numbers depend on it)",
     ),
+    device: str = typer.Option(None, help="train on this device (cpu, cuda, cuda:1)"),
 ):
     """Run an experiment and write OUT/NAME/results.json, results.md and plots."""
     if name not in EXPERIMENTS:
@@ -68,13 +69,63 @@ def reproduce(
     folder = out / name
     try:
         runner.check_destination(folder, command, force)  # before any work
+        if device is not None:
+            from efa.train import _check_device
+
+            _check_device(device)
         report = runner.reproduce(name, seeds, quick, progress, command,
-                                  workers=workers or None, threads=threads)
+                                  workers=workers or None, threads=threads, device=device)
         runner.write_atomically(report, folder, get(name).plots)
     except Exception as err:  # one line for the user; the traceback with --debug
         _fail(err)
     typer.echo(report.markdown())
     typer.echo(f"wrote {folder}/", err=True)
+
+
+@app.command()
+def train(
+    data: Path = typer.Argument(..., help="training sequences (written by Sequences.save)"),
+    model: Path = typer.Option(..., help="a model folder written by efa.save: its config, and "
+                               "its weights as the starting point"),
+    out: Path = typer.Option(..., help="folder for the trained model"),
+    val: Path = typer.Option(None, help="validation sequences for early stopping"),
+    config: Path = typer.Option(None, help="training settings: TrainConfig fields as JSON"),
+    checkpoint_dir: Path = typer.Option(None, help="resume from / save to this folder"),
+    device: str = typer.Option(None, help="cpu, cuda, cuda:1 (with torchrun: cuda = the "
+                               "local rank's GPU)"),
+    force: bool = typer.Option(False, help="replace a model already in OUT"),
+):
+    """Train a saved model on saved sequences; under torchrun, data-parallel (one process per
+    device: `torchrun --nproc_per_node 2 -m efa.cli train DATA --model M --out OUT`)."""
+    import json
+    import os
+
+    import efa
+    from efa import distributed
+
+    try:
+        if out.exists() and any(out.iterdir()) and not force:
+            raise FileExistsError(f"{out} is not empty; pass --force to replace its model")
+        settings = json.loads(config.read_text()) if config else {}
+        if device == "cuda" and "LOCAL_RANK" in os.environ:
+            device = f"cuda:{os.environ['LOCAL_RANK']}"
+        distributed.init_from_environment(device)
+        rank, _ = distributed.world()
+        net = efa.load(model)
+        train_data = efa.Sequences.load(data)
+        val_data = efa.Sequences.load(val) if val else None
+        settings.setdefault("progress", rank == 0)
+        if checkpoint_dir is not None:
+            settings["checkpoint_dir"] = str(checkpoint_dir)
+        if device is not None:
+            settings["device"] = device
+        hist = efa.fit(net, train_data, val_data, **settings)
+        if rank == 0:
+            efa.save(net, out, overwrite=force)
+            typer.echo(f"trained {hist.epochs_run} epochs (best {hist.best_epoch + 1}); "
+                       f"wrote {out}/", err=True)
+    except Exception as err:  # one line for the user; the traceback with --debug
+        _fail(err)
 
 
 @app.command()

@@ -12,8 +12,10 @@ Every check on what a user passes in lives in :func:`check_sequences`, called by
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -109,10 +111,66 @@ class Sequences:
             None if self.scored is None else self.scored[idx][:, :width],
         )
 
-    def to(self, dtype: torch.dtype) -> Sequences:
-        """Cast the floating-point fields (values, attributes) to ``dtype``."""
-        cast = {k: v.to(dtype) if v.is_floating_point() else v for k, v in self.fields.items()}
-        return Sequences(cast, self.lengths, self.observed, self.scored)
+    def to(self, *args, non_blocking: bool = False) -> Sequences:
+        """``to(device)`` moves every tensor; ``to(dtype)`` casts the floating-point fields
+        (values, attributes); ``to(device, dtype)`` does both."""
+        device = dtype = None
+        for a in args:
+            if isinstance(a, torch.dtype):
+                dtype = a
+            else:
+                device = torch.device(a)
+        if device is not None and device.type not in ("cpu", "meta") and \
+                not _device_available(device):
+            raise ValueError(f"device {device} does not exist on this machine")
+
+        def move(t: Tensor, cast: bool = False) -> Tensor:
+            if cast and dtype is not None and t.is_floating_point():
+                t = t.to(dtype)
+            return t if device is None else t.to(device, non_blocking=non_blocking)
+
+        return Sequences(
+            {k: move(v, cast=True) for k, v in self.fields.items()},
+            move(self.lengths),
+            {k: move(v) for k, v in self.observed.items()},
+            None if self.scored is None else move(self.scored),
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.lengths.device
+
+    def save(self, path) -> Path:
+        """Write the sequences to one safetensors file (for ``efa train`` and torchrun)."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        tensors = {"lengths": self.lengths}
+        tensors |= {f"field/{k}": v for k, v in self.fields.items()}
+        tensors |= {f"observed/{k}": v for k, v in self.observed.items()}
+        if self.scored is not None:
+            tensors["scored"] = self.scored
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path),
+                  metadata={"efa": "sequences", "order": json.dumps(list(self.fields))})
+        return path
+
+    @classmethod
+    def load(cls, path) -> Sequences:
+        """Read sequences written by :meth:`save` (checked like any other input)."""
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = f.metadata() or {}
+                t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        except Exception as err:  # safetensors raises its own error types
+            raise ValueError(f"{path} is not a readable sequences file: {err}") from None
+        if meta.get("efa") != "sequences":
+            raise ValueError(f"{path} was not written by Sequences.save")
+        order = json.loads(meta["order"])
+        return cls({k: t[f"field/{k}"] for k in order}, t["lengths"],
+                   {k[9:]: v for k, v in t.items() if k.startswith("observed/")},
+                   t.get("scored"))
 
     def with_scored(self, scored: Tensor | None) -> Sequences:
         """The same sequences with another likelihood mask."""
@@ -258,6 +316,14 @@ class Sequences:
         if scored is not None:
             tgt = _pad([np.asarray(x, dtype=bool) for x in scored], width, "scored").bool()
         return cls(out, torch.tensor(lengths), obs, tgt)
+
+
+def _device_available(device: torch.device) -> bool:
+    backend = getattr(torch, device.type, None)
+    if backend is None or not hasattr(backend, "is_available") or not backend.is_available():
+        return False
+    count = backend.device_count() if hasattr(backend, "device_count") else 1
+    return device.index is None or device.index < count
 
 
 def _numeric_column(col, name: str):

@@ -65,6 +65,18 @@ def _log1mexp(x: Tensor) -> Tensor:
     return torch.where(near_zero, a, b)
 
 
+def _integer(name: str, value, low: int) -> int:
+    if int(value) != value or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _non_negative(name: str, value) -> float:
+    if not value >= 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return float(value)
+
+
 class InvalidValues(ValueError):
     """Bad target values; ``index`` is the (flat) index of the first offender in the tensor
     that was validated, so a caller can translate it into a (sequence, position)."""
@@ -94,14 +106,16 @@ class Family(nn.Module):
 
     name: str = "family"
     is_discrete: bool = False
-    num_outputs: int
-    num_natural: int
+    num_outputs: int = 1
+    num_natural: int = 1
 
     # -- the exponential family --------------------------------------------------------------
 
     def link(self, z: Tensor) -> Tensor:
-        """Map an unconstrained readout ``z [..., num_outputs]`` to ``eta [..., num_natural]``."""
-        raise NotImplementedError
+        """Map an unconstrained readout ``z [..., num_outputs]`` to ``eta [..., num_natural]``
+        (default: the canonical link, η = z)."""
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return z
 
     def forward(self, z: Tensor) -> Tensor:
         return self.link(z)
@@ -112,7 +126,8 @@ class Family(nn.Module):
         return self.link(z)
 
     def sufficient_stat(self, y: Tensor) -> Tensor:
-        raise NotImplementedError
+        """t(y) [..., num_natural] (default: t(y) = y, one natural parameter)."""
+        return _as_real(y).unsqueeze(-1)
 
     def log_partition(self, eta: Tensor) -> Tensor:
         raise NotImplementedError
@@ -206,8 +221,10 @@ class Family(nn.Module):
 
     # -- serialisation --------------------------------------------------------------------
 
+    args: tuple[str, ...] = ()  # constructor arguments, saved in config()
+
     def _config_args(self) -> dict[str, Any]:
-        return {}
+        return {k: getattr(self, k) for k in self.args}
 
     def config(self) -> dict[str, Any]:
         """JSON-serialisable constructor arguments; learned parameters live in state_dict."""
@@ -223,22 +240,12 @@ class Family(nn.Module):
 class Categorical(Family):
     """y in {0, ..., K-1}; eta = logits, t = one-hot(y), A = logsumexp, h = 1."""
 
-    name = "categorical"
-    is_discrete = True
+    name, args, is_discrete = "categorical", ("num_categories",), True
 
     def __init__(self, num_categories: int):
         super().__init__()
-        if int(num_categories) != num_categories or num_categories < 2:
-            raise ValueError(f"num_categories must be an integer >= 2, got {num_categories!r}")
-        self.num_categories = int(num_categories)
+        self.num_categories = _integer("num_categories", num_categories, 2)
         self.num_outputs = self.num_natural = self.num_categories
-
-    def _config_args(self) -> dict[str, Any]:
-        return {"num_categories": self.num_categories}
-
-    def link(self, z: Tensor) -> Tensor:
-        _check_last_dim(z, self.num_outputs, "z", self)
-        return z
 
     def sufficient_stat(self, y: Tensor) -> Tensor:
         dtype = y.dtype if y.is_floating_point() else torch.get_default_dtype()
@@ -249,6 +256,12 @@ class Categorical(Family):
 
     def log_base_measure(self, y: Tensor) -> Tensor:
         return torch.zeros(y.shape, dtype=_as_real(y).dtype, device=y.device)
+
+    def log_prob(self, y: Tensor, eta: Tensor, base_measure: bool = True) -> Tensor:
+        """η_y − logsumexp(η): the same numbers as ⟨η, one-hot(y)⟩ − A(η), without the
+        [..., K] one-hot (large vocabularies)."""
+        _check_last_dim(eta, self.num_natural, "eta", self)
+        return eta.gather(-1, y.long()[..., None])[..., 0] - self.log_partition(eta)
 
     def mean(self, eta: Tensor) -> Tensor:
         """Class probabilities ``[..., K]`` (the mean of the one-hot encoding)."""
@@ -272,15 +285,6 @@ class Bernoulli(Family):
 
     name = "bernoulli"
     is_discrete = True
-    num_outputs = 1
-    num_natural = 1
-
-    def link(self, z: Tensor) -> Tensor:
-        _check_last_dim(z, self.num_outputs, "z", self)
-        return z
-
-    def sufficient_stat(self, y: Tensor) -> Tensor:
-        return _as_real(y).unsqueeze(-1)
 
     def log_partition(self, eta: Tensor) -> Tensor:
         return F.softplus(eta[..., 0])
@@ -311,8 +315,6 @@ class Poisson(Family):
 
     name = "poisson"
     is_discrete = True
-    num_outputs = 1
-    num_natural = 1
     _links = ("log", "softplus")
 
     def __init__(self, shift: int = 0, link: str = "log"):
@@ -360,25 +362,12 @@ class Binomial(Family):
     """y in {0, ..., n} successes of n known trials; eta = logit, A = n softplus(eta)."""
 
     name = "binomial"
+    args = ("total_count",)
     is_discrete = True
-    num_outputs = 1
-    num_natural = 1
 
     def __init__(self, total_count: int):
         super().__init__()
-        if int(total_count) != total_count or total_count < 1:
-            raise ValueError(f"total_count must be an integer >= 1, got {total_count!r}")
-        self.total_count = int(total_count)
-
-    def _config_args(self) -> dict[str, Any]:
-        return {"total_count": self.total_count}
-
-    def link(self, z: Tensor) -> Tensor:
-        _check_last_dim(z, self.num_outputs, "z", self)
-        return z
-
-    def sufficient_stat(self, y: Tensor) -> Tensor:
-        return _as_real(y).unsqueeze(-1)
+        self.total_count = _integer("total_count", total_count, 1)
 
     def log_partition(self, eta: Tensor) -> Tensor:
         return self.total_count * F.softplus(eta[..., 0])
@@ -413,9 +402,8 @@ class NegativeBinomial(Family):
     """
 
     name = "negative_binomial"
+    args = ("total_count",)
     is_discrete = True
-    num_outputs = 1
-    num_natural = 1
 
     def __init__(self, total_count: float):
         super().__init__()
@@ -423,15 +411,9 @@ class NegativeBinomial(Family):
             raise ValueError(f"total_count must be > 0, got {total_count!r}")
         self.total_count = float(total_count)
 
-    def _config_args(self) -> dict[str, Any]:
-        return {"total_count": self.total_count}
-
     def link(self, z: Tensor) -> Tensor:
         _check_last_dim(z, self.num_outputs, "z", self)
         return F.logsigmoid(z)
-
-    def sufficient_stat(self, y: Tensor) -> Tensor:
-        return _as_real(y).unsqueeze(-1)
 
     def log_partition(self, eta: Tensor) -> Tensor:
         return -self.total_count * _log1mexp(eta[..., 0])
@@ -474,8 +456,7 @@ class Gaussian(Family):
     """
 
     name = "gaussian"
-    num_outputs = 1
-    num_natural = 1
+    args = ("sigma",)
 
     def __init__(self, sigma: float = 1.0):
         super().__init__()
@@ -488,18 +469,12 @@ class Gaussian(Family):
             raise ValueError(f"sigma must be > 0, got {sigma!r}")
         self.sigma = float(sigma)
 
-    def _config_args(self) -> dict[str, Any]:
-        return {"sigma": self.sigma}
-
     def link(self, z: Tensor) -> Tensor:
         _check_last_dim(z, self.num_outputs, "z", self)
         return z / self.sigma**2
 
     def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
         return self.link(loc + scale * z)
-
-    def sufficient_stat(self, y: Tensor) -> Tensor:
-        return _as_real(y).unsqueeze(-1)
 
     def log_partition(self, eta: Tensor) -> Tensor:
         return 0.5 * self.sigma**2 * eta[..., 0] ** 2
@@ -572,6 +547,7 @@ class LearnedGaussian(_NormalNatural):
     """
 
     name = "learned_gaussian"
+    args = ("init_sigma",)
     num_outputs = 1
 
     def __init__(self, init_sigma: float = 1.0):
@@ -584,9 +560,6 @@ class LearnedGaussian(_NormalNatural):
     @property
     def sigma(self) -> Tensor:
         return self.log_sigma.exp()
-
-    def _config_args(self) -> dict[str, Any]:
-        return {"init_sigma": self.init_sigma}
 
     def link(self, z: Tensor) -> Tensor:
         _check_last_dim(z, self.num_outputs, "z", self)
@@ -604,16 +577,12 @@ class HeteroscedasticGaussian(_NormalNatural):
     """
 
     name = "heteroscedastic_gaussian"
+    args = ("min_scale",)
     num_outputs = 2
 
     def __init__(self, min_scale: float = 1e-4):
         super().__init__()
-        if not min_scale >= 0:
-            raise ValueError(f"min_scale must be >= 0, got {min_scale!r}")
-        self.min_scale = float(min_scale)
-
-    def _config_args(self) -> dict[str, Any]:
-        return {"min_scale": self.min_scale}
+        self.min_scale = _non_negative("min_scale", min_scale)
 
     def link(self, z: Tensor) -> Tensor:
         _check_last_dim(z, self.num_outputs, "z", self)
@@ -633,18 +602,11 @@ class Gamma(Family):
     A = lgamma(eta1 + 1) - (eta1 + 1) log(-eta2), h = 1. Mean alpha / beta.
     """
 
-    name = "gamma"
-    num_outputs = 2
-    num_natural = 2
+    name, args, num_outputs, num_natural = "gamma", ("floor",), 2, 2
 
     def __init__(self, floor: float = 1e-4):
         super().__init__()
-        if not floor >= 0:
-            raise ValueError(f"floor must be >= 0, got {floor!r}")
-        self.floor = float(floor)
-
-    def _config_args(self) -> dict[str, Any]:
-        return {"floor": self.floor}
+        self.floor = _non_negative("floor", floor)
 
     def link(self, z: Tensor) -> Tensor:
         _check_last_dim(z, self.num_outputs, "z", self)

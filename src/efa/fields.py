@@ -165,6 +165,7 @@ class Category(Field):
     dim: int = 32
     readout_bias: bool = False
     distinct: bool = False
+    vocab_chunk: int | None = None
     bag: bool = False
     bag_l2: float = 0.0
     bag_scale: float = 10.0
@@ -181,6 +182,12 @@ class Category(Field):
             )
         self.dim = _as_int(self.dim)
         _check_positive(self.name, "dim", self.dim)
+        if self.vocab_chunk is not None:
+            self.vocab_chunk = _as_int(self.vocab_chunk)
+            _check_positive(self.name, "vocab_chunk", self.vocab_chunk)
+        if self.bag and self.vocab_chunk is not None:
+            raise ValueError(f"field {self.name!r}: bag=True needs the dense logits (a K × K "
+                             "table), which vocab_chunk is there to avoid: use one or the other")
         if self.bag and not self.target:
             raise ValueError(f"field {self.name!r}: bag=True adds a term to the field's own "
                              "logits, so it needs target=True")

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from efa import strategies
+from efa import strategies, vocab
 from efa.attention import BLOCKS, KERNELS, Block, kernel_spec, mlp
 from efa.data import Sequences, check_sequences
 from efa.fields import Field, field_from_config
@@ -122,6 +122,13 @@ class ConditionalModel(nn.Module):
     direction: str = "bidirectional"
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's parameters (or buffers) live; data are moved there."""
+        for t in (*self.parameters(), *self.buffers()):
+            return t.device
+        return torch.device("cpu")
+
+    @property
     def target_fields(self) -> list[Field]:
         return [f for f in self.fields if f.target]
 
@@ -170,43 +177,66 @@ class ConditionalModel(nn.Module):
     def forward(self, data: Sequences) -> dict[str, Tensor]:
         return self.natural_params(data)
 
+    def _here(self, data: Sequences, at: Tensor | None = None):
+        """``data`` (and a position mask) on the model's device."""
+        device = self.device
+        if data.device != device:
+            data = data.to(device)
+        return data, (None if at is None else at.to(device))
+
     def check(self, data: Sequences) -> None:
         dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
         check_sequences(data, self.fields, self.max_len, dtype)
 
     def log_likelihood(
-        self, data: Sequences, base_measure: bool = True, check: bool = True
+        self, data: Sequences, base_measure: bool = True, check: bool = True,
+        weights: Tensor | None = None,
     ) -> dict[str, tuple[Tensor, int]]:
-        """Per target field: (sum of log p(y_i | context) over predicted positions, count)."""
+        """Per target field: (sum of log p(y_i | context) over predicted positions, count).
+        ``weights`` [B]: a weight per sequence on its terms (sampled positions, see fit)."""
         if check:
             self.check(data)
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
-        etas = self.natural_params_at(data, at)
+        lps = self.log_probs_at(data, at, base_measure)
         out = {}
         for f in self.target_fields:
             m = at[f.name]
-            y = data.fields[f.name][m]
-            out[f.name] = (f.family.log_prob(y, etas[f.name], base_measure).sum(), int(m.sum()))
+            lp = lps[f.name]
+            if weights is not None:
+                lp = lp * weights[m.nonzero()[:, 0]].to(lp.dtype)
+            out[f.name] = (lp.sum(), int(m.sum()))
         return out
+
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
+                     base_measure: bool = True) -> dict[str, Tensor]:
+        """log p(y_i | context) [P] of each field in ``at`` at its asked positions."""
+        etas = self.natural_params_at(data, at)
+        return {name: self.field(name).family.log_prob(data.fields[name][m], etas[name],
+                                                       base_measure)
+                for name, m in at.items()}
 
     def log_likelihoods(self, data: Sequences, base_measure: bool = True) -> dict[str, Tensor]:
         """log p(y_i | context) [B, I] per target field; NaN where not predicted."""
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
-        etas = self.natural_params_at(data, at)
+        lps = self.log_probs_at(data, at, base_measure)
         out = {}
         for f in self.target_fields:
             m = at[f.name]
-            lp = f.family.log_prob(data.fields[f.name][m], etas[f.name], base_measure)
-            full = lp.new_full(m.shape, float("nan"))
-            full[m] = lp
+            full = lps[f.name].new_full(m.shape, float("nan"))
+            full[m] = lps[f.name]
             out[f.name] = full
         return out
 
-    def loss(self, data: Sequences, check: bool = False) -> Tensor:
+    def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
+             counts: dict[str, int] | None = None) -> Tensor:
         """Training objective: the sum over target fields of the mean negative log-likelihood
-        (+ the model's ``penalty()``, if it has one)."""
-        ll = self.log_likelihood(data, check=check)
-        loss = -sum(s / max(n, 1) for s, n in ll.values())
+        (+ the model's ``penalty()``, if it has one). ``counts`` replaces each field's number of
+        predicted positions as the denominator (the global count across data-parallel ranks, or
+        of the full batch when positions are sampled); ``weights`` as in
+        :meth:`log_likelihood`."""
+        ll = self.log_likelihood(data, check=check, weights=weights)
+        loss = -sum(s / max(n if counts is None else counts[name], 1)
+                    for name, (s, n) in ll.items())
         penalty = self.penalty()
         return loss if penalty is None else loss + penalty
 
@@ -224,6 +254,7 @@ class ConditionalModel(nn.Module):
         field at the positions ``at`` [B, I] (default: every real position, missing values
         included: an imputation); NaN elsewhere."""
         self.check(data)
+        data, at = self._here(data, at)
         at = data.valid() if at is None else at & data.valid()
         etas = self.natural_params_at(data, {f.name: at for f in self.target_fields})
         out = {}
@@ -259,6 +290,21 @@ def context_bag(data: Sequences, name: str, table: Tensor, direction: str, at: T
     if direction == "bidirectional":
         return (rows.sum(1, keepdim=True) - rows)[at]
     return (rows.cumsum(1) - rows)[at]
+
+
+def context_pairs(data: Sequences, name: str, direction: str, at: Tensor) -> tuple[Tensor, Tensor]:
+    """The items of category ``name`` in the context of each asked position, as (row, item)
+    pairs (row = index among ``at.nonzero()``): the sparse form of :func:`context_items` for
+    large vocabularies."""
+    b_idx, i_idx = at.nonzero(as_tuple=True)
+    x = data.fields[name]
+    present = data.valid() & data.observed.get(name, data.valid())
+    j = torch.arange(x.shape[1], device=x.device)
+    ctx = present[b_idx] & (j[None, :] != i_idx[:, None])  # [P, I]
+    if direction != "bidirectional":
+        ctx &= j[None, :] < i_idx[:, None]
+    rows, cols = ctx.nonzero(as_tuple=True)
+    return rows, x[b_idx[rows], cols]
 
 
 class EFA(ConditionalModel):
@@ -389,6 +435,37 @@ class EFA(ConditionalModel):
             out[name] = self.restrict(name, data, m, eta)
         return out
 
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
+                     base_measure: bool = True) -> dict[str, Tensor]:
+        """As ``ConditionalModel.log_probs_at``; a category with ``vocab_chunk`` is scored
+        without its [positions × D] logits (``efa.vocab``), and during training with
+        ``sampling`` set (by ``fit(..., sampled_softmax=k)``) by the sampled softmax."""
+        sampling = getattr(self, "sampling", None) if self.training else None
+        large = [name for name in at if self.field(name).kind == "category" and (
+            sampling is not None or getattr(self.field(name), "vocab_chunk", None))]
+        if not large:
+            return super().log_probs_at(data, at, base_measure)
+        out = super().log_probs_at(data, {k: v for k, v in at.items() if k not in large},
+                                   base_measure) if len(large) < len(at) else {}
+        content = self.encode(data, self.hidden_for(data, None))
+        for name in large:
+            f, m = self.field(name), at[name]
+            if f.bag:
+                raise ValueError(f"field {name!r} has bag=True, which needs the dense logits: "
+                                 "train it without sampled_softmax")
+            h, _ = self.states(data, name, m, content=content)
+            net = self.readouts[name].net
+            y = data.fields[name][m]
+            excluded = context_pairs(data, name, self.direction, m) if f.distinct else None
+            if sampling is not None:
+                out[name] = vocab.sampled_log_prob(
+                    h, net.weight, net.bias, y, sampling["k"], sampling["log_q"][name],
+                    sampling["generator"], excluded)
+            else:
+                out[name] = vocab.chunked_log_prob(h, net.weight, net.bias, y,
+                                                   f.vocab_chunk or f.num_categories, excluded)
+        return {name: out[name] for name in at}
+
     @torch.no_grad()
     def attention_weights(self, data: Sequences, target: str | None = None,
                           at: Tensor | None = None) -> Tensor:
@@ -397,6 +474,7 @@ class EFA(ConditionalModel):
         positions not in ``at`` (default: every real position) are zero."""
         self.check(data)
         f = self.target(target)
+        data, at = self._here(data, at)
         at = data.valid() if at is None else at & data.valid()
         _, rows = self.states(data, f.name, at, want_weights=True)
         b_idx, i_idx = at.nonzero(as_tuple=True)

@@ -34,14 +34,19 @@ def two_stream(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tens
     b_idx, i_idx = at.nonzero(as_tuple=True)
     weights = []
     for layer, block in enumerate(blocks):
-        query, w = block(query, allowed, memory=content, own=True)
+        query, w = block(query, allowed, memory=content, own=True, need_weights=want_weights)
         if layer + 1 < len(blocks):
-            content, _ = block(content, allowed)
+            content, _ = block(content, allowed, need_weights=False)
         if want_weights:
             weights.append(w[b_idx, :, i_idx])
     # Every position is computed anyway; reading out before selecting keeps efa 0.1's float
     # summation order in the read-out's gradient (same seed, same numbers across versions).
-    return head(query)[b_idx, i_idx], (torch.stack(weights) if want_weights else None)
+    out = head(query)
+    if at.all():  # every position asked: a view, not a copy
+        out = out.reshape(-1, *out.shape[2:])
+    else:
+        out = out[b_idx, i_idx]
+    return out, (torch.stack(weights) if want_weights else None)
 
 
 def copies(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
@@ -56,12 +61,12 @@ def copies(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
         mask = allowed[b]
         ws = []
         for block in blocks[:-1]:
-            x, w = block(x, mask)
+            x, w = block(x, mask, need_weights=want_weights)
             if want_weights:
                 ws.append(w[rows, :, i])
         # Only position i of the last layer is read out: compute that row alone.
         h, w = blocks[-1](x[rows, i][:, None], mask[rows, :, i][:, :, None], memory=x,
-                          q_pos=i[:, None])
+                          q_pos=i[:, None], need_weights=want_weights)
         states.append(head(h[:, 0]))
         if want_weights:
             weights.append(torch.stack([*ws, w[:, :, 0]]))

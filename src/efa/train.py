@@ -22,11 +22,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from efa import checkpoint
+from efa import checkpoint, distributed
 from efa.data import Sequences
 from efa.model import ConditionalModel
 
 SCHEDULES = ("plateau", "cosine", "constant")
+DEFAULTS = {"device": None}  # set by `efa reproduce --device` in its worker processes
 
 
 class StillImproving(UserWarning):
@@ -45,6 +46,17 @@ class TrainConfig:
       the thread count; on a shared or small machine 1 thread is often fastest (no
       oversubscription). resume: with ``checkpoint_dir``, continue from a checkpoint written by
       the same model, data and settings (False: start over, replacing it).
+    device: where to train ("cuda", "cuda:1", "cpu"; None: where the model is, or the
+      default set by ``efa reproduce --device``); batches are moved there one at a time.
+    autocast: "bf16" or "fp16" mixed precision for the forward pass (None: off).
+    positions: m > 0 samples m scored positions per sequence per step (uniformly, with weights
+      that keep the objective unbiased) instead of all of them — the cheap stochastic masked
+      pseudo-likelihood for long sequences in copies mode; evaluation stays exact.
+    drop_last: skip a last partial batch (needed when a data-parallel world size does not
+      divide the data).
+    sampled_softmax: k > 0 trains category read-outs by the sampled softmax with k negatives
+      per batch from the ``proposal`` ("unigram": training frequencies, or "uniform"), with
+      the log-Q correction (large vocabularies; evaluation stays exact).
     """
 
     lr: float = 3e-3
@@ -62,6 +74,12 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     threads: int | None = None
     resume: bool = True
+    device: str | None = None
+    autocast: str | None = None
+    positions: int | None = None
+    drop_last: bool = False
+    sampled_softmax: int | None = None
+    proposal: str = "unigram"
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
@@ -72,6 +90,14 @@ class TrainConfig:
         _check_int("seed", self.seed, None)
         if self.threads is not None:
             _check_int("threads", self.threads, 1)
+        if self.positions is not None:
+            _check_int("positions", self.positions, 1)
+        if self.sampled_softmax is not None:
+            _check_int("sampled_softmax", self.sampled_softmax, 1)
+        if self.proposal not in ("unigram", "uniform"):
+            raise ValueError(f"proposal must be 'unigram' or 'uniform', got {self.proposal!r}")
+        if self.autocast not in (None, "bf16", "fp16"):
+            raise ValueError(f"autocast must be None, 'bf16' or 'fp16', got {self.autocast!r}")
         for name, low in (("lr", 0.0), ("weight_decay", None), ("grad_clip", 0.0),
                           ("min_delta", None)):
             v = getattr(self, name)
@@ -110,11 +136,12 @@ def seed_everything(seed: int) -> None:
 # --------------------------------------------------------------------------- scoring
 
 
-def _batches(data: Sequences, batch_size: int):
+def _batches(data: Sequences, batch_size: int, device: torch.device | None = None):
     _check_int("batch_size", batch_size, 1)
     for start in range(0, len(data), batch_size):
         idx = torch.arange(start, min(start + batch_size, len(data)))
-        yield idx, data[idx]
+        batch = data[idx]
+        yield idx, batch if device is None or batch.device == device else batch.to(device)
 
 
 @torch.no_grad()
@@ -128,7 +155,7 @@ def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 
     out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
            for f in model.target_fields}
     try:
-        for idx, batch in _batches(data, batch_size):
+        for idx, batch in _batches(data, batch_size, model.device):
             for name, lp in model.log_likelihoods(batch, base_measure).items():
                 out[name][idx, : lp.shape[1]] = lp.double().cpu()
     finally:
@@ -148,7 +175,7 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
     sums: dict[str, float] = {f.name: 0.0 for f in model.target_fields}
     counts: dict[str, int] = {f.name: 0 for f in model.target_fields}
     try:
-        for idx, batch in _batches(data, batch_size):
+        for idx, batch in _batches(data, batch_size, model.device):
             for name, (s, n) in model.log_likelihood(batch, base_measure, check=False).items():
                 if not torch.isfinite(s):
                     _raise_non_finite(model, batch, idx, "evaluate")
@@ -195,7 +222,7 @@ def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size:
     model.eval()
     ys, means = [], []
     try:
-        for idx, batch in _batches(data, batch_size):
+        for idx, batch in _batches(data, batch_size, model.device):
             mask = batch.predicted(name)
             mean = model.predict_mean(batch, at=mask)[name][mask]
             bad = ~torch.isfinite(mean.reshape(len(mean), -1)).all(1)
@@ -205,8 +232,8 @@ def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size:
                     f"predictions: non-finite predicted mean of field {f.name!r} at sequence "
                     f"{int(idx[b])}, position {int(i)}"
                 )
-            ys.append(batch.fields[name][mask])
-            means.append(mean)
+            ys.append(batch.fields[name][mask].cpu())
+            means.append(mean.cpu())
     finally:
         model.train(was_training)
     return torch.cat(ys), torch.cat(means)
@@ -225,7 +252,22 @@ def mean_squared_error(model: ConditionalModel, data: Sequences, name: str) -> f
 
 
 def _val_loss(model, data, batch_size) -> float:
-    return -sum(evaluate(model, data, batch_size).values())
+    rank, size = distributed.world()
+    if size == 1:
+        return -sum(evaluate(model, data, batch_size).values())
+    # Each rank scores its shard; the all-reduced sums make the same decision everywhere.
+    shard = data[torch.arange(rank, len(data), size)] if rank < len(data) else None
+    sums = {f.name: [0.0, 0] for f in model.target_fields}
+    if shard is not None:
+        with torch.no_grad():
+            model.eval()
+            for _, batch in _batches(shard, batch_size, model.device):
+                for name, (s, n) in model.log_likelihood(batch, check=False).items():
+                    sums[name][0] += float(s)
+                    sums[name][1] += n
+            model.train()
+    flat = distributed.all_sum([v for pair in sums.values() for v in pair])
+    return -sum(flat[2 * k] / max(flat[2 * k + 1], 1) for k in range(len(sums)))
 
 
 # --------------------------------------------------------------------------- fitting
@@ -258,6 +300,11 @@ def fit(
     cfg = config or TrainConfig()
     if overrides:
         cfg = TrainConfig(**{**asdict(cfg), **overrides})
+    if cfg.positions is not None and cfg.positions > train.max_len:
+        raise ValueError(
+            f"positions={cfg.positions} is more than the sequences hold ({train.max_len}); "
+            "use positions=None for the exact objective"
+        )
     for what, data in (("training", train), ("validation", val)):
         if data is None:
             continue
@@ -269,6 +316,10 @@ def fit(
                 "missing, or `scored` all False): there is nothing to fit or to stop early on"
             )
     model.standardise(train)  # Value fields left at loc/scale None: standardised on train
+    device = cfg.device or DEFAULTS["device"]
+    if device is not None:
+        _check_device(device)
+        model.to(device)
     threads = torch.get_num_threads()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -278,11 +329,29 @@ def fit(
         torch.set_num_threads(threads)
 
 
+def _check_device(device) -> None:
+    d = torch.device(device)
+    if d.type == "cpu":
+        return
+    backend = getattr(torch, d.type, None)
+    if backend is None or not backend.is_available() or (
+            d.index is not None and d.index >= backend.device_count()):
+        raise ValueError(f"device {device!r} does not exist on this machine")
+
+
 def _fit(model, train, val, cfg: TrainConfig) -> History:
+    rank, size = distributed.world()
+    distributed.check_sizes(len(train), cfg.batch_size, size, cfg.drop_last)
+    device = model.device
     gen = torch.Generator().manual_seed(cfg.seed)
+    sampler = torch.Generator().manual_seed(cfg.seed + 7919)  # sampled positions
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-    sched, plateau = _scheduler(opt, cfg, steps_per_epoch)
+    n_batches = len(train) // cfg.batch_size if cfg.drop_last else \
+        math.ceil(len(train) / cfg.batch_size)
+    if n_batches == 0:
+        raise ValueError(f"drop_last with {len(train)} sequences in batches of "
+                         f"{cfg.batch_size} leaves no batch")
+    sched, plateau = _scheduler(opt, cfg, n_batches)
     hist, best_state, bad, start_epoch = History(), None, 0, 0
     initial = copy.deepcopy(model.state_dict())
     fingerprint = {
@@ -295,14 +364,24 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         state = checkpoint.load(folder)
         if state is not None:
             hist, best_state, bad = _restore(state, folder, fingerprint, model, opt,
-                                             plateau or sched, gen)
+                                             plateau or sched, gen, sampler)
             start_epoch = hist.epochs_run
+    negatives = torch.Generator().manual_seed(cfg.seed + 104729)
+    if cfg.sampled_softmax is not None:
+        model.sampling = {"k": cfg.sampled_softmax, "generator": negatives,
+                          "log_q": _proposals(model, train, cfg.proposal)}
+    objective = distributed.Loss(model)
+    if size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        objective = DistributedDataParallel(objective, find_unused_parameters=True)
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.autocast)
 
     t0 = time.perf_counter() - hist.seconds
     bar = tqdm(
         range(start_epoch, cfg.max_epochs),
         # On a terminal only: piped into a log, a bar writes hundreds of carriage returns.
-        disable=not cfg.progress or not sys.stderr.isatty(),
+        disable=not cfg.progress or not sys.stderr.isatty() or rank != 0,
         desc="fit",
         unit="epoch",
         initial=start_epoch,
@@ -314,13 +393,28 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                 break
             model.train()
             order = torch.randperm(len(train), generator=gen)
-            total, n_batches = 0.0, 0
-            for start in range(0, len(train), cfg.batch_size):
+            total = 0.0
+            for start in range(0, n_batches * cfg.batch_size, cfg.batch_size):
                 idx = order[start : start + cfg.batch_size]
-                batch = train[idx]
-                loss = model.loss(batch)
+                batch = train[idx[rank::size]]
+                if batch.device != device:
+                    batch = batch.to(device)
+                weights = counts = None
+                if size > 1 or cfg.positions is not None:
+                    # Normalise by the predicted positions of the whole batch (all ranks, all
+                    # positions): the ranks then sum to one process's exact-batch gradient.
+                    whole = train[idx] if size > 1 else batch
+                    counts = {f.name: int(whole.predicted(f.name).sum())
+                              for f in model.target_fields}
+                if cfg.positions is not None:
+                    batch, weights = _sample_positions(batch, cfg.positions, sampler)
+                with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                    if counts is None:
+                        loss = model.loss(batch)
+                    else:
+                        loss = objective(batch, weights, counts, float(size))
                 if not torch.isfinite(loss):
-                    _raise_non_finite(model, batch, idx, "fit", f" at epoch {epoch}")
+                    _raise_non_finite(model, batch, idx[rank::size], "fit", f" at epoch {epoch}")
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.grad_clip:
@@ -328,9 +422,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                 opt.step()
                 if sched is not None:
                     sched.step()
-                total += float(loss.detach())
-                n_batches += 1
-            hist.train_loss.append(total / n_batches)
+                total += float(loss.detach()) / size
+            hist.train_loss.append(distributed.all_sum([total])[0] / n_batches)
             if val is not None:
                 v = _val_loss(model, val, cfg.eval_batch_size)
                 hist.val_loss.append(v)
@@ -348,8 +441,10 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                 val=f"{hist.val_loss[-1]:.4f}" if hist.val_loss else "-",
             )
             if folder is not None:
-                _save(folder, model, opt, plateau or sched, gen, hist, best_state, bad, cfg,
-                      fingerprint)
+                if rank == 0:
+                    _save(folder, model, opt, plateau or sched, gen, sampler, hist, best_state,
+                          bad, cfg, fingerprint)
+                distributed.barrier()
     except FloatingPointError:
         # Leave the user a usable model, not the destroyed weights.
         model.load_state_dict(best_state if best_state is not None else initial)
@@ -357,6 +452,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         raise
     finally:
         bar.close()
+        if hasattr(model, "sampling"):
+            del model.sampling
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
@@ -367,6 +464,39 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
             f"the best validation epoch was the last one ({hist.epochs_run}): the model may "
             "still be improving; consider more epochs", StillImproving, stacklevel=3)
     return hist
+
+
+def _proposals(model, train: Sequences, kind: str) -> dict[str, torch.Tensor]:
+    """log Q per category target: training frequencies (add-one) or uniform."""
+    out = {}
+    for f in model.target_fields:
+        if f.kind != "category":
+            continue
+        k = f.num_categories
+        if kind == "uniform":
+            q = torch.full((k,), 1.0 / k, dtype=torch.float64)
+        else:
+            counts = torch.bincount(train.fields[f.name][train.predicted(f.name)].cpu(),
+                                    minlength=k).double() + 1
+            q = counts / counts.sum()
+        out[f.name] = q.log().to(model.device, next(model.parameters()).dtype)
+    return out
+
+
+def _sample_positions(batch: Sequences, m: int, gen: torch.Generator):
+    """Keep m scored positions per sequence, uniformly at random (all when fewer), and the
+    weights n_b / m_b that make the sum of the kept terms an unbiased estimate of the sum of
+    all of them."""
+    slots = batch.scored_positions()
+    keys = torch.rand(slots.shape, generator=gen).to(slots.device)
+    keys = keys.masked_fill(~slots, 2.0)  # never picked before a real slot
+    k = min(m, slots.shape[1])
+    chosen = torch.zeros_like(slots)
+    chosen.scatter_(1, keys.topk(k, dim=1, largest=False).indices, True)
+    chosen &= slots
+    n = slots.sum(1)
+    weights = n.double() / chosen.sum(1).clamp(min=1)
+    return batch.with_scored(chosen), weights
 
 
 def _resume_key(cfg: dict) -> dict:
@@ -397,7 +527,8 @@ def _scheduler(opt, cfg: TrainConfig, steps_per_epoch: int):
 # --------------------------------------------------------------------------- checkpoints
 
 
-def _save(folder: Path, model, opt, sched, gen, hist, best_state, bad, cfg, fingerprint):
+def _save(folder: Path, model, opt, sched, gen, sampler, hist, best_state, bad, cfg,
+          fingerprint):
     tensors = {f"model/{k}": v for k, v in model.state_dict().items()}
     if best_state is not None:
         tensors |= {f"best/{k}": v for k, v in best_state.items()}
@@ -410,6 +541,7 @@ def _save(folder: Path, model, opt, sched, gen, hist, best_state, bad, cfg, fing
             else:
                 scalars[f"{i}/{k}"] = v
     tensors["rng/generator"] = gen.get_state()
+    tensors["rng/sampler"] = sampler.get_state()
     tensors["rng/torch"] = torch.get_rng_state()
     meta = {
         "format": 1,
@@ -424,7 +556,7 @@ def _save(folder: Path, model, opt, sched, gen, hist, best_state, bad, cfg, fing
     (folder / "history.json").write_text(json.dumps(asdict(hist)))
 
 
-def _restore(state, folder: Path, fingerprint: dict, model, opt, sched, gen):
+def _restore(state, folder: Path, fingerprint: dict, model, opt, sched, gen, sampler):
     tensors, meta = state
     saved = meta.get("fingerprint", {})
     for part, what in (("model", "model"), ("data", "data (training or validation)"),
@@ -453,5 +585,6 @@ def _restore(state, folder: Path, fingerprint: dict, model, opt, sched, gen):
         meta["scheduler"].pop("_scale_fn_ref", None)
     sched.load_state_dict(meta["scheduler"])
     gen.set_state(tensors["rng/generator"])
+    sampler.set_state(tensors["rng/sampler"])
     torch.set_rng_state(tensors["rng/torch"])
     return History(**meta["history"]), best, meta["bad"]

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from efa.baselines.fm import context_sum
 from efa.data import Sequences
 from efa.fields import Category, Value
-from efa.model import ConditionalModel
+from efa.model import ConditionalModel, context_pairs
 
 
 class Unigram(ConditionalModel):
@@ -53,6 +53,19 @@ class Unigram(ConditionalModel):
         f = self.fields[0]
         shape = (*data.fields[f.name].shape, f.num_categories)
         return {f.name: self.log_probs.expand(shape)}
+
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
+                     base_measure: bool = True) -> dict[str, Tensor]:
+        """log p(y) without [positions × D] logits (any vocabulary size): the frequency, and
+        with ``distinct`` the renormalisation over the items not in the context."""
+        f = self.fields[0]
+        m = at[f.name]
+        lp = self.log_probs[data.fields[f.name][m]]
+        if f.distinct:
+            rows, items = context_pairs(data, f.name, self.direction, m)
+            seen = torch.zeros_like(lp).index_add_(0, rows, self.log_probs[items].exp())
+            lp = lp - torch.log1p(-seen.clamp(max=1 - 1e-12))
+        return {f.name: lp}
 
 
 class _Design(nn.Module):
@@ -160,17 +173,42 @@ class RatingGLM(ConditionalModel):
             nn.init.zeros_(self.weight.weight)
             self.design = _Design(1, max_len, direction == "bidirectional")
 
-    def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+    def bag(self, data: Sequences) -> Tensor:
+        """[B, I, items × values]: the context's (item, value) pairs as fractions."""
         item, value = self.fields
         x = data.fields[item.name]
-        z = self.item_effect(x)
+        valid = data.valid() & data.observed.get(value.name, data.valid())
+        y = torch.where(valid, data.fields[value.name], 0).long()
+        pair = F.one_hot(x * self.num_values + y, item.num_categories * self.num_values)
+        bag, n = context_sum(pair.to(self.item_effect.weight.dtype), valid, self.direction)
+        return bag / n.clamp(min=1)[..., None]
+
+    def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        item, value = self.fields
+        z = self.item_effect(data.fields[item.name])
         if self.context:
-            valid = data.valid() & data.observed.get(value.name, data.valid())
-            y = torch.where(valid, data.fields[value.name], 0).long()
-            pair = F.one_hot(x * self.num_values + y, item.num_categories * self.num_values)
-            bag, n = context_sum(pair.to(z.dtype), valid, self.direction)
-            z = z + self.weight(bag / n.clamp(min=1)[..., None]) + self.design(data)
+            z = z + self.weight(self.bag(data)) + self.design(data)
         return {value.name: value.family.link(z)}
+
+    def objective(self, data: Sequences):
+        """``loss(data)`` as a function of the weights, the design built once (see
+        ``ContextLogit.objective``)."""
+        item, value = self.fields
+        at = data.predicted(value.name)
+        x, y = data.fields[item.name][at], data.fields[value.name][at]
+        bag = self.bag(data)[at] if self.context else None
+        pos = at.nonzero()[:, 1]
+        length = data.lengths[:, None].expand_as(at)[at]
+
+        def loss() -> Tensor:
+            z = self.item_effect(x)
+            if self.context:
+                z = z + self.weight(bag) + self.design.intercept + self.design.pos.weight[pos]
+                if self.design.length is not None:
+                    z = z + self.design.length.weight[length]
+            return -value.family.log_prob(y, value.family.link(z)).mean()
+
+        return loss
 
     def penalised(self) -> dict[str, list[Tensor]]:
         # The item effects play the intercept's part (one per item, many ratings each): free.

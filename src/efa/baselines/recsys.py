@@ -147,11 +147,15 @@ class BERT4Rec(ConditionalModel):
             out[name] = self.restrict(name, data, m, eta)
         return out
 
-    def loss(self, data: Sequences, check: bool = False) -> Tensor:
+    def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
+             counts: dict[str, int] | None = None) -> Tensor:
         """The cloze task in training mode (each predicted item masked with probability
         ``mask_ratio``; at least one per batch); the exact pseudo-likelihood otherwise."""
         if not self.training:
-            return super().loss(data, check)
+            return super().loss(data, check, weights, counts)
+        if weights is not None or counts is not None:
+            raise ValueError("BERT4Rec trains by its cloze task: sampled positions and "
+                             "data-parallel normalisation do not apply")
         if check:
             self.check(data)
         f = self.fields[0]

@@ -17,6 +17,12 @@ from efa.model import EFA, EFAConfig
 from efa.train import TrainConfig, evaluate, fit
 
 DISTINCT = " + distinct"
+
+
+def paper_numbers(fm: tuple[float, float], efa: tuple[float, float]) -> dict:
+    """A paper's single-run test CE of its FM and EFA, (unidirectional, bidirectional)."""
+    return {(d, m): v for m, pair in (("FM", fm), ("EFA", efa))
+            for d, v in zip(("unidirectional", "bidirectional"), pair, strict=True)}
 QUICK_CONVEX = {"l2_grid": (1e-2, 1e-3), "design_ratios": (1.0,)}
 
 

@@ -46,10 +46,13 @@ def _quiet() -> None:
     warnings.simplefilter("ignore", StillImproving)
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, device: str | None = None) -> None:
     import torch
 
+    from efa import train
+
     torch.set_num_threads(threads)
+    train.DEFAULTS["device"] = device
     _quiet()
     with contextlib.suppress(Exception):  # Linux: die with the parent, even on SIGKILL
         import ctypes
@@ -75,18 +78,19 @@ def _terminate_on_sigterm(pool: cf.ProcessPoolExecutor):
 
 
 def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
-             progress: bool = False) -> list[dict]:
+             progress: bool = False, device: str | None = None) -> list[dict]:
     """``task(job)`` for every job, longest (``cost``) first, on ``workers`` processes with
     ``threads`` torch threads each (in-process when ``workers == 1``). Results are flattened
     (a task may return a list) and come back in job order."""
     jobs = sorted(jobs, key=lambda j: -j.get("cost", 1.0))
-    _quiet()
+    _init_worker(threads, device)
     if workers <= 1:
         results = [_announce(task(j), progress) for j in jobs]
     else:
         ctx = mp.get_context("spawn")  # fork after torch's thread pools start is unsafe
         with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                    initargs=(threads,)) as pool, _terminate_on_sigterm(pool):
+                                    initargs=(threads, device)) as pool, \
+                _terminate_on_sigterm(pool):
             results = [_announce(r, progress) for r in pool.map(task, jobs)]
     return [r for rs in results for r in (rs if isinstance(rs, list) else [rs])]
 
@@ -101,7 +105,8 @@ def _announce(result, progress: bool):
 
 
 def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
-              command: str = "", workers: int | None = None, threads: int = 1) -> Report:
+              command: str = "", workers: int | None = None, threads: int = 1,
+              device: str | None = None) -> Report:
     """Run experiment ``name`` for seeds 0..seeds-1 and return its report."""
     import platform
 
@@ -114,12 +119,12 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
     workers = default_workers(quick) if workers is None else workers
     torch.set_num_threads(threads)
     t0, cpu0 = time.perf_counter(), cpu_seconds()
-    results = run_jobs(exp.task, exp.jobs(spec, seeds), workers, threads, progress)
+    results = run_jobs(exp.task, exp.jobs(spec, seeds), workers, threads, progress, device)
     report = exp.tables(results, spec, seeds, command)
     report.wall_seconds = time.perf_counter() - t0
     report.extra["cpu_seconds"] = round(cpu_seconds() - cpu0, 1)
     report.environment = {"python": platform.python_version(), "torch": torch.__version__,
-                          "threads": threads, "workers": workers}
+                          "threads": threads, "workers": workers, "device": device or "cpu"}
     report.notes.append(
         f"Ran on {workers} worker process(es) × {threads} torch thread(s) each (EFA_WORKERS "
         "overrides the number of workers; numbers depend on the thread count): wall "

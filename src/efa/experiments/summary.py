@@ -10,6 +10,7 @@ from pathlib import Path
 from efa.experiments.report import fmt
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+SCALE_START, SCALE_END = "<!-- scale:start -->", "<!-- scale:end -->"
 
 
 def table(doc: dict) -> list[str]:
@@ -50,13 +51,66 @@ def tables(results: Path) -> str:
     return "\n".join(parts).strip() or "(no results yet)"
 
 
+def scale_tables(results: Path) -> str:
+    """The benchmarks of ``results/scale/`` (benchmarks/scale.py, time_to_quality.py)."""
+    folder = Path(results) / "scale"
+    parts = []
+    path = folder / "throughput.json"
+    if path.exists():
+        doc = json.loads(path.read_text())
+        rows = [r for r in doc["rows"] if "error" not in r and r["batch"] == doc["batch"]]
+        ds = sorted({r["D"] for r in rows})
+        models = list(dict.fromkeys(r["model"] for r in rows))
+        cell = {(r["model"], r["D"], r["I"]): r for r in rows}
+        parts += [f"Predicted tokens per second (peak memory, GiB) — `{doc['command']}` "
+                  f"(width {doc['width']}, {doc['layers']} layers, batch {doc['batch']}, "
+                  f"{doc['threads']} thread):", "",
+                  "| model | " + " | ".join(f"D={d:,} I={i}" for d in ds
+                                            for i in sorted({r['I'] for r in rows if r['D'] == d}))
+                  + " |", "|---" * (1 + len({(r['D'], r['I']) for r in rows})) + "|"]
+        keys = sorted({(r["D"], r["I"]) for r in rows})
+        for m in models:
+            cells = []
+            for d, i in keys:
+                r = cell.get((m, d, i))
+                cells.append(f"{r['tokens_per_second']:,.0f} ({r['peak_rss_gib']:.1f})" if r
+                             else "")
+            parts.append(f"| {m} | " + " | ".join(cells) + " |")
+        parts += ["", "| ratio (same run) | value |", "|---|---|"]
+        parts += [f"| {k} | {v:.2f} |" for k, v in doc["ratios"].items()]
+        parts += ["", "| fitted cost exponent | value |", "|---|---|"]
+        parts += [f"| {k} | {v:.2f} |" for k, v in doc["exponents"].items()]
+        big = [r for r in doc["rows"] if r["batch"] != doc["batch"]]
+        for r in big:
+            parts.append(f"\nMemory at D={r['D']:,}, I={r['I']}, batch {r['batch']}: {r['model']} "
+                         + (f"peak {r['peak_rss_gib']:.2f} GiB" if "error" not in r
+                            else f"failed: {r['error']}"))
+    path = folder / "time_to_quality.json"
+    if path.exists():
+        doc = json.loads(path.read_text())
+        parts += ["", f"Time to quality — `{doc['command']}`: {doc['train_sequences']:,} teacher "
+                  f"sequences (D={doc['D']:,}, I={doc['I']}), {doc['budget_seconds']:.0f} s of "
+                  "training each; held-out masked NLL (nats):", "",
+                  "| teacher (floor) | " + " | ".join(doc["final"]) + " |",
+                  "|---" * (1 + len(doc["final"])) + "|",
+                  f"| {doc['teacher_nll']:.3f} | "
+                  + " | ".join(f"{v:.3f}" for v in doc["final"].values()) + " |"]
+    return "\n".join(parts).strip() or "(no results yet)"
+
+
+def _replace(text: str, start: str, end: str, body: str, readme) -> str:
+    if start not in text or end not in text:
+        raise ValueError(f"{readme} has no {start} ... {end} block")
+    block = f"{start}\n{body}\n{end}"
+    return re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+
+
 def update_readme(readme: Path, results: Path) -> bool:
-    """Rewrite the block between the results markers; True if the file changed."""
+    """Rewrite the blocks between the results markers; True if the file changed."""
     text = Path(readme).read_text()
-    if START not in text or END not in text:
-        raise ValueError(f"{readme} has no {START} ... {END} block")
-    block = f"{START}\n{tables(results)}\n{END}"
-    new = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+    new = _replace(text, START, END, tables(results), readme)
+    if SCALE_START in new:
+        new = _replace(new, SCALE_START, SCALE_END, scale_tables(results), readme)
     if new != text:
         Path(readme).write_text(new)
     return new != text
