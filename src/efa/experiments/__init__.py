@@ -17,6 +17,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                   "EFA paper Sec 6.3: the masked product of an Instacart basket"),
     "temperature": ("efa.experiments.temperature",
                     "EFA paper Sec 6.4: U.S. city temperatures as a set (Gaussian)"),
+    "teacher": ("efa.experiments.teacher",
+                "efa's defaults on data from a known attention teacher: gap to the Bayes NLL"),
 }
 
 
