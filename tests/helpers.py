@@ -68,6 +68,12 @@ def naive_natural_params(model: EFA, data: Sequences) -> dict[str, torch.Tensor]
                 for block in model.blocks:
                     x, _ = block(x, allowed[[b]])
                 eta[b, i] = model.readouts[f.name](x[0, i])
+                if getattr(f, "bag", False):  # + Σ over the copy's visible items of U[x_j]
+                    for j in range(int(one.lengths[0])):
+                        seen = j != i and (j < i or model.direction == "bidirectional")
+                        if seen and one.observed.get(f.name, one.valid())[0, j]:
+                            u = f.bag_table(model.bags[f.name])
+                            eta[b, i] += u[int(one.fields[f.name][0, j])]
         out[f.name] = eta
     return out
 

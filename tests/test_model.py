@@ -5,7 +5,7 @@ import torch
 from torch.func import functional_call
 
 from efa import EFA, KERNELS, Category, EFAConfig, Kernel, Sequences, register_kernel
-from tests.helpers import feeding_fields, make_model, mixed_data, naive_natural_params
+from tests.helpers import feeding_fields, make_model, mixed_data, mixed_fields, naive_natural_params
 
 
 def _compare(model, data):
@@ -299,3 +299,54 @@ def test_feeds_are_checked_and_saved(tmp_path):
     for name, eta in model.natural_params(data).items():
         m = data.predicted(name)
         torch.testing.assert_close(eta[m], back.natural_params(data)[name][m])
+
+
+@pytest.mark.parametrize("direction,layers", list(itertools.product(
+    ["unidirectional", "bidirectional"], [1, 2])))
+@pytest.mark.parametrize("mode", ["two_stream", "copies"])
+def test_bag_of_context_term_is_exact_in_every_mode(direction, layers, mode):
+    """Category(bag=True) adds Σ_{j in c(i)} U[x_j] to the logits; checked against the naive
+    per-copy loop (with a missing item, so that hidden items stay out of the bag)."""
+    if mode == "two_stream" and layers > 1 and direction == "bidirectional":
+        return
+    fields = mixed_fields()
+    fields[1] = Category("item", 7, dim=4, bag=True)
+    model = make_model(fields=fields, num_layers=layers, direction=direction, mode=mode)
+    with torch.no_grad():
+        model.bags["item"].normal_()
+    data = mixed_data()
+    data.observed["item"] = torch.ones_like(data.valid())
+    data.observed["item"][0, 2] = False
+    _compare(model, data)
+
+
+def test_bag_is_off_by_default_and_changes_nothing_else():
+    plain = make_model()
+    fields = mixed_fields()
+    fields[1] = Category("item", 7, dim=4, bag=True)
+    bagged = make_model(fields=fields)
+    assert not hasattr(plain, "bags") and "bag" not in plain.config.to_dict()["fields"][1]
+    extra = set(bagged.state_dict()) - set(plain.state_dict())
+    assert extra == {"bags.item"}
+    for k, v in plain.state_dict().items():  # same initialisation, bag at zero
+        assert torch.equal(v, bagged.state_dict()[k])
+    data = mixed_data()
+    for name, eta in plain.natural_params(data).items():
+        torch.testing.assert_close(eta, bagged.natural_params(data)[name], equal_nan=True)
+    with pytest.raises(ValueError, match="needs target=True"):
+        Category("item", 7, target=False, bag=True)
+
+
+def test_bag_prior_is_an_l2_penalty_in_the_training_loss():
+    fields = mixed_fields()
+    fields[1] = Category("item", 7, dim=4, bag=True, bag_l2=0.3, bag_scale=2.0)
+    model = make_model(fields=fields)
+    with torch.no_grad():
+        model.bags["item"].normal_()
+    data = mixed_data()
+    nll = -sum(s / n for s, n in model.log_likelihood(data).values())
+    u = 2.0 * model.bags["item"]
+    torch.testing.assert_close(model.loss(data), nll + 0.15 * u.pow(2).sum())
+    assert make_model().penalty() is None
+    loaded = EFAConfig.from_dict(model.config.to_dict()).fields[1]
+    assert (loaded.bag, loaded.bag_l2, loaded.bag_scale) == (True, 0.3, 2.0)

@@ -1,13 +1,16 @@
-"""Props 1–3 of the EFA paper: factorisation models are EFA with particular weights.
+"""Props 1–3 of the EFA paper: factorisation models are EFA with particular weights; and the
+multinomial logit on context counts is EFA with a bag-of-context term.
 
 Each test builds the FM log-likelihood directly from its formula (float64) and an EFA model
 whose weights are set as in the proofs (Apps. E–G), and checks they agree exactly.
 """
 
+import pytest
 import torch
 from torch import nn
 
 from efa import EFA, Attribute, CategoricalFM, Category, EFAConfig, Sequences, Value, ValueFM
+from efa.baselines import ContextLogit
 from efa.families import Categorical, Gaussian, Poisson
 
 K, D, I, N = 4, 6, 5, 8
@@ -143,3 +146,42 @@ def test_fm_baselines_match_their_formulas():
     e = cfm.alpha.weight[x]
     torch.testing.assert_close(logits, (e.sum(1, keepdim=True) - e) @ cfm.rho.weight.T)
     assert isinstance(cfm.rho, nn.Linear)
+
+
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+@pytest.mark.parametrize("distinct", [False, True])
+def test_bag_of_context_logit_is_efa_with_a_bag(direction, distinct):
+    """Containment (docs/peers.md): the multinomial logit on context counts,
+    x_i | c(i) ~ Cat(softmax(W n_c(i) + b + b_pos(i))), is EFA with Category(bag=True), any
+    d_model ≥ K: table U = Wᵀ, [MASK] row = b, positional row i = b_pos(i), read-out δ = the
+    identity on the first K coordinates and the attention's output map zero."""
+    g = torch.Generator().manual_seed(5)
+    n_items, width, length = 6, 8, 7
+    x = torch.stack([torch.randperm(n_items, generator=g)[:length - 1] for _ in range(N)])
+    lengths = torch.randint(2, length, (N,), generator=g)
+    data = Sequences({"x": x}, lengths)
+    item = Category("x", n_items, dim=width, distinct=distinct)
+    logit = ContextLogit(item, direction, length).double()
+    with torch.no_grad():
+        for p in logit.parameters():
+            p.normal_(generator=g)
+    expected = logit.log_likelihoods(data)["x"]
+
+    model = EFA(EFAConfig([Category("x", n_items, dim=width, distinct=distinct, bag=True)],
+                          max_len=length, num_layers=1, num_heads=2, block="residual",
+                          direction=direction)).double()
+    with torch.no_grad():
+        w = model.encoders["x"].table.weight
+        w[-1] = 0
+        w[-1, :n_items] = logit.design.intercept  # the masked token carries b
+        model.pos.weight.zero_()
+        model.pos.weight[:, :n_items] = logit.design.pos.weight  # position i carries b_pos(i)
+        attn = model.blocks[0].attn
+        attn.o.weight.zero_()
+        attn.o.bias.zero_()  # the attention adds nothing: the residual stream is the token
+        model.readouts["x"].net.weight.copy_(torch.eye(n_items, width))
+        model.bags["x"].copy_(logit.weight.weight.T / 10)  # U = 10·V (bag_scale) = Wᵀ
+    got = model.log_likelihoods(data)["x"]
+    m = data.predicted("x")
+    assert torch.isfinite(got[m]).all() and torch.isnan(got[~m]).all()
+    torch.testing.assert_close(got[m], expected[m], atol=1e-10, rtol=0)

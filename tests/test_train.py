@@ -102,6 +102,7 @@ def test_non_finite_loss_is_an_error_not_a_nan():
     model = _model()
     with torch.no_grad():
         model.readouts["temp"].net.weight.fill_(float("inf"))
+    model.standardise(_data())  # what fit does first (Value fields without loc/scale)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(FloatingPointError,
                        match=r"non-finite log-likelihood .* 'temp' at sequence \d+, position 0"):

@@ -8,7 +8,10 @@ read-out (state → natural parameter, for targets) and validates its own values
 - ``Category``: a categorical x_i (a movie, a product). Embedded by a table β with an extra
   [MASK] row; as a target, read out by center embeddings δ into Categorical logits.
   ``distinct=True`` says that items never repeat within a sequence: the support of x_i given
-  its context excludes the context's items (for EFA and every baseline alike).
+  its context excludes the context's items (for EFA and every baseline alike). ``bag=True``
+  adds the bag-of-context term Σ_{j in c(i)} U[x_j] (a learned K × K table U) to EFA's logits,
+  so that EFA contains the multinomial logit on context counts (docs/peers.md); ``bag_l2`` is
+  its Gaussian prior (an L2 penalty in the training loss) and ``bag_scale`` its step size.
 - ``Value``: an exponential-family y_i (a rating, a temperature, a count). Embedded by λ₁, a
   learned map of the standardised value ((y − loc)/scale; never a table of truncated floats
   unless asked); as a target, read out by λ₂ into the family's natural parameter, with the
@@ -150,7 +153,7 @@ class ValueReadout(nn.Module):
 
     def __init__(self, f: Value, d_model: int):
         super().__init__()
-        self.family, self.loc, self.scale = f.family, f.loc, f.scale
+        self.family, (self.loc, self.scale) = f.family, f.moments
         if f.readout == "linear":
             self.net = nn.Linear(d_model, f.family.num_outputs, bias=f.readout_bias)
         else:
@@ -175,6 +178,9 @@ class Category(Field):
     distinct: bool = False
     vocab_chunk: int | None = None
     feeds: tuple[str, ...] = ROLES
+    bag: bool = False
+    bag_l2: float = 0.0
+    bag_scale: float = 10.0
 
     kind = "category"
 
@@ -192,10 +198,31 @@ class Category(Field):
         if self.vocab_chunk is not None:
             self.vocab_chunk = _as_int(self.vocab_chunk)
             _check_positive(self.name, "vocab_chunk", self.vocab_chunk)
+        if self.bag and self.vocab_chunk is not None:
+            raise ValueError(f"field {self.name!r}: bag=True needs the dense logits (a K × K "
+                             "table), which vocab_chunk is there to avoid: use one or the other")
+        if self.bag and not self.target:
+            raise ValueError(f"field {self.name!r}: bag=True adds a term to the field's own "
+                             "logits, so it needs target=True")
+        self.bag_l2, self.bag_scale = float(self.bag_l2), float(self.bag_scale)
+        if not (0 <= self.bag_l2 < float("inf")) or not (0 < self.bag_scale < float("inf")):
+            raise ValueError(f"field {self.name!r}: bag_l2 must be >= 0 and bag_scale > 0 "
+                             f"(finite), got {self.bag_l2} and {self.bag_scale}")
         self.family = Categorical(self.num_categories)
 
     def config(self) -> dict:
-        return {"kind": self.kind, **{k: getattr(self, k) for k in self.__dataclass_fields__}}
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        if not self.bag:  # saved configs of models without it stay as they were
+            for k in ("bag", "bag_l2", "bag_scale"):
+                del d[k]
+        return {"kind": self.kind, **d}
+
+    def bag_table(self, stored: Tensor) -> Tensor:
+        """U from the stored parameter. U = bag_scale · V: Adam moves every coordinate by
+        about lr per step whatever its gradient, and U's entries are effects on the logits
+        summed over the whole context, starting at zero, so they are stored ``bag_scale``
+        times smaller to learn that much faster than the network's weights (docs/peers.md)."""
+        return stored * self.bag_scale
 
     def build_encoder(self) -> nn.Module:
         return TableEncoder(self.num_categories, self.dim)
@@ -222,7 +249,9 @@ class Value(Field):
 
     ``loc``/``scale`` standardise the value before λ₁ sees it and, for location-scale families
     (Gaussians), map the read-out back (mean = loc + scale · z), so the network works in
-    standardised units while the likelihood stays in the data's own units.
+    standardised units while the likelihood stays in the data's own units. Left at None (the
+    default), ``efa.fit`` sets them to the mean and standard deviation of the observed training
+    values before it trains (``EFA.standardise``); until then the value is used as it is.
     """
 
     name: str
@@ -234,8 +263,8 @@ class Value(Field):
     num_values: int | None = None
     readout: str = "mlp"
     readout_hidden: tuple[int, ...] = (32,)
-    loc: float = 0.0
-    scale: float = 1.0
+    loc: float | None = None
+    scale: float | None = None
     readout_activation: str = "relu"
     readout_bias: bool = True
     feeds: tuple[str, ...] = ROLES
@@ -268,14 +297,23 @@ class Value(Field):
                     f"field {self.name!r}: encoder='table' needs a discrete family and "
                     "num_values (values 0..num_values-1 get an embedding each)"
                 )
-        self.loc, self.scale = float(self.loc), float(self.scale)
-        if not (self.scale > 0 and self.scale < float("inf")) or self.loc != self.loc:
+        if self.loc is not None:
+            self.loc = float(self.loc)
+        if self.scale is not None:
+            self.scale = float(self.scale)
+        loc, scale = self.moments
+        if not (scale > 0 and scale < float("inf")) or not abs(loc) < float("inf"):
             raise ValueError(
                 f"field {self.name!r}: scale must be a positive finite number and loc finite, "
                 f"got loc={self.loc}, scale={self.scale} (a zero scale means constant values)"
             )
         _check_positive(self.name, "dim", self.dim)
         self.readout_hidden = tuple(self.readout_hidden)
+
+    @property
+    def moments(self) -> tuple[float, float]:
+        """(loc, scale) in use: 0 and 1 where not set (yet)."""
+        return (0.0 if self.loc is None else self.loc, 1.0 if self.scale is None else self.scale)
 
     def config(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "family"}
@@ -291,8 +329,7 @@ class Value(Field):
     def build_encoder(self) -> nn.Module:
         if self.encoder == "table":
             return TableEncoder(self.num_values, self.dim)
-        return MapEncoder(1, self.dim, self.encoder, self.hidden, self.loc, self.scale,
-                          value=True)
+        return MapEncoder(1, self.dim, self.encoder, self.hidden, *self.moments, value=True)
 
     def build_readout(self, d_model: int) -> nn.Module:
         return ValueReadout(self, d_model)

@@ -242,13 +242,24 @@ class ConditionalModel(nn.Module):
 
     def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
              counts: dict[str, int] | None = None) -> Tensor:
-        """Training objective: the sum over target fields of the mean negative log-likelihood.
-        ``counts`` replaces each field's number of predicted positions as the denominator (the
-        global count across data-parallel ranks, or of the full batch when positions are
-        sampled); ``weights`` as in :meth:`log_likelihood`."""
+        """Training objective: the sum over target fields of the mean negative log-likelihood
+        (+ the model's ``penalty()``, if it has one). ``counts`` replaces each field's number of
+        predicted positions as the denominator (the global count across data-parallel ranks, or
+        of the full batch when positions are sampled); ``weights`` as in
+        :meth:`log_likelihood`."""
         ll = self.log_likelihood(data, check=check, weights=weights)
-        return -sum(s / max(n if counts is None else counts[name], 1)
+        loss = -sum(s / max(n if counts is None else counts[name], 1)
                     for name, (s, n) in ll.items())
+        penalty = self.penalty()
+        return loss if penalty is None else loss + penalty
+
+    def penalty(self) -> Tensor | None:
+        """A prior's negative log-density added to the training loss (None: no prior)."""
+        return None
+
+    def standardise(self, data: Sequences) -> ConditionalModel:
+        """Called by ``efa.fit`` with the training data before it trains (nothing here)."""
+        return self
 
     @torch.no_grad()
     def predict_mean(self, data: Sequences, at: Tensor | None = None) -> dict[str, Tensor]:
@@ -279,6 +290,19 @@ def context_items(data: Sequences, name: str, k: int, direction: str, at: Tensor
     else:
         counts = onehot.cumsum(1) - onehot
     return counts[at] > 0
+
+
+def context_bag(data: Sequences, name: str, table: Tensor, direction: str, at: Tensor) -> Tensor:
+    """[P, n]: Σ_{j in c(i)} table[x_j] over the context items of category ``name`` of each
+    asked position (observed, real positions j ≠ i; j < i unidirectionally), i.e. tableᵀ n_c(i)
+    with n_c(i) the context's item counts: the linear term of the multinomial logit on context
+    counts (``Category(bag=True)``). By a gather and a (cumulative) sum, O(B·I·n)."""
+    x = data.fields[name]
+    present = data.valid() & data.observed.get(name, data.valid())
+    rows = F.embedding(torch.where(present, x, 0).long(), table) * present[..., None]
+    if direction == "bidirectional":
+        return (rows.sum(1, keepdim=True) - rows)[at]
+    return (rows.cumsum(1) - rows)[at]
 
 
 def context_pairs(data: Sequences, name: str, direction: str, at: Tensor) -> tuple[Tensor, Tensor]:
@@ -333,6 +357,11 @@ class EFA(ConditionalModel):
             width = blocks[-1].d_out  # grows with block="concat"
         self.blocks = nn.ModuleList(blocks)
         self.readouts = nn.ModuleDict({f.name: f.build_readout(width) for f in self.target_fields})
+        bags = [f for f in self.target_fields if getattr(f, "bag", False)]
+        if bags:  # created last and at zero: the rest of the model starts as without them
+            self.bags = nn.ParameterDict({
+                f.name: nn.Parameter(torch.zeros(f.num_categories, f.num_categories))
+                for f in bags})
 
     def _inputs(self) -> dict | None:
         """The token columns that the first layer's queries, keys, values and skip path read
@@ -354,6 +383,30 @@ class EFA(ConditionalModel):
             if role in restricted and not restricted[role]:
                 raise ValueError(f"no field feeds {role!r} of the attention")
         return restricted
+
+    @torch.no_grad()
+    def standardise(self, data: Sequences) -> EFA:
+        """Set every Value field's unset ``loc``/``scale`` to the mean and standard deviation
+        of its observed values in ``data`` (1 if they are constant): λ₁ then sees standardised
+        values and Gaussian read-outs work in standardised units. ``efa.fit`` calls this with
+        the training data; fields whose loc and scale are set are left alone. Returns self."""
+        for f in self.fields:
+            if f.kind != "value" or (f.loc is not None and f.scale is not None):
+                continue
+            y = data.fields[f.name][data.valid() & data.observed.get(f.name, data.valid())]
+            y = y.double()
+            if f.loc is None:
+                f.loc = float(y.mean()) if len(y) else 0.0
+            if f.scale is None:
+                std = float(y.std()) if len(y) > 1 else 0.0
+                f.scale = std if std > 0 and std < float("inf") else 1.0
+            encoder = self.encoders[f.name]
+            if hasattr(encoder, "loc"):
+                encoder.loc.fill_(f.loc)
+                encoder.scale.fill_(f.scale)
+            if f.name in self.readouts:
+                self.readouts[f.name].loc, self.readouts[f.name].scale = f.loc, f.scale
+        return self
 
     # -- encode -----------------------------------------------------------------------------
     def encode(self, data: Sequences, hidden: dict[str, Tensor]) -> Tensor:
@@ -406,12 +459,21 @@ class EFA(ConditionalModel):
         return run(self.blocks, content, query, self.allowed(data), at, want_weights,
                    chunk=self.config.chunk, **kw)
 
+    def penalty(self) -> Tensor | None:
+        """(bag_l2 / 2)·‖U‖² of every ``Category(bag=True)`` field with a prior on U."""
+        terms = [0.5 * f.bag_l2 * f.bag_table(self.bags[f.name]).pow(2).sum()
+                 for f in self.target_fields if getattr(f, "bag", False) and f.bag_l2 > 0]
+        return sum(terms) if terms else None
+
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
         content = self.encode(data, self.hidden_for(data, None))
         out = {}
         for name, m in at.items():
             eta, _ = self.states(data, self.target(name).name, m, head=self.readouts[name],
                                  content=content)
+            if hasattr(self, "bags") and name in self.bags:
+                table = self.field(name).bag_table(self.bags[name])
+                eta = eta + context_bag(data, name, table, self.direction, m)
             out[name] = self.restrict(name, data, m, eta)
         return out
 
@@ -430,6 +492,9 @@ class EFA(ConditionalModel):
         content = self.encode(data, self.hidden_for(data, None))
         for name in large:
             f, m = self.field(name), at[name]
+            if f.bag:
+                raise ValueError(f"field {name!r} has bag=True, which needs the dense logits: "
+                                 "train it without sampled_softmax")
             h, _ = self.states(data, name, m, content=content)
             net = self.readouts[name].net
             y = data.fields[name][m]

@@ -168,7 +168,8 @@ class KNNFM(ConditionalModel):
         tau = data.fields[coords_f.name]
         available = data.valid() & data.observed.get(value.name, data.valid())
         y = data.fields[value.name]
-        z = torch.where(available, (y.to(self.c_loc.dtype) - value.loc) / value.scale, 0.0)
+        loc, scale = value.moments
+        z = torch.where(available, (y.to(self.c_loc.dtype) - loc) / scale, 0.0)
         if bool((tau == tau[:1]).all() and (available == available[:1]).all()):
             # Every sequence has the same sites, all available (one table of days): one kernel.
             tau, available = tau[:1], available[:1]
@@ -182,5 +183,5 @@ class KNNFM(ConditionalModel):
         if self.pooling == "mean":
             adj = adj / usable.sum(-1, keepdim=True).clamp(min=1)
         weights = adj * (e @ e.transpose(1, 2))
-        mean = value.loc + value.scale * (weights @ z[..., None])
+        mean = loc + scale * (weights @ z[..., None])
         return {value.name: value.family.link(mean)}

@@ -42,6 +42,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "in-context-regression": ("efa.experiments.in_context_regression",
                               "UNN note: y of a random function from the points before it, vs "
                               "the GP oracle"),
+    "teacher": ("efa.experiments.teacher",
+                "efa's defaults on data from a known attention teacher: gap to the Bayes NLL"),
 }
 
 

@@ -1,22 +1,28 @@
 """What the item-sequence experiments (MovieLens sequences and ratings, Instacart) share: a
-long frame → ``Sequences``, the categorical model zoo (unigram, logit, FM, EFA; each also
-"+ distinct"), fitting and scoring, and the rows of their tables."""
+long frame → ``Sequences``, the categorical model zoo (unigram, logit, FM, SASRec, BERT4Rec,
+EFA, EFA + bag; each also "+ distinct"), fitting and scoring (test CE, HR@10 / NDCG@10 of the
+last item, per-position log-likelihoods for paired comparisons), and the rows of their
+tables."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pandas as pd
 import torch
 
 from efa.baselines import CategoricalFM, ContextLogit, Unigram, select_l2
 from efa.baselines.glm import DESIGN_RATIOS, L2_GRID
+from efa.baselines.recsys import BERT4Rec, SASRec, ranking_metrics
 from efa.data import Sequences
 from efa.fields import Category
 from efa.model import EFA, EFAConfig
-from efa.train import TrainConfig, evaluate, fit
+from efa.train import TrainConfig, evaluate, fit, log_likelihoods
 
 DISTINCT = " + distinct"
+BAG = "EFA + bag"
+HR, NDCG = "HR@10 (last item, full ranking)", "NDCG@10 (last item, full ranking)"
 
 
 def paper_numbers(fm: tuple[float, float], efa: tuple[float, float]) -> dict:
@@ -38,10 +44,14 @@ class ZooSpec:
     positions: bool = True
     fm_dim: int = 32
     logit_length: bool = False
-    train: dict = field(default_factory=dict)  # "EFA" / "FM" -> TrainConfig
+    train: dict = field(default_factory=dict)  # base name ("EFA", "FM", ...) -> TrainConfig
     l2_grid: tuple[float, ...] = L2_GRID  # the convex peers' penalty search (select_l2)
     design_ratios: tuple[float, ...] = DESIGN_RATIOS
     subset: int | None = None  # quick: keep this many sequences per split
+    # EFA + bag (Category(bag=True)): the prior on the bag table, without / with distinct.
+    bag_l2: tuple[float, float] = (1e-3, 1e-2)
+    bag_scale: float = 10.0
+    recsys: dict = field(default_factory=dict)  # "SASRec" / "BERT4Rec" -> model options
 
 
 def to_sequences(frame: pd.DataFrame, key: str, item: str, name: str = "item",
@@ -68,7 +78,8 @@ def categorical_model(name: str, direction: str, num_items: int, max_len: int, s
     """(model called ``name``, e.g. "EFA + distinct", the base name whose settings apply);
     ``attention``: the EFA's attention kernel (efa.attention, efa.kernels)."""
     base = name.removesuffix(DISTINCT)
-    item = Category("item", num_items, dim=spec.dim, distinct=name.endswith(DISTINCT))
+    distinct = name.endswith(DISTINCT)
+    item = Category("item", num_items, dim=spec.dim, distinct=distinct)
     if base == "Unigram":
         model = Unigram.from_data(item, train, direction=direction)
     elif base == "Logit":
@@ -77,18 +88,31 @@ def categorical_model(name: str, direction: str, num_items: int, max_len: int, s
     elif base == "FM":
         # The reference FM: sum of the context embeddings, an intercept unidirectionally.
         model = CategoricalFM(item, spec.fm_dim, direction, pooling="sum")
-    else:
+    elif base == "SASRec":
+        if direction != "unidirectional":
+            raise ValueError("SASRec is causal: unidirectional only")
+        model = SASRec(item, max_len, **spec.recsys.get(base, {}))
+    elif base == "BERT4Rec":
+        model = BERT4Rec(item, max_len, direction, **spec.recsys.get(base, {}))
+    elif base in ("EFA", BAG):
+        if base == BAG:
+            item = Category("item", num_items, dim=spec.dim, distinct=distinct, bag=True,
+                            bag_l2=spec.bag_l2[distinct], bag_scale=spec.bag_scale)
         model = EFA(EFAConfig(
             [item], max_len=max_len if spec.positions else None,
             num_layers=spec.layers[direction], num_heads=spec.heads, head_dim=spec.head_dim,
             direction=direction, block="residual", attention=attention,
         ))
+    else:
+        raise ValueError(f"unknown model {name!r}")
     return model, base
 
 
-def fit_and_score(model, base: str, train, val, test, spec, seed: int) -> dict:
+def fit_and_score(model, base: str, train, val, test, spec, seed: int,
+                  keep_lls: bool = True) -> dict:
     """Fit (closed form, L-BFGS with L2 on validation, or AdamW with early stopping on
-    validation) and score: validation and test cross-entropy."""
+    validation) and score: validation and test cross-entropy, HR@10 / NDCG@10 of the last test
+    item, and (``keep_lls``) the per-position test log-likelihoods, for paired comparisons."""
     out = {"epochs": 0}
     if base in ("Logit", "GLM", "Per-movie mean"):
         _, info = select_l2(model, train, val, spec.l2_grid, spec.design_ratios)
@@ -100,6 +124,13 @@ def fit_and_score(model, base: str, train, val, test, spec, seed: int) -> dict:
         out["epochs"] = hist.best_epoch + 1
     out["val"] = -sum(evaluate(model, val).values())
     out["test"] = -sum(evaluate(model, test).values())
+    if model.target_fields[0].kind == "category":
+        ranks = ranking_metrics(model, test, k=10)
+        out["hr10"], out["ndcg10"] = ranks["HR@10"], ranks["NDCG@10"]
+        if keep_lls:
+            name = model.target_fields[0].name
+            lls = log_likelihoods(model, test)[name]
+            out["lls"] = lls[test.predicted(name)].tolist()
     return out
 
 
@@ -123,17 +154,61 @@ def replicate(results: list[dict], seeds: int) -> list[dict]:
 
 def add_rows(report, results, protocols, directions, models, paper, seeds, metric="test CE"):
     by = {(r["protocol"], r["direction"], r["model"], r["seed"]): r for r in results}
+    for what, key in ((metric, "test"), (HR, "hr10"), (NDCG, "ndcg10")):
+        for p in protocols:
+            for d in directions:
+                for m in models:
+                    if (p, d, m, 0) not in by or key not in by[p, d, m, 0]:
+                        continue
+                    values = [by[p, d, m, s][key] for s in range(seeds)]
+                    base = m.removesuffix(DISTINCT)
+                    # The paper's numbers belong to its protocol; clean rows have a different
+                    # split. "FM + distinct" is not the paper's FM: no paper number beside it.
+                    ref = (paper.get((d, base)) if key == "test" and p == "paper"
+                           and m != "FM" + DISTINCT else None)
+                    report.add(f"{p}: {d}", m, what, values, ref)
+
+
+def paired(results, protocols, directions, models, seeds) -> tuple[str, dict]:
+    """Paired per-position differences, on the same test positions, between each EFA variant
+    and the best peer of its likelihood class (same direction, same support: with or without
+    distinct; best = lowest mean test CE). Per seed: the mean of ll_EFA − ll_peer over test
+    positions (nats; > 0: EFA better) and its standard error over positions; over seeds: the
+    mean and std of those means. Returns (a markdown section, the numbers)."""
+    by = {(r["protocol"], r["direction"], r["model"], r["seed"]): r for r in results}
+    efas = [m for m in models if m.startswith("EFA")]
+    peers = [m for m in models if not m.startswith("EFA")]
+    lines = ["## Paired differences: EFA against its best peer (same test positions)", "",
+             "Δ = mean over test positions of log p_EFA − log p_peer (nats; > 0: EFA better), "
+             "per seed; ± is the std over seeds of the per-seed means, SE the standard error "
+             "over positions within a seed (worst seed). Best peer: lowest mean test CE among "
+             "the non-EFA models of the same direction and support.", "",
+             "| setting | EFA model | best peer | Δ mean ± std over seeds | per-seed SE (max) "
+             "| seeds with Δ > 2 SE |", "|---|---|---|---|---|---|"]
+    numbers = {}
     for p in protocols:
         for d in directions:
-            for m in models:
-                if (p, d, m, 0) not in by:
+            for e in efas:
+                if (p, d, e, 0) not in by or "lls" not in by[p, d, e, 0]:
                     continue
-                values = [by[p, d, m, s]["test"] for s in range(seeds)]
-                base = m.removesuffix(DISTINCT)
-                # The paper's numbers belong to its protocol; clean rows have a different split.
-                # "FM + distinct" is not the paper's FM: no paper number beside it.
-                ref = paper.get((d, base)) if p == "paper" and m != "FM" + DISTINCT else None
-                report.add(f"{p}: {d}", m, metric, values, ref)
+                same = [m for m in peers if m.endswith(DISTINCT) == e.endswith(DISTINCT)
+                        and (p, d, m, 0) in by and "lls" in by[p, d, m, 0]]
+                if not same:
+                    continue
+                best = min(same, key=lambda m: np.mean([by[p, d, m, s]["test"]
+                                                         for s in range(seeds)]))
+                deltas, ses = [], []
+                for s in range(seeds):
+                    diff = (np.asarray(by[p, d, e, s]["lls"])
+                            - np.asarray(by[p, d, best, s]["lls"]))
+                    deltas.append(float(diff.mean()))
+                    ses.append(float(diff.std(ddof=1) / np.sqrt(len(diff))))
+                wins = sum(dl > 2 * se for dl, se in zip(deltas, ses, strict=True))
+                numbers[f"{p}: {d} / {e}"] = {"peer": best, "delta": deltas, "se": ses}
+                sd = float(np.std(deltas, ddof=1)) if seeds > 1 else 0.0
+                lines.append(f"| {p}: {d} | {e} | {best} | {np.mean(deltas):+.4f} ± {sd:.4f} "
+                             f"| {max(ses):.4f} | {wins} of {seeds} |")
+    return "\n".join(lines), numbers
 
 
 def per_job(results, what: str) -> dict:
@@ -159,6 +234,71 @@ def train_note(spec: ZooSpec) -> str:
 
 
 def adam(lr, weight_decay, batch_size, max_epochs, patience, schedule="plateau") -> TrainConfig:
+    # min_delta: the early-stopping threshold these results were made with (efa 0.2's).
     return TrainConfig(lr=lr, weight_decay=weight_decay, batch_size=batch_size,
                        max_epochs=max_epochs, patience=patience, schedule=schedule,
-                       progress=False)
+                       min_delta=1e-6, progress=False)
+
+
+def new_model_notes(spec: ZooSpec) -> list[str]:
+    """What the peers and EFA variants added for issue 15 are, and how they were tuned."""
+    rec = {k: {**RECSYS_DEFAULTS[k], **spec.recsys.get(k, {})} for k in RECSYS_DEFAULTS}
+    return [
+        "EFA + bag: EFA with Category(bag=True), the bag-of-context term Σ_{j in c(i)} U[x_j] "
+        "(a learned K × K table) added to the logits, so that the model class contains the "
+        "multinomial logit on context counts (tests/test_special_cases.py); Gaussian prior "
+        f"(L2) {spec.bag_l2[0]:g} on U without distinct, {spec.bag_l2[1]:g} with it, step "
+        f"scale {spec.bag_scale:g} (docs/peers.md: picked on validation).",
+        "SASRec / BERT4Rec: RecBole's published defaults (properties/model/SASRec.yaml, "
+        "BERT4Rec.yaml) on torch.nn.TransformerEncoder: "
+        + "; ".join(f"{k} {v['layers']} layers × {v['heads']} heads, {v['dim']}-d, inner "
+                    f"{v['inner']}, dropout {v['dropout']}" for k, v in rec.items())
+        + ", BERT4Rec mask ratio 0.2; full-softmax cross-entropy (SASRec at every position "
+        "given the previous ones; BERT4Rec by the cloze task). Scored like every model: "
+        "SASRec by its causal conditionals, BERT4Rec by one masked copy per position "
+        "(bidirectional, its exact pseudo-likelihood) or the history + [MASK] "
+        "(unidirectional, RecBole's next-item prediction).",
+        f"{HR} / {NDCG}: the last item of every test sequence ranked against all items by the "
+        "model's conditional given the rest of the sequence (its earlier items); ties count "
+        "against the model; '+ distinct' models rank only items not in the history.",
+    ]
+
+
+RECSYS_DEFAULTS = {
+    "SASRec": {"layers": 2, "heads": 2, "dim": 64, "inner": 256, "dropout": 0.5},
+    "BERT4Rec": {"layers": 2, "heads": 2, "dim": 64, "inner": 256, "dropout": 0.2},
+}
+
+
+def target_notes(report, settings: list[str], metric: str = "test CE") -> list[str]:
+    """Plain statements of issue 15's targets per setting, met or missed, with the numbers:
+    EFA + bag below the converged logit; EFA + bag + distinct below EFA + distinct (the model
+    of the results before the bag, unchanged); the best EFA of each support below SASRec and
+    BERT4Rec of the same support."""
+    cell = {(r.setting, r.model): r for r in report.rows if r.metric == metric}
+    lines = []
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    for s in settings:
+        parts = []
+        bag, logit = cell.get((s, BAG)), cell.get((s, "Logit"))
+        if bag and logit:
+            parts.append(f"EFA + bag {bag.mean:.3f} vs converged Logit {logit.mean:.3f}: "
+                         f"{verdict(bag.mean < logit.mean)}")
+        bagd, before = cell.get((s, BAG + DISTINCT)), cell.get((s, "EFA" + DISTINCT))
+        if bagd and before:
+            parts.append(f"EFA + bag + distinct {bagd.mean:.3f} vs EFA + distinct (no bag) "
+                         f"{before.mean:.3f}: {verdict(bagd.mean < before.mean)}")
+        for support in ("", DISTINCT):
+            efa = [cell[s, m] for m in ("EFA" + support, BAG + support) if (s, m) in cell]
+            for peer in ("SASRec", "BERT4Rec"):
+                r = cell.get((s, peer + support))
+                if efa and r:
+                    best = min(efa, key=lambda x: x.mean)
+                    parts.append(f"{best.model} {best.mean:.3f} vs {r.model} {r.mean:.3f}: "
+                                 f"{verdict(best.mean < r.mean)}")
+        if parts:
+            lines.append(f"Targets, {s}: " + "; ".join(parts) + ".")
+    return lines

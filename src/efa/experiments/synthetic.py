@@ -121,6 +121,7 @@ class Spec:
     n_train: int = 7_500
     train: dict = field(default_factory=lambda: {
         name: TrainConfig(lr=lr, batch_size=128, max_epochs=40, patience=40, schedule="cosine",
+                          min_delta=1e-6,
                           warmup_steps=100, progress=False)
         for name, lr in (("EFA", 3e-3), ("FM", 1e-2))
     })

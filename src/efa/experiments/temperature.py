@@ -52,7 +52,7 @@ ATTENTION_CITY = "Chicago"
 
 
 def _cfg(**kw) -> TrainConfig:
-    return TrainConfig(progress=False, **kw)
+    return TrainConfig(progress=False, min_delta=1e-6, **kw)  # efa 0.2's stopping threshold
 
 
 @dataclass(frozen=True)
