@@ -233,7 +233,16 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     )
     for key, metric in prop13_metrics:
         for m in MODELS:
-            report.add("Prop 13", m, metric, [by[m, s]["prop13"][key] for s in range(seeds)])
+            values = [by[m, s]["prop13"][key] for s in range(seeds)]
+            # An accuracy over no question (no seed's W answers any correctly) is undefined:
+            # average over the seeds where it is defined and say how many those are.
+            defined = [v for v in values if np.isfinite(v)]
+            name = metric
+            if len(defined) < len(values):
+                if not defined:
+                    continue
+                name = f"{metric} ({len(defined)} of {len(values)} seeds have such questions)"
+            report.add("Prop 13", m, name, defined)
     for key, metric in (("e_Ct_holding", "Prop 17: mean e_C̃, quarter of questions best in W"),
                         ("e_Ct_others", "Prop 17: mean e_C̃, the other questions"),
                         ("spearman_e_W_e_Ct", "Prop 17: Spearman corr(e_W, e_C̃)")):

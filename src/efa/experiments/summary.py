@@ -42,7 +42,8 @@ def tables(results: Path) -> str:
                 "rerun the full command"
             )
         parts += [
-            f"**{doc['experiment']}** — `{doc['command']}` ({len(doc['seeds'])} seeds, "
+            f"**{doc['experiment']}** — `{doc['command']}` ({len(doc['seeds'])} "
+            f"seed{'s' * (len(doc['seeds']) != 1)}, "
             f"{doc['wall_seconds']:.0f} s; all metrics in `results/{path.parent.name}/results.md`)",
             "",
             *table(doc),

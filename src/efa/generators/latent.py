@@ -122,6 +122,15 @@ def _draw_linear(gen, n, length, seed, min_length, covariates):
     return g, z, c, _lengths(n, length, lo, g)
 
 
+def _pack(c, y, signal, lengths, y_dtype=torch.float32):
+    """Zero the padding of covariates, responses and signal; the Sequences of (c, y) and the
+    padded signal."""
+    valid = torch.arange(y.shape[1]) < lengths[:, None]
+    y, signal = torch.where(valid, y, 0.0), torch.where(valid, signal, 0.0)
+    c = torch.where(valid[..., None], c, 0.0)
+    return Sequences({"c": c.float(), "y": y.to(y_dtype)}, lengths), signal
+
+
 def _check_design(dim, covariates: str) -> None:
     if not isinstance(dim, int) or dim < 1:
         raise ValueError(f"dim must be a positive integer, got {dim!r}")
@@ -229,10 +238,7 @@ class LinearGaussian:
         signal = (c * z[:, None, :]).sum(-1)
         y = signal + torch.randn(n, length, generator=g, dtype=torch.float64) * math.sqrt(
             self.noise_var)
-        valid = torch.arange(length) < lengths[:, None]
-        y, signal = torch.where(valid, y, 0.0), torch.where(valid, signal, 0.0)
-        c = torch.where(valid[..., None], c, 0.0)
-        data = Sequences({"c": c.float(), "y": y.float()}, lengths)
+        data, signal = _pack(c, y, signal, lengths)
         return LatentSample(data, z, signal, self)
 
     def covariance(self, c: Tensor) -> Tensor:
@@ -299,10 +305,7 @@ class GPLatent:
                                                         dtype=torch.float64))[..., 0]
         y = f + torch.randn(n, length, generator=g, dtype=torch.float64) * math.sqrt(
             self.noise_var)
-        valid = torch.arange(length) < lengths[:, None]
-        y, f = torch.where(valid, y, 0.0), torch.where(valid, f, 0.0)
-        c = torch.where(valid[..., None], c, 0.0)
-        data = Sequences({"c": c.float(), "y": y.float()}, lengths)
+        data, f = _pack(c, y, f, lengths)
         return LatentSample(data, f, f, self)
 
     def bayes(self, data: Sequences, direction: str = "bidirectional") -> BayesPrediction:
@@ -366,10 +369,7 @@ class ExpFamilyLatent:
             y = torch.bernoulli(signal, generator=g)
         else:
             y = torch.poisson(signal, generator=g)
-        valid = torch.arange(length) < lengths[:, None]
-        y, signal = torch.where(valid, y, 0.0), torch.where(valid, signal, 0.0)
-        c = torch.where(valid[..., None], c, 0.0)
-        data = Sequences({"c": c.float(), "y": y.long()}, lengths)
+        data, signal = _pack(c, y, signal, lengths, torch.long)
         return LatentSample(data, z, signal, self)
 
     def laplace(self, c: Tensor, y: Tensor, ctx: Tensor, steps: int = 50):
