@@ -326,7 +326,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         mix, d_model = "none", None
         if self.has_num_:
             fields.append(Value("num", HeteroscedasticGaussian(), dim=d, encoder="linear",
-                                readout="mlp", readout_hidden=(d,)))
+                                readout="mlp", readout_hidden=(d,), loc=0.0, scale=1.0))
+            # loc/scale fixed: _cells already standardised each float column on the fit data
             mix, d_model = "linear", d
         paper = self.backbone == "paper"
         cfg = EFAConfig(
@@ -406,7 +407,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.model_ = self._build()
         cfg = TrainConfig(lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
                           max_epochs=self.max_epochs, patience=self.patience,
-                          schedule="constant", seed=seed, progress=False, grad_clip=1.0)
+                          schedule="constant", seed=seed, progress=False, grad_clip=1.0,
+                          min_delta=1e-6)  # the stopping threshold of the committed tables
         val = data[torch.as_tensor(val_idx)] if len(val_idx) else None
         self.history_ = fit(self.model_, data[torch.as_tensor(train_idx)], val, cfg)
         self.model_.eval()

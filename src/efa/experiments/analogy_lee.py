@@ -72,9 +72,9 @@ class Spec:
     # Learning rates picked from {3e-3, 1e-2} on the validation cross-entropy (seed 0).
     train: dict = field(default_factory=lambda: {
         CBOW: TrainConfig(lr=3e-3, batch_size=64, max_epochs=20, patience=3,
-                          schedule="plateau", progress=False),
+                          schedule="plateau", progress=False, min_delta=1e-6),
         ATTENTION: TrainConfig(lr=1e-2, batch_size=64, max_epochs=20, patience=3,
-                               schedule="plateau", progress=False),
+                               schedule="plateau", progress=False, min_delta=1e-6),
     })
 
 

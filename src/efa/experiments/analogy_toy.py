@@ -103,7 +103,7 @@ class Spec:
     path_epochs: tuple[int, ...] = (1, 2, 3, 5, 8, 13, 20, 30, 40)
     train: dict = field(default_factory=lambda: {
         name: TrainConfig(lr=1e-3, batch_size=128, max_epochs=30, patience=5,
-                          schedule="plateau", progress=False)
+                          schedule="plateau", progress=False, min_delta=1e-6)
         for name in (CBOW, ATTENTION)
     })
 

@@ -56,7 +56,7 @@ METHODS = tuple(k for k in C8 if k != "L")
 
 
 def _cfg(**kw) -> TrainConfig:
-    return TrainConfig(progress=False, **kw)
+    return TrainConfig(progress=False, min_delta=1e-6, **kw)  # efa 0.2's stopping threshold
 
 
 @dataclass(frozen=True)

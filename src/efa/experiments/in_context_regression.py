@@ -50,7 +50,7 @@ MIN_CONTEXT = 10  # the targets are over context sizes >= 10
 
 
 def _cfg(**kw) -> TrainConfig:
-    return TrainConfig(progress=False, schedule="cosine", **kw)
+    return TrainConfig(progress=False, schedule="cosine", min_delta=1e-6, **kw)  # efa 0.2's
 
 
 @dataclass(frozen=True)

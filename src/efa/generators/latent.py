@@ -13,7 +13,9 @@ y (a ``Value``):
   Poisson(exp(z·c + b)).
 
 ``sample(n, length)`` returns a :class:`LatentSample` whose ``sequences`` go straight into
-``efa.fit`` with ``fields()``; ``bayes(sequences)`` is the Bayes-optimal prediction of each
+``efa.fit`` with ``fields()`` (whose y is left unstandardised, loc 0 and scale 1: the models'
+responses are on unit scale already, and the experiments' numbers stay independent of the
+training split's moments); ``bayes(sequences)`` is the Bayes-optimal prediction of each
 token's response from the others of its sequence (bidirectional: all others, the masked
 pseudo-likelihood's conditional; unidirectional: the earlier ones), i.e. the best any EFA can
 do on this data: the posterior predictive mean and log-density at every predicted position.
@@ -228,7 +230,8 @@ class LinearGaussian:
 
     def fields(self, dim: int = 16, hidden: int = 32) -> list[Field]:
         return [Attribute("c", size=self.dim, dim=dim, hidden=hidden),
-                Value("y", Gaussian(math.sqrt(self.noise_var)), dim=dim, hidden=hidden)]
+                Value("y", Gaussian(math.sqrt(self.noise_var)), dim=dim, hidden=hidden,
+                      loc=0.0, scale=1.0)]
 
     def sample(self, n: int, length: int, seed: int = 0, min_length: int | None = None,
                covariates: Tensor | None = None) -> LatentSample:
@@ -285,7 +288,8 @@ class GPLatent:
 
     def fields(self, dim: int = 16, hidden: int = 32) -> list[Field]:
         return [Attribute("c", size=self.dim, dim=dim, hidden=hidden),
-                Value("y", Gaussian(math.sqrt(self.noise_var)), dim=dim, hidden=hidden)]
+                Value("y", Gaussian(math.sqrt(self.noise_var)), dim=dim, hidden=hidden,
+                      loc=0.0, scale=1.0)]
 
     def covariance(self, c: Tensor) -> Tensor:
         sq = ((c[..., :, None, :] - c[..., None, :, :]) ** 2).sum(-1)
@@ -345,7 +349,7 @@ class ExpFamilyLatent:
 
     def fields(self, dim: int = 16, hidden: int = 32) -> list[Field]:
         return [Attribute("c", size=self.dim, dim=dim, hidden=hidden),
-                Value("y", self.efa_family(), dim=dim, hidden=hidden)]
+                Value("y", self.efa_family(), dim=dim, hidden=hidden, loc=0.0, scale=1.0)]
 
     # -- the emission: mean, log-density and its derivatives in η --------------------------
     def mean(self, eta: Tensor) -> Tensor:
