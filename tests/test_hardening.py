@@ -411,3 +411,31 @@ def test_readme_promises_truncated_gzip_reader(tmp_path):
         temperature.read_city_temperatures(path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+
+
+def _square(job):
+    if job.get("fail"):
+        raise RuntimeError("interrupted")
+    return {"x": job["x"], "y": job["x"] ** 2}
+
+
+def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
+    from efa.experiments import runner
+
+    journal = tmp_path / ".exp.jobs"
+    jobs = [{"x": i, "cost": i} for i in range(4)] + [{"x": 9, "fail": True, "cost": -1.0}]
+    with pytest.raises(RuntimeError, match="interrupted"):  # the cheapest job runs last
+        runner.run_jobs(_square, jobs, workers=1, journal=journal)
+    assert len(list(journal.glob("*.pkl"))) == 4
+    calls = []
+
+    def counting(job):
+        calls.append(job["x"])
+        return _square({**job, "fail": False})
+
+    out = runner.run_jobs(counting, jobs, workers=1, journal=journal)
+    assert calls == [9]  # only the missing job ran
+    assert [r["y"] for r in out] == [0, 1, 4, 9, 81]  # in job order
+    parallel = runner.run_jobs(_square, jobs[:4], workers=2, journal=tmp_path / "j2")
+    assert parallel == out[:4] and len(list((tmp_path / "j2").glob("*.pkl"))) == 4
+    assert runner.job_key(jobs[0]) == runner.job_key(dict(reversed(list(jobs[0].items()))))

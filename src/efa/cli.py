@@ -6,6 +6,7 @@ Errors print one line; ``--debug`` (or ``EFA_DEBUG=1``) shows the traceback."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -56,7 +57,9 @@ def reproduce(
     ),
     device: str = typer.Option(None, help="train on this device (cpu, cuda, cuda:1)"),
 ):
-    """Run an experiment and write OUT/NAME/results.json, results.md and plots."""
+    """Run an experiment and write OUT/NAME/results.json, results.md and plots. A full run saves
+    each finished job in OUT/.NAME.jobs/: run the same command again after an interruption to
+    run only the missing jobs (delete that folder to start over)."""
     if name not in EXPERIMENTS:
         _fail(KeyError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}"))
     command = " ".join(
@@ -73,9 +76,14 @@ def reproduce(
             from efa.train import _check_device
 
             _check_device(device)
+        # Full runs keep a journal of finished jobs: run the same command again to resume.
+        journal = None if quick else out / f".{name}.jobs"
         report = runner.reproduce(name, seeds, quick, progress, command,
-                                  workers=workers or None, threads=threads, device=device)
+                                  workers=workers or None, threads=threads, device=device,
+                                  journal=journal)
         runner.write_atomically(report, folder, get(name).plots)
+        if journal is not None:
+            shutil.rmtree(journal, ignore_errors=True)
     except Exception as err:  # one line for the user; the traceback with --debug
         _fail(err)
     typer.echo(report.markdown())

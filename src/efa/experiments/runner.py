@@ -10,16 +10,21 @@ An experiment is a module (registered by name in :mod:`efa.experiments`) with
 - ``plots(report, folder)``: PNGs drawn from the report alone (so ``efa replot`` works).
 
 :func:`reproduce` runs the jobs longest first over a pool of single-threaded worker processes
-and writes the results folder atomically.
+and writes the results folder atomically. With a ``journal`` folder (``efa reproduce`` keeps
+one at ``OUT/.NAME.jobs/`` for full runs) every finished job's result is saved as it arrives,
+so an interrupted run started again with the same command runs only the jobs it lacks; the
+folder is removed once the results are written.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import hashlib
 import json
 import multiprocessing as mp
 import os
+import pickle
 import shutil
 import signal
 import time
@@ -78,21 +83,65 @@ def _terminate_on_sigterm(pool: cf.ProcessPoolExecutor):
 
 
 def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
-             progress: bool = False, device: str | None = None) -> list[dict]:
+             progress: bool = False, device: str | None = None,
+             journal: Path | None = None) -> list[dict]:
     """``task(job)`` for every job, longest (``cost``) first, on ``workers`` processes with
     ``threads`` torch threads each (in-process when ``workers == 1``). Results are flattened
-    (a task may return a list) and come back in job order."""
-    jobs = sorted(jobs, key=lambda j: -j.get("cost", 1.0))
+    (a task may return a list) and come back in job order. With ``journal``, jobs whose result
+    it holds are not run again and each new result is saved there as soon as it arrives."""
+    keys = [job_key(j) for j in jobs]
+    done = {k: _load(journal, k) for k in keys} if journal is not None else {}
+    done = {k: r for k, r in done.items() if r is not None}
+    if done and progress:
+        print(f"  resuming: {len(done)} of {len(jobs)} jobs already done ({journal})",
+              flush=True)
+    todo = sorted((i for i, k in enumerate(keys) if k not in done),
+                  key=lambda i: -jobs[i].get("cost", 1.0))
     _init_worker(threads, device)
-    if workers <= 1:
-        results = [_announce(task(j), progress) for j in jobs]
+
+    def finished(i, result):
+        _announce(result, progress)
+        if journal is not None:
+            _save(journal, keys[i], result)
+        done[keys[i]] = result
+
+    if workers <= 1 or len(todo) <= 1:
+        for i in todo:
+            finished(i, task(jobs[i]))
     else:
         ctx = mp.get_context("spawn")  # fork after torch's thread pools start is unsafe
         with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                     initargs=(threads, device)) as pool, \
                 _terminate_on_sigterm(pool):
-            results = [_announce(r, progress) for r in pool.map(task, jobs)]
+            futures = {pool.submit(task, jobs[i]): i for i in todo}
+            for f in cf.as_completed(futures):
+                finished(futures[f], f.result())
+    results = [done[k] for k in keys]
     return [r for rs in results for r in (rs if isinstance(rs, list) else [rs])]
+
+
+def job_key(job: dict) -> str:
+    """A stable name for a job: a hash of its settings (specs by their dataclass repr)."""
+    text = json.dumps(job, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _load(journal: Path, key: str):
+    path = Path(journal) / f"{key}.pkl"
+    if not path.exists():
+        return None
+    try:
+        return pickle.loads(path.read_bytes())
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None  # a torn or stale entry: run the job again
+
+
+def _save(journal: Path, key: str, result) -> None:
+    journal = Path(journal)
+    journal.mkdir(parents=True, exist_ok=True)
+    tmp = journal / f".{key}.tmp-{os.getpid()}"
+    tmp.write_bytes(pickle.dumps(result))
+    os.replace(tmp, journal / f"{key}.pkl")
 
 
 def _announce(result, progress: bool):
@@ -106,8 +155,9 @@ def _announce(result, progress: bool):
 
 def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
               command: str = "", workers: int | None = None, threads: int = 1,
-              device: str | None = None) -> Report:
-    """Run experiment ``name`` for seeds 0..seeds-1 and return its report."""
+              device: str | None = None, journal: Path | None = None) -> Report:
+    """Run experiment ``name`` for seeds 0..seeds-1 and return its report (``journal``: see
+    :func:`run_jobs`)."""
     import platform
 
     import torch
@@ -119,7 +169,9 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
     workers = default_workers(quick) if workers is None else workers
     torch.set_num_threads(threads)
     t0, cpu0 = time.perf_counter(), cpu_seconds()
-    results = run_jobs(exp.task, exp.jobs(spec, seeds), workers, threads, progress, device)
+    jobs = exp.jobs(spec, seeds)
+    resumed = sum(_load(journal, job_key(j)) is not None for j in jobs) if journal else 0
+    results = run_jobs(exp.task, jobs, workers, threads, progress, device, journal)
     report = exp.tables(results, spec, seeds, command)
     report.wall_seconds = time.perf_counter() - t0
     report.extra["cpu_seconds"] = round(cpu_seconds() - cpu0, 1)
@@ -129,6 +181,9 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
         f"Ran on {workers} worker process(es) × {threads} torch thread(s) each (EFA_WORKERS "
         "overrides the number of workers; numbers depend on the thread count): wall "
         f"{report.wall_seconds:.0f} s, CPU {report.extra['cpu_seconds']:.0f} s."
+        + (f" Resumed: {resumed} of {len(jobs)} jobs were run by an earlier, interrupted "
+           "invocation of the same command, whose time is not in these totals (each job's own "
+           "seconds are in the rows)." if resumed else "")
     )
     return report
 
