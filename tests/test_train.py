@@ -121,3 +121,19 @@ def test_mean_squared_error_and_predictions():
     assert efa.mean_squared_error(model, data, "temp") == pytest.approx(
         float(((y - mu) ** 2).mean())
     )
+
+
+def test_fit_standardises_a_copy_not_the_users_fields():
+    from tests.helpers import make_model, mixed_fields
+
+    fields = mixed_fields()
+    model = make_model(dtype=torch.float32, fields=fields, num_layers=1)
+    efa.fit(model, _data(), None, max_epochs=1, progress=False)
+    temp = model.field("temp")
+    y = _data().fields["temp"][_data().valid() & _data().observed["temp"]].double()
+    assert temp.loc == pytest.approx(float(y.mean())) and temp.scale == pytest.approx(
+        float(y.std()))
+    assert fields[3].loc is None and fields[3].scale is None  # the user's field is untouched
+    other = make_model(dtype=torch.float32, fields=fields, num_layers=1)
+    efa.fit(other, _data(seed=4), None, max_epochs=1, progress=False)
+    assert other.field("temp").loc != temp.loc  # standardised on its own training data

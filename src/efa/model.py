@@ -11,6 +11,7 @@ natural parameters at asked positions, and the (pseudo) log-likelihood they defi
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -329,7 +330,9 @@ class EFA(ConditionalModel):
 
     def __init__(self, config: EFAConfig | None = None, **kwargs):
         super().__init__()
-        cfg = config or EFAConfig(**kwargs)
+        # The model owns a copy: fit standardises unset Value loc/scale in place (standardise),
+        # which must not change the fields the user built it from (they may build another).
+        cfg = copy.deepcopy(config or EFAConfig(**kwargs))
         self.config = cfg
         self.fields = cfg.fields
         self.max_len = cfg.max_len
