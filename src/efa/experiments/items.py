@@ -52,6 +52,9 @@ class ZooSpec:
     bag_l2: tuple[float, float] = (1e-3, 1e-2)
     bag_scale: float = 10.0
     recsys: dict = field(default_factory=dict)  # "SASRec" / "BERT4Rec" -> model options
+    # Early stopping on this many validation positions per sequence (a fixed random subset), for
+    # models that pay one forward pass per scored position (BERT4Rec's masked copies).
+    stop_positions: dict = field(default_factory=dict)
 
 
 def to_sequences(frame: pd.DataFrame, key: str, item: str, name: str = "item",
@@ -120,7 +123,9 @@ def fit_and_score(model, base: str, train, val, test, spec, seed: int,
         out["iterations"] = sum(f["iterations"] for f in info["fits"])
         out["converged"] = all(f["converged"] for f in info["fits"])
     elif base != "Unigram":
-        hist = fit(model, train, val, replace(spec.train[base], seed=seed))
+        stop = spec.stop_positions.get(base)
+        watch = val if stop is None else val.thin_scored(stop, seed=12345)
+        hist = fit(model, train, watch, replace(spec.train[base], seed=seed))
         out["epochs"] = hist.best_epoch + 1
     out["val"] = -sum(evaluate(model, val).values())
     out["test"] = -sum(evaluate(model, test).values())
