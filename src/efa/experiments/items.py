@@ -14,7 +14,7 @@ import torch
 
 from efa.baselines import CategoricalFM, ContextLogit, Unigram, select_l2
 from efa.baselines.glm import DESIGN_RATIOS, L2_GRID
-from efa.baselines.recsys import BERT4Rec, SASRec, ranking_metrics
+from efa.baselines.recsys import RECBOLE, BERT4Rec, SASRec, ranking_metrics
 from efa.data import Sequences
 from efa.fields import Category
 from efa.model import EFA, EFAConfig
@@ -247,7 +247,7 @@ def adam(lr, weight_decay, batch_size, max_epochs, patience, schedule="plateau")
 
 def new_model_notes(spec: ZooSpec) -> list[str]:
     """What the peers and EFA variants added for issue 15 are, and how they were tuned."""
-    rec = {k: {**RECSYS_DEFAULTS[k], **spec.recsys.get(k, {})} for k in RECSYS_DEFAULTS}
+    rec = {k: {**RECBOLE[k], **spec.recsys.get(k, {})} for k in ("SASRec", "BERT4Rec")}
     return [
         "EFA + bag: EFA with Category(bag=True), the bag-of-context term Σ_{j in c(i)} U[x_j] "
         "(a learned K × K table) added to the logits, so that the model class contains the "
@@ -267,12 +267,6 @@ def new_model_notes(spec: ZooSpec) -> list[str]:
         "model's conditional given the rest of the sequence (its earlier items); ties count "
         "against the model; '+ distinct' models rank only items not in the history.",
     ]
-
-
-RECSYS_DEFAULTS = {
-    "SASRec": {"layers": 2, "heads": 2, "dim": 64, "inner": 256, "dropout": 0.5},
-    "BERT4Rec": {"layers": 2, "heads": 2, "dim": 64, "inner": 256, "dropout": 0.2},
-}
 
 
 def target_notes(report, settings: list[str], metric: str = "test CE") -> list[str]:
