@@ -86,6 +86,13 @@ def scale_tables(results: Path) -> str:
             parts.append(f"\nMemory at D={r['D']:,}, I={r['I']}, batch {r['batch']}: {r['model']} "
                          + (f"peak {r['peak_rss_gib']:.2f} GiB" if "error" not in r
                             else f"failed: {r['error']}"))
+    path = folder / "targets.json"
+    if path.exists():  # the target cells, median of interleaved rounds
+        doc = json.loads(path.read_text())
+        rounds = min((r.get("rounds", 1) for r in doc["rows"] if "error" not in r), default=0)
+        parts += ["", f"The target cells, median of {rounds} interleaved rounds — "
+                  f"`{doc['command']}`:", "", "| ratio (same run) | value |", "|---|---|"]
+        parts += [f"| {k} | {v:.2f} |" for k, v in doc["ratios"].items()]
     path = folder / "time_to_quality.json"
     if path.exists():
         doc = json.loads(path.read_text())
