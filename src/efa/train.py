@@ -559,7 +559,9 @@ def _save(folder: Path, model, opt, sched, gen, sampler, hist, best_state, bad, 
 def _restore(state, folder: Path, fingerprint: dict, model, opt, sched, gen, sampler):
     tensors, meta = state
     saved = meta.get("fingerprint", {})
-    for part, what in (("model", "model"), ("data", "data (training or validation)"),
+    # Data first: fit standardises unset Value loc/scale on the training data, so other data
+    # also make another model config; the data are the cause to report.
+    for part, what in (("data", "data (training or validation)"), ("model", "model"),
                        ("settings", "training settings")):
         if saved.get(part) != fingerprint[part]:
             diff = (checkpoint.differences(saved.get(part) or {}, fingerprint[part])
