@@ -569,3 +569,22 @@ def test_ot_kernel_factorised_form_is_the_log_domain_formula(cost, gamma):
                       kern.gamma()[None, :, None, None, None], torch.isfinite(log_u))
         torch.testing.assert_close(w, direct, atol=1e-12, rtol=0)
         assert torch.all(w[~allowed.expand_as(w)] == 0)
+
+
+def test_ot_gradient_is_finite_when_a_masked_template_is_far_from_all():
+    """A masked template (u = 0) whose costs to every template under-flow exp(−M/γ) has
+    Z = 0; the weights never use it, and neither may the gradient (no 0/0 through the branch
+    the forward does not take). This made OT attention diverge on the temperature sets."""
+    from efa.kernels.ot import _mix_factorised
+
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(1, 1, 4, 4, generator=g, requires_grad=True)
+    log_u = torch.zeros(1, 1, 4, 4)
+    log_u[..., 3] = float("-inf")
+    base = torch.zeros(1, 1, 4, 4)
+    base[..., 3, :3] = base[..., :3, 3] = 200.0  # exp(−200) = 0 in float32
+    base.requires_grad_()
+    w = _mix_factorised(s, log_u, base, None, torch.ones(1, 1, 1, 1), torch.isfinite(log_u))
+    assert w is not None and bool(torch.isfinite(w).all()) and bool((w[..., 3] == 0).all())
+    (w[..., 0] * torch.arange(4.0)).sum().backward()
+    assert bool(s.grad.isfinite().all()) and bool(base.grad.isfinite().all())

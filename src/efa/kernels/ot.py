@@ -131,7 +131,9 @@ def _mix_factorised(s, log_u, base, mine, gamma, allowed, dt=None):
         z = with_own(z + eq * (ko - k), (e * ko).sum(-1))
     if bool(((z < torch.finfo(dt).tiny * 1e8) & (u > 0)).any()):
         return None
-    r = torch.where(u > 0, u / z, 0)
+    # Divide by 1 where u = 0: those z may under-flow to 0, and where(u > 0, u / z, 0) would
+    # still send 0/0 = NaN into the gradient through the branch it does not take.
+    r = u / torch.where(u > 0, z, torch.ones_like(z))
     spread = r @ k.transpose(-1, -2)
     if mine is not None:
         rq = torch.diagonal(r, dim1=-2, dim2=-1)[..., None]
