@@ -588,3 +588,23 @@ def test_ot_gradient_is_finite_when_a_masked_template_is_far_from_all():
     assert w is not None and bool(torch.isfinite(w).all()) and bool((w[..., 3] == 0).all())
     (w[..., 0] * torch.arange(4.0)).sum().backward()
     assert bool(s.grad.isfinite().all()) and bool(base.grad.isfinite().all())
+
+
+def test_ot_factorised_form_declines_a_z_whose_gradient_would_overflow():
+    """Z = e^-60 is representable in float32, but the gradient through u / Z scales as 1/Z²
+    (e^120 > float32's max): the float32 factorised form must hand over (None), and the float64
+    one give finite gradients."""
+    from efa.kernels.ot import _mix_factorised
+
+    s = torch.zeros(1, 1, 1, 3)
+    s[..., 2] = -60.0  # template 2: e = exp(-60) relative to the best template
+    base = torch.zeros(1, 1, 3, 3)
+    base[..., 2, :2] = base[..., :2, 2] = 200.0  # and far from the others: Z_2 = e^-60
+    log_u = torch.zeros(1, 1, 1, 3)
+    allowed = torch.ones(1, 1, 1, 3, dtype=torch.bool)
+    gamma = torch.ones(1, 1, 1, 1)
+    assert _mix_factorised(s, log_u, base, None, gamma, allowed) is None
+    s64, base64 = s.double().requires_grad_(), base.double().requires_grad_()
+    w = _mix_factorised(s64, log_u.double(), base64, None, gamma.double(), allowed)
+    (w * torch.arange(3.0, dtype=torch.float64)).sum().backward()
+    assert bool(torch.isfinite(s64.grad).all()) and bool(torch.isfinite(base64.grad).all())

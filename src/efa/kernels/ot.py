@@ -118,7 +118,7 @@ def _mix_factorised(s, log_u, base, mine, gamma, allowed, dt=None):
     Z_qi = Σ_t E_qt K_ti and p_qt = E_qt Σ_i K_ti u_qi / Z_qi are two matrix products. Query q's
     own template (``mine`` [B, H, Iq, Ik], its costs) changes row and column q of K: rank-one
     corrections. In the dtype ``dt`` (default: s's; float32 under-flows below e^-87); None if
-    some Z under-flows."""
+    some Z is too small for the gradient's 1/Z² to stay finite."""
     dt = dt or s.dtype
     u = torch.softmax(log_u, dim=-1).to(dt)
     sg = (s / gamma).to(dt).masked_fill(~allowed, float("-inf"))
@@ -129,7 +129,9 @@ def _mix_factorised(s, log_u, base, mine, gamma, allowed, dt=None):
         ko = torch.exp(-mine.to(dt) / gamma.to(dt))  # ko[q, q] = 1
         eq = torch.diagonal(e, dim1=-2, dim2=-1)[..., None]
         z = with_own(z + eq * (ko - k), (e * ko).sum(-1))
-    if bool(((z < torch.finfo(dt).tiny * 1e8) & (u > 0)).any()):
+    # The gradient divides by Z² (through u / Z): a Z below √tiny would send inf·0 = NaN into
+    # it although the forward is finite; hand such queries to the wider dtype or the log form.
+    if bool(((z < torch.finfo(dt).tiny ** 0.5 * 1e4) & (u > 0)).any()):
         return None
     # Divide by 1 where u = 0: those z may under-flow to 0, and where(u > 0, u / z, 0) would
     # still send 0/0 = NaN into the gradient through the branch it does not take.
