@@ -66,6 +66,23 @@ def sample(model: efa.EFA, n: int, gen: torch.Generator, chunk: int = 20_000) ->
     return torch.cat(out)
 
 
+def cached_sample(model: efa.EFA, n: int, gen: torch.Generator) -> torch.Tensor:
+    """``sample``, kept under runs/ (ignored by git) keyed by the teacher's weights and n:
+    drawing 10⁶ sequences takes about 13 minutes on one thread, so a rerun reuses them."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for v in model.state_dict().values():
+        digest.update(v.detach().cpu().numpy().tobytes())
+    path = ROOT / "runs" / "time_to_quality" / f"teacher-{digest.hexdigest()[:12]}-{n}.pt"
+    if path.exists():
+        return torch.load(path)
+    data = sample(model, n, gen)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(data, path)
+    return data
+
+
 @torch.no_grad()
 def teacher_nll(model: efa.EFA, x: torch.Tensor, chunk: int = 2_000) -> float:
     """Mean −log p(x_i | x_−i) under the teacher: its joint renormalised over x_i's D values."""
@@ -177,7 +194,7 @@ def main():
     t0 = time.perf_counter()
     gen = torch.Generator().manual_seed(1)
     t = teacher()
-    data = sample(t, n + n_test, gen)
+    data = cached_sample(t, n + n_test, gen)
     train, test = data[:n], data[n:]
     floor = teacher_nll(t, test)
     sampled_at = time.perf_counter() - t0
