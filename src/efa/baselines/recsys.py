@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from efa.data import Sequences
 from efa.fields import Category
 from efa.model import ConditionalModel
+from efa.train import _batches
 
 # RecBole's defaults (properties/model/*.yaml, properties/overall.yaml).
 RECBOLE = {
@@ -190,10 +191,9 @@ def ranking_metrics(model: ConditionalModel, data: Sequences, name: str | None =
     model.eval()
     hits, gains = [], []
     try:
-        for start in range(0, len(data), batch_size):
-            batch = data[torch.arange(start, min(start + batch_size, len(data)))]
+        for _, batch in _batches(data, batch_size, model.device):
             last = torch.zeros_like(batch.valid())
-            last[torch.arange(len(batch)), batch.lengths - 1] = True
+            last[torch.arange(len(batch), device=last.device), batch.lengths - 1] = True
             last &= batch.predicted(f.name)
             eta = model.natural_params_at(batch, {f.name: last})[f.name]
             y = batch.fields[f.name][last].long()

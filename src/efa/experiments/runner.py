@@ -170,7 +170,8 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
     torch.set_num_threads(threads)
     t0, cpu0 = time.perf_counter(), cpu_seconds()
     jobs = exp.jobs(spec, seeds)
-    resumed = sum(_load(journal, job_key(j)) is not None for j in jobs) if journal else 0
+    # Counted before the run (which adds entries); run_jobs unpickles the entries it reuses.
+    resumed = sum((Path(journal) / f"{job_key(j)}.pkl").exists() for j in jobs) if journal else 0
     results = run_jobs(exp.task, jobs, workers, threads, progress, device, journal)
     report = exp.tables(results, spec, seeds, command)
     report.wall_seconds = time.perf_counter() - t0
