@@ -258,8 +258,9 @@ def new_model_notes(spec: ZooSpec) -> list[str]:
         "BERT4Rec.yaml) on torch.nn.TransformerEncoder: "
         + "; ".join(f"{k} {v['layers']} layers × {v['heads']} heads, {v['dim']}-d, inner "
                     f"{v['inner']}, dropout {v['dropout']}" for k, v in rec.items())
-        + ", BERT4Rec mask ratio 0.2; full-softmax cross-entropy (SASRec at every position "
-        "given the previous ones; BERT4Rec by the cloze task). Scored like every model: "
+        + f", BERT4Rec mask ratio {rec['BERT4Rec']['mask_ratio']}; full-softmax cross-entropy "
+        "(SASRec at every position given the previous ones; BERT4Rec by the cloze task). "
+        "Scored like every model: "
         "SASRec by its causal conditionals, BERT4Rec by one masked copy per position "
         "(bidirectional, its exact pseudo-likelihood) or the history + [MASK] "
         "(unidirectional, RecBole's next-item prediction).",
