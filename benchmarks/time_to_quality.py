@@ -27,7 +27,6 @@ from pathlib import Path
 import torch
 
 import efa
-from efa import strategies
 
 ROOT = Path(__file__).resolve().parents[1]
 D, I = 1_000, 20
@@ -46,9 +45,9 @@ def teacher(seed: int = 0) -> efa.EFA:
 
 @torch.no_grad()
 def sample(model: efa.EFA, n: int, gen: torch.Generator, chunk: int = 20_000) -> torch.Tensor:
-    """Ancestral sampling: x_t ~ p(x_t | x_<t), position by position. The state at t is
-    computed alone (the one-layer "copies" algorithm: x_<t encoded, one query row) and read out
-    alone; the two-stream pass would compute and read out all t + 1 rows at every step."""
+    """Ancestral sampling: x_t ~ p(x_t | x_<t), position by position. One position per
+    sequence is asked at each step, so ``mode='auto'`` computes that state alone (the copies
+    algorithm) instead of both streams and a read-out at every position."""
     out = []
     for start in range(0, n, chunk):
         m = min(chunk, n - start)
@@ -57,10 +56,7 @@ def sample(model: efa.EFA, n: int, gen: torch.Generator, chunk: int = 20_000) ->
             data = efa.Sequences({"item": x[:, : t + 1]}, torch.full((m,), t + 1))
             at = torch.zeros(m, t + 1, dtype=torch.bool)
             at[:, t] = True
-            content = model.encode(data, model.hidden_for(data, None))
-            query = model.encode(data, model.hidden_for(data, "item"))
-            logits, _ = strategies.copies(model.blocks, content, query, model.allowed(data), at,
-                                          head=model.readouts["item"])
+            logits = model.natural_params_at(data, {"item": at})["item"]
             x[:, t] = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]
         out.append(x)
     return torch.cat(out)

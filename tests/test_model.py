@@ -55,6 +55,22 @@ def test_stream_and_copies_agree_for_unidirectional():
         torch.testing.assert_close(eta[m], b.natural_params(data)[name][m])
 
 
+@pytest.mark.parametrize("direction,layers", [("unidirectional", 2), ("bidirectional", 1)])
+def test_auto_uses_copies_for_one_position_per_sequence(direction, layers, monkeypatch):
+    """``mode='auto'`` computes a few asked positions (e.g. the next item) as copies: the same
+    numbers as the two streams, and the two streams are not run."""
+    from efa import strategies
+
+    data = mixed_data(n=4)
+    model = make_model(direction=direction, num_layers=layers).double()
+    dense = model.natural_params(data)
+    at = torch.zeros_like(data.valid())
+    at[torch.arange(len(data)), data.lengths - 1] = True  # the last position of each
+    monkeypatch.setitem(strategies.STRATEGIES, "two_stream", None)  # fails if called
+    sparse = model.natural_params_at(data, {"item": at})["item"]
+    torch.testing.assert_close(sparse, dense["item"][at], atol=1e-12, rtol=0)
+
+
 def test_stream_refused_where_not_exact():
     with pytest.raises(ValueError, match="exact only"):
         make_model(num_layers=2, direction="bidirectional", mode="two_stream")

@@ -457,7 +457,11 @@ class EFA(ConditionalModel):
         if content is None:
             content = self.encode(data, self.hidden_for(data, None))
         query = self.encode(data, self.hidden_for(data, target))
-        run = strategies.STRATEGIES[self.config.strategy]
+        name = self.config.strategy
+        if name == "two_stream" and self.config.mode == "auto" and not want_weights \
+                and strategies.sparse(at):
+            name = "copies"  # exact too, and cheaper for so few positions
+        run = strategies.STRATEGIES[name]
         kw = {} if head is None else {"head": head}
         return run(self.blocks, content, query, self.allowed(data), at, want_weights,
                    chunk=self.config.chunk, **kw)

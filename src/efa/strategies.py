@@ -121,6 +121,14 @@ MODES = ("auto", *STRATEGIES)
 ALIASES = {"stream": "two_stream"}  # the name used by saved configs of efa 0.1
 
 
+def sparse(at: Tensor) -> bool:
+    """Whether at most one position per sequence is asked on average (next-item prediction,
+    ancestral sampling): then ``copies`` (the asked rows only) costs less than two full streams
+    and a read-out of every position — 8× less when sampling 1,000 items. ``mode='auto'`` then
+    uses it wherever it would use ``two_stream``."""
+    return int(at.sum()) <= at.shape[0]
+
+
 def choose(mode: str, num_layers: int, causal: bool, row_local: bool) -> str:
     """The strategy for ``mode`` ('auto' picks two-stream wherever it is exact); refuses
     two-stream where it would not be exact."""
