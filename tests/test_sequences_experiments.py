@@ -40,6 +40,25 @@ def test_quick_run_writes_the_results_contract(name, seeds, tmp_path):
         assert set(doc["table3"]) and "Table 3" in (folder / "results.md").read_text()
 
 
+def test_bag_grid_picks_on_validation_and_checks_the_specs(tmp_path):
+    report = runner.reproduce("bag-grid", 1, quick=True, progress=False,
+                              command="efa reproduce bag-grid --quick")
+    folder = runner.write_atomically(report, tmp_path / "bag-grid", get("bag-grid").plots)
+    doc = json.loads((folder / "results.json").read_text())
+    assert len(doc["rows"]) == 2 * 2 * 2  # supports × l2 values × directions
+    for key, chosen in doc["chosen"].items():
+        rows = [r for r in doc["rows"] if r["setting"] == key]
+        sums = {}
+        for r in rows:
+            sums[r["model"]] = sums.get(r["model"], 0.0) + r["mean"]
+        best = min(sums, key=sums.get)
+        assert best == f"bag_l2 {chosen['bag_l2']:g}, bag_scale {chosen['bag_scale']:g}"
+        assert chosen["validation"] == pytest.approx(sums[best])
+    assert set(doc["spec_is_chosen"]) == set(doc["chosen"])
+    assert (folder / "bag_grid.png").exists() and "Chosen on validation" in (
+        folder / "results.md").read_text()
+
+
 def test_unigram_cross_entropy_is_the_entropy_of_the_counts():
     item = Category("item", 3)
     data = Sequences({"item": torch.tensor([[0, 0, 1, 2], [0, 1, 0, 0]])}, torch.tensor([4, 2]))
