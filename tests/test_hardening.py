@@ -439,3 +439,39 @@ def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
     parallel = runner.run_jobs(_square, jobs[:4], workers=2, journal=tmp_path / "j2")
     assert parallel == out[:4] and len(list((tmp_path / "j2").glob("*.pkl"))) == 4
     assert runner.job_key(jobs[0]) == runner.job_key(dict(reversed(list(jobs[0].items()))))
+
+
+def test_22_only_runs_some_jobs_into_the_journal_and_the_full_run_finishes(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from efa.cli import app
+    from efa.experiments import EXPERIMENTS, runner
+
+    monkeypatch.setitem(EXPERIMENTS, "toy", ("tests.toy_experiment", "squares"))
+    from tests import toy_experiment as toy
+
+    picked = runner.select(toy.jobs(None, 2), ["model=Log*", "x=2"])
+    assert [(j["model"], j["x"]) for j in picked] == [("Logit", 2), ("Logit", 2)]
+    with pytest.raises(ValueError, match="KEY=PATTERN"):
+        runner.select(toy.jobs(None, 1), ["model"])
+    with pytest.raises(ValueError, match="no key 'modle'"):
+        runner.select(toy.jobs(None, 1), ["modle=Logit"])
+    with pytest.raises(ValueError, match="matches none"):
+        runner.select(toy.jobs(None, 1), ["model=SASRec"])
+
+    journal = tmp_path / ".toy.jobs"
+    done, total = runner.run_only("toy", 2, ["model=Logit"], journal, workers=1,
+                                  progress=False)
+    assert (done, total) == (4, 8) and not (tmp_path / "toy").exists()  # no results yet
+    ran = []
+    monkeypatch.setattr(toy, "task", lambda job: ran.append(job) or {**job, "y": job["x"] ** 2})
+    out = runner.run_jobs(toy.task, toy.jobs(None, 2), journal=journal)
+    assert {j["model"] for j in ran} == {"EFA"} and len(ran) == 4  # only the rest ran
+    assert [r["y"] for r in out] == [1, 1, 4, 4, 1, 1, 4, 4]
+    result = CliRunner().invoke(app, ["reproduce", "toy", "--seeds", "1", "--only", "x=1",
+                                      "--workers", "1", "--out", str(tmp_path / "cli")])
+    assert result.exit_code == 0, result.output
+    assert "2 of 4 jobs are in" in result.output and not (tmp_path / "cli" / "toy").exists()
+    result = CliRunner().invoke(app, ["reproduce", "synthetic", "--quick", "--only",
+                                      "model=EFA", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "cannot go with --quick" in result.output

@@ -56,12 +56,19 @@ def reproduce(
         "never thrashes when several runs share the cores (numbers depend on it)",
     ),
     device: str = typer.Option(None, help="train on this device (cpu, cuda, cuda:1)"),
+    only: list[str] = typer.Option(
+        None, help="KEY=PATTERN (repeatable): run only the jobs whose KEY matches the glob "
+        "PATTERN (e.g. model='Logit*') into the journal, and write no results; the same "
+        "command without --only then runs the rest and writes them",
+    ),
 ):
     """Run an experiment and write OUT/NAME/results.json, results.md and plots. A full run saves
     each finished job in OUT/.NAME.jobs/: run the same command again after an interruption to
     run only the missing jobs (delete that folder to start over)."""
     if name not in EXPERIMENTS:
         _fail(KeyError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}"))
+    if only and quick:
+        _fail(ValueError("--only fills the journal of a full run; it cannot go with --quick"))
     command = " ".join(
         ["efa reproduce", name, f"--seeds {seeds}"]
         + ([f"--out {out}"] if out != Path("results") else [])
@@ -78,6 +85,12 @@ def reproduce(
             _check_device(device)
         # Full runs keep a journal of finished jobs: run the same command again to resume.
         journal = None if quick else out / f".{name}.jobs"
+        if only:
+            done, total = runner.run_only(name, seeds, only, journal, workers=workers or None,
+                                          threads=threads, device=device, progress=progress)
+            typer.echo(f"{done} of {total} jobs are in {journal}; run `{command}` to run the "
+                       "rest and write the results", err=True)
+            return
         report = runner.reproduce(name, seeds, quick, progress, command,
                                   workers=workers or None, threads=threads, device=device,
                                   journal=journal)

@@ -189,6 +189,42 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
     return report
 
 
+def select(jobs: list[dict], only: list[str]) -> list[dict]:
+    """The jobs matching every ``KEY=PATTERN`` of ``only`` (fnmatch globs on str(job[KEY]))."""
+    from fnmatch import fnmatchcase
+
+    rules = []
+    for rule in only:
+        key, sep, pattern = rule.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--only takes KEY=PATTERN, got {rule!r}")
+        keys = sorted({k for j in jobs for k in j if k not in ("spec", "cost")})
+        if key not in keys:
+            raise ValueError(f"--only {rule!r}: the jobs have no key {key!r}; they have {keys}")
+        rules.append((key, pattern))
+    picked = [j for j in jobs if all(fnmatchcase(str(j.get(k)), p) for k, p in rules)]
+    if not picked:
+        raise ValueError(f"--only {' '.join(only)} matches none of the {len(jobs)} jobs")
+    return picked
+
+
+def run_only(name: str, seeds: int, only: list[str], journal: Path, workers: int | None = None,
+             threads: int = 1, device: str | None = None,
+             progress: bool = True) -> tuple[int, int]:
+    """Run the jobs of experiment ``name`` that ``only`` selects into ``journal`` (the full
+    run's), e.g. a long peer on a spare core; returns (jobs in the journal, all jobs)."""
+    import torch
+
+    from efa.experiments import get
+
+    exp = get(name)
+    jobs = exp.jobs(exp.SPEC, seeds)
+    torch.set_num_threads(threads)
+    workers = default_workers(False) if workers is None else workers
+    run_jobs(exp.task, select(jobs, only), workers, threads, progress, device, journal)
+    return sum((Path(journal) / f"{job_key(j)}.pkl").exists() for j in jobs), len(jobs)
+
+
 def cpu_seconds() -> float:
     """CPU time of this process and of its finished child processes (the workers)."""
     import resource
