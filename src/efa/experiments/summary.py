@@ -96,13 +96,17 @@ def scale_tables(results: Path) -> str:
     path = folder / "time_to_quality.json"
     if path.exists():
         doc = json.loads(path.read_text())
+        curves = doc["curves"]
+        times = [c["seconds"] for c in next(iter(curves.values()))][2::2]  # every other eval, to the last
         parts += ["", f"Time to quality — `{doc['command']}`: {doc['train_sequences']:,} teacher "
-                  f"sequences (D={doc['D']:,}, I={doc['I']}), {doc['budget_seconds']:.0f} s of "
-                  "training each; held-out masked NLL (nats):", "",
-                  "| teacher (floor) | " + " | ".join(doc["final"]) + " |",
-                  "|---" * (1 + len(doc["final"])) + "|",
-                  f"| {doc['teacher_nll']:.3f} | "
-                  + " | ".join(f"{v:.3f}" for v in doc["final"].values()) + " |"]
+                  f"sequences (D={doc['D']:,}, I={doc['I']}); held-out masked NLL (nats) after "
+                  "each model's first seconds of training (the teacher's own NLL, the floor, is "
+                  f"{doc['teacher_nll']:.3f}):", "",
+                  "| model | " + " | ".join(f"{t:.0f} s" for t in times) + " |",
+                  "|---" * (1 + len(times)) + "|"]
+        for name, curve in curves.items():
+            parts.append(f"| {name} | " + " | ".join(f"{c['nll']:.3f}" for c in curve[2::2])
+                         + " |")
     return "\n".join(parts).strip() or "(no results yet)"
 
 
