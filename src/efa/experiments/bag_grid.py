@@ -3,10 +3,11 @@
 
 For each data set, support (with or without distinct), direction and grid point, EFA + bag
 is fitted with the experiment's own architecture and training settings on the seeds asked
-for, and scored on the validation split only (no test data is read). A support's chosen point
-minimises the validation cross-entropy summed over the two directions, averaged over the
-seeds (the specs use one value for both directions); the report says whether each spec holds
-the chosen value. MovieLens uses the paper protocol (its split does not depend on the seed).
+for, and scored on the validation split only (the test split is loaded with the others but
+never scored). A support's chosen point minimises the validation cross-entropy summed over
+the two directions, averaged over the seeds (the specs use one value for both directions);
+the report says whether each spec holds the chosen value. MovieLens uses the paper protocol
+(its split does not depend on the seed).
 """
 
 from __future__ import annotations
