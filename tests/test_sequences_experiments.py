@@ -59,6 +59,21 @@ def test_bag_grid_picks_on_validation_and_checks_the_specs(tmp_path):
         folder / "results.md").read_text()
 
 
+def test_item_specs_hold_the_bag_settings_chosen_on_validation():
+    """movielens.SPEC and instacart.SPEC carry what the committed bag grid chose (rerun
+    `efa reproduce bag-grid --seeds 1` after changing either experiment's training)."""
+    from pathlib import Path
+
+    from efa.experiments import instacart, movielens
+
+    doc = json.loads((Path(__file__).parents[1] / "results/bag-grid/results.json").read_text())
+    for name, spec in (("movielens-sequence", movielens.SPEC), ("instacart", instacart.SPEC)):
+        for distinct, support in enumerate(("no distinct", "distinct")):
+            chosen = doc["chosen"][f"{name}, {support}"]
+            assert (spec.bag_l2[distinct], spec.bag_scale[distinct]) == (
+                chosen["bag_l2"], chosen["bag_scale"]), (name, support)
+
+
 def test_unigram_cross_entropy_is_the_entropy_of_the_counts():
     item = Category("item", 3)
     data = Sequences({"item": torch.tensor([[0, 0, 1, 2], [0, 1, 0, 0]])}, torch.tensor([4, 2]))

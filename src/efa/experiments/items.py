@@ -48,9 +48,10 @@ class ZooSpec:
     l2_grid: tuple[float, ...] = L2_GRID  # the convex peers' penalty search (select_l2)
     design_ratios: tuple[float, ...] = DESIGN_RATIOS
     subset: int | None = None  # quick: keep this many sequences per split
-    # EFA + bag (Category(bag=True)): the prior on the bag table, without / with distinct.
+    # EFA + bag (Category(bag=True)): the prior on the bag table and its step scale, without /
+    # with distinct (picked on validation by `efa reproduce bag-grid`).
     bag_l2: tuple[float, float] = (1e-3, 1e-2)
-    bag_scale: float = 10.0
+    bag_scale: tuple[float, float] = (10.0, 10.0)
     recsys: dict = field(default_factory=dict)  # "SASRec" / "BERT4Rec" -> model options
     # Early stopping on this many validation positions per sequence (a fixed random subset), for
     # models that pay one forward pass per scored position (BERT4Rec's masked copies).
@@ -100,7 +101,8 @@ def categorical_model(name: str, direction: str, num_items: int, max_len: int, s
     elif base in ("EFA", BAG):
         if base == BAG:
             item = Category("item", num_items, dim=spec.dim, distinct=distinct, bag=True,
-                            bag_l2=spec.bag_l2[distinct], bag_scale=spec.bag_scale)
+                            bag_l2=spec.bag_l2[distinct],
+                            bag_scale=spec.bag_scale[distinct])
         model = EFA(EFAConfig(
             [item], max_len=max_len if spec.positions else None,
             num_layers=spec.layers[direction], num_heads=spec.heads, head_dim=spec.head_dim,
@@ -252,8 +254,9 @@ def new_model_notes(spec: ZooSpec) -> list[str]:
         "EFA + bag: EFA with Category(bag=True), the bag-of-context term Σ_{j in c(i)} U[x_j] "
         "(a learned K × K table) added to the logits, so that the model class contains the "
         "multinomial logit on context counts (tests/test_special_cases.py); Gaussian prior "
-        f"(L2) {spec.bag_l2[0]:g} on U without distinct, {spec.bag_l2[1]:g} with it, step "
-        f"scale {spec.bag_scale:g} (docs/peers.md: picked on validation).",
+        f"(L2) {spec.bag_l2[0]:g} and step scale {spec.bag_scale[0]:g} without distinct, "
+        f"{spec.bag_l2[1]:g} and {spec.bag_scale[1]:g} with it (picked on validation: "
+        "results/bag-grid).",
         "SASRec / BERT4Rec: RecBole's published defaults (properties/model/SASRec.yaml, "
         "BERT4Rec.yaml) on torch.nn.TransformerEncoder: "
         + "; ".join(f"{k} {v['layers']} layers × {v['heads']} heads, {v['dim']}-d, inner "

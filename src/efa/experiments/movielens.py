@@ -54,7 +54,7 @@ PAPER = items.paper_numbers(fm=(3.534, 3.566), efa=(3.444, 3.483))
 
 # Chosen on validation (docs/sequences.md): 64-d tokens beat the paper's 32; bidirectionally one
 # layer (exact in one pass) was as good as two.
-# EFA + bag: the bag's prior and step scale from a 3 × 3 grid on validation (docs/peers.md).
+# EFA + bag: the bag's prior and step scale chosen on validation (results/bag-grid).
 # SASRec / BERT4Rec: RecBole's defaults, learning rate and dropout tuned on validation.
 SPEC = ZooSpec(
     train={"EFA": adam(3e-3, 0.01, 64, 60, 5), "FM": adam(3e-3, 0.0, 64, 60, 5),

@@ -182,9 +182,9 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
         f"Ran on {workers} worker process(es) × {threads} torch thread(s) each (EFA_WORKERS "
         "overrides the number of workers; numbers depend on the thread count): wall "
         f"{report.wall_seconds:.0f} s, CPU {report.extra['cpu_seconds']:.0f} s."
-        + (f" Resumed: {resumed} of {len(jobs)} jobs were run by an earlier, interrupted "
-           "invocation of the same command, whose time is not in these totals (each job's own "
-           "seconds are in the rows)." if resumed else "")
+        + (f" Resumed: {resumed} of {len(jobs)} jobs were run by an earlier invocation of the "
+           "same command (interrupted, or with --only), whose time is not in these totals "
+           "(each job's own seconds are in the rows)." if resumed else "")
     )
     return report
 

@@ -32,6 +32,17 @@ def table(doc: dict) -> list[str]:
     return lines
 
 
+def headline(doc: dict) -> list[str]:
+    """The experiment's own ``headline(doc)`` table if it has one, else :func:`table`."""
+    from efa.experiments import EXPERIMENTS, get
+
+    if doc["experiment"] in EXPERIMENTS:
+        own = getattr(get(doc["experiment"]), "headline", None)
+        if own is not None:
+            return own(doc)
+    return table(doc)
+
+
 def tables(results: Path) -> str:
     parts = []
     for path in sorted(Path(results).glob("*/results.json")):
@@ -46,7 +57,7 @@ def tables(results: Path) -> str:
             f"seed{'s' * (len(doc['seeds']) != 1)}, "
             f"{doc['wall_seconds']:.0f} s; all metrics in `results/{path.parent.name}/results.md`)",
             "",
-            *table(doc),
+            *headline(doc),
             "",
         ]
     return "\n".join(parts).strip() or "(no results yet)"
@@ -97,7 +108,7 @@ def scale_tables(results: Path) -> str:
     if path.exists():
         doc = json.loads(path.read_text())
         curves = doc["curves"]
-        times = [c["seconds"] for c in next(iter(curves.values()))][2::2]  # every other eval, to the last
+        times = [c["seconds"] for c in next(iter(curves.values()))][2::2]  # every other eval
         parts += ["", f"Time to quality — `{doc['command']}`: {doc['train_sequences']:,} teacher "
                   f"sequences (D={doc['D']:,}, I={doc['I']}); held-out masked NLL (nats) after "
                   "each model's first seconds of training (the teacher's own NLL, the floor, is "
