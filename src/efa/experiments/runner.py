@@ -193,12 +193,12 @@ def select(jobs: list[dict], only: list[str]) -> list[dict]:
     """The jobs matching every ``KEY=PATTERN`` of ``only`` (fnmatch globs on str(job[KEY]))."""
     from fnmatch import fnmatchcase
 
+    keys = sorted({k for j in jobs for k in j if k not in ("spec", "cost")})
     rules = []
     for rule in only:
         key, sep, pattern = rule.partition("=")
         if not sep or not key:
             raise ValueError(f"--only takes KEY=PATTERN, got {rule!r}")
-        keys = sorted({k for j in jobs for k in j if k not in ("spec", "cost")})
         if key not in keys:
             raise ValueError(f"--only {rule!r}: the jobs have no key {key!r}; they have {keys}")
         rules.append((key, pattern))
