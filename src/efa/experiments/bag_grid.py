@@ -38,7 +38,7 @@ QUICK = Spec(l2={"movielens-sequence": (1e-3, 1e-2)}, scales=(10.0,), quick=True
 
 
 def _experiment(dataset: str):
-    """(the experiment's module, its zoo spec, number of items, maximum length)."""
+    """(the experiment's module, its number of items, its maximum length)."""
     from efa.experiments import instacart, movielens
 
     if dataset == "instacart":
