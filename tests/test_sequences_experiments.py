@@ -59,6 +59,18 @@ def test_bag_grid_picks_on_validation_and_checks_the_specs(tmp_path):
         folder / "results.md").read_text()
 
 
+def test_dropout_grid_picks_a_rate_per_direction_on_validation(tmp_path):
+    report = runner.reproduce("dropout-grid", 1, quick=True, progress=False,
+                              command="efa reproduce dropout-grid --quick")
+    folder = runner.write_atomically(report, tmp_path / "dg", get("dropout-grid").plots)
+    doc = json.loads((folder / "results.json").read_text())
+    assert len(doc["rows"]) == 2 * 2  # directions × rates (one variant)
+    for key, chosen in doc["chosen"].items():
+        rows = {r["model"]: r["mean"] for r in doc["rows"] if r["setting"] == key}
+        assert min(rows, key=rows.get) == f"dropout {chosen['dropout']:g}"
+    assert (folder / "dropout_grid.png").exists()
+
+
 def test_item_specs_hold_the_bag_settings_chosen_on_validation():
     """movielens.SPEC and instacart.SPEC carry what the committed bag grid chose (rerun
     `efa reproduce bag-grid --seeds 1` after changing either experiment's training)."""

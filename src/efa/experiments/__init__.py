@@ -17,6 +17,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                   "EFA paper Sec 6.3: the masked product of an Instacart basket"),
     "bag-grid": ("efa.experiments.bag_grid",
                  "EFA + bag's prior and step scale on MovieLens and Instacart, on validation"),
+    "dropout-grid": ("efa.experiments.dropout_grid",
+                     "EFA's dropout per direction on MovieLens and Instacart, on validation"),
     "temperature": ("efa.experiments.temperature",
                     "EFA paper Sec 6.4: U.S. city temperatures as a set (Gaussian)"),
     "analogy-toy": ("efa.experiments.analogy_toy",

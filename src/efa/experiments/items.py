@@ -52,6 +52,8 @@ class ZooSpec:
     # with distinct (picked on validation by `efa reproduce bag-grid`).
     bag_l2: tuple[float, float] = (1e-3, 1e-2)
     bag_scale: tuple[float, float] = (10.0, 10.0)
+    # EFA's dropout per direction (picked on validation by `efa reproduce dropout-grid`).
+    dropout: dict = field(default_factory=lambda: {"unidirectional": 0.0, "bidirectional": 0.0})
     recsys: dict = field(default_factory=dict)  # "SASRec" / "BERT4Rec" -> model options
     # Early stopping on this many validation positions per sequence (a fixed random subset), for
     # models that pay one forward pass per scored position (BERT4Rec's masked copies).
@@ -107,6 +109,7 @@ def categorical_model(name: str, direction: str, num_items: int, max_len: int, s
             [item], max_len=max_len if spec.positions else None,
             num_layers=spec.layers[direction], num_heads=spec.heads, head_dim=spec.head_dim,
             direction=direction, block="residual", attention=attention,
+            dropout=spec.dropout[direction],
         ))
     else:
         raise ValueError(f"unknown model {name!r}")

@@ -1,0 +1,139 @@
+"""EFA's dropout in the item-sequence experiments, picked on validation: the grid behind
+``movielens.SPEC.dropout`` and ``instacart.SPEC.dropout`` (one rate per direction).
+
+For each data set, direction, EFA variant (+ distinct, + bag, + bag + distinct, with the
+bag settings of the spec) and rate, the model is fitted with the experiment's own
+architecture and training on the seeds asked for and scored on the validation split only (the
+test split is loaded with the others but never scored). A direction's chosen rate minimises
+the validation cross-entropy summed over the three variants, averaged over the seeds.
+MovieLens uses the paper protocol. Run after ``bag-grid`` (coordinate-wise tuning: the bag
+settings were chosen without dropout).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from efa.experiments import items
+from efa.experiments.bag_grid import _experiment, _train_val
+from efa.experiments.report import Report
+from efa.train import evaluate, fit, seed_everything
+
+DIRECTIONS = ("unidirectional", "bidirectional")
+VARIANTS = ("EFA" + items.DISTINCT, items.BAG, items.BAG + items.DISTINCT)
+
+
+@dataclass(frozen=True)
+class Spec:
+    datasets: tuple = ("movielens-sequence", "instacart")
+    rates: tuple = (0.0, 0.1, 0.3, 0.5)
+    variants: tuple = VARIANTS
+    quick: bool = False
+
+
+SPEC = Spec()
+QUICK = Spec(datasets=("movielens-sequence",), rates=(0.0, 0.3), variants=VARIANTS[:1],
+             quick=True)
+
+
+def jobs(spec: Spec, seeds: int) -> list[dict]:
+    return [{"dataset": d, "direction": r, "model": m, "dropout": p, "seed": k,
+             "quick": spec.quick, "cost": 4.0 if d == "instacart" else 1.0}
+            for d in spec.datasets for r in DIRECTIONS for m in spec.variants
+            for p in spec.rates for k in range(seeds)]
+
+
+def task(job: dict) -> dict:
+    t0 = time.perf_counter()
+    zoo, (train, val) = _train_val(job["dataset"], job["quick"], job["seed"])
+    _, n_items, max_len = _experiment(job["dataset"])
+    zoo = replace(zoo, dropout={**zoo.dropout, job["direction"]: job["dropout"]})
+    seed_everything(job["seed"])
+    model, base = items.categorical_model(job["model"], job["direction"], n_items, max_len,
+                                          zoo, train)
+    hist = fit(model, train, val, replace(zoo.train[base], seed=job["seed"]))
+    return {**{k: v for k, v in job.items() if k != "cost"},
+            "val": -sum(evaluate(model, val).values()), "epochs": hist.best_epoch + 1,
+            "seconds": time.perf_counter() - t0}
+
+
+def choose(results: list[dict]) -> dict:
+    """{(dataset, direction): (rate, summed validation CE)} minimising the validation CE summed
+    over the variants and averaged over the seeds."""
+    total: dict = {}
+    seeds = {r["seed"] for r in results}
+    for r in results:
+        key = (r["dataset"], r["direction"], r["dropout"])
+        total[key] = total.get(key, 0.0) + r["val"] / len(seeds)
+    best: dict = {}
+    for (d, r, p), v in total.items():
+        if (d, r) not in best or v < best[d, r][1]:
+            best[d, r] = (p, v)
+    return best
+
+
+def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
+    report = Report("dropout-grid", command, list(range(seeds)))
+    by = {(r["dataset"], r["direction"], r["model"], r["dropout"], r["seed"]): r
+          for r in results}
+    for d in spec.datasets:
+        for r in DIRECTIONS:
+            for m in spec.variants:
+                for p in spec.rates:
+                    report.add(f"{d}, {r}", f"dropout {p:g}", f"validation CE, {m}",
+                               [by[d, r, m, p, k]["val"] for k in range(seeds)])
+    best = choose(results)
+    lines = ["## Chosen on validation", "",
+             "| data set | direction | dropout | validation CE (sum over the variants) | the "
+             "spec's dropout | spec = chosen |", "|---|---|---|---|---|---|"]
+    for (d, r), (p, v) in best.items():
+        module, _, _ = _experiment(d)
+        have = (module.QUICK if spec.quick else module.SPEC).dropout[r]
+        lines.append(f"| {d} | {r} | {p:g} | {v:.4f} | {have:g} | "
+                     f"{'yes' if have == p else 'NO'} |")
+    report.sections.append("\n".join(lines))
+    report.extra["chosen"] = {f"{d}, {r}": {"dropout": p, "validation": v}
+                              for (d, r), (p, v) in best.items()}
+    report.notes += [
+        "EFA variants " + ", ".join(spec.variants) + " with each data set's own architecture, "
+        "training and bag settings (movielens.SPEC, instacart.SPEC), fitted on the training "
+        "split, scored on the validation split only. MovieLens: paper protocol.",
+        "Chosen: the rate with the lowest validation cross-entropy summed over the variants "
+        "(mean over seeds), per data set and direction.",
+    ]
+    return report
+
+
+def headline(doc: dict) -> list[str]:
+    """The README's table: the chosen rate per data set and direction."""
+    lines = ["| data set, direction | dropout | validation CE (sum over the variants) |",
+             "|---|---|---|"]
+    lines += [f"| {k} | {c['dropout']:g} | {c['validation']:.4f} |"
+              for k, c in doc["chosen"].items()]
+    return lines
+
+
+def plots(report: Report, folder) -> None:
+    """Validation CE against the dropout rate, one line per variant, one panel per data set
+    and direction."""
+    from pathlib import Path
+
+    from efa.experiments.plots import figure, save
+
+    panels: dict = {}
+    for row in report.rows:
+        rate = float(row.model.split()[1])
+        panels.setdefault(row.setting, {}).setdefault(row.metric, {})[rate] = row.mean
+    fig, axes = figure(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
+    for ax, (setting, lines) in zip(axes[0], panels.items(), strict=True):
+        for k, (metric, points) in enumerate(lines.items()):
+            xs = sorted(points)
+            ax.plot(xs, [points[x] for x in xs], "o-", color=f"C{k}",
+                    label=metric.removeprefix("validation CE, "))
+        ax.set_title(setting, fontsize=9)
+        ax.set_xlabel("dropout")
+    axes[0][0].set_ylabel("validation CE (nats)")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, Path(folder) / "dropout_grid.png")
