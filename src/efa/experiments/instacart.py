@@ -55,6 +55,7 @@ SPEC = ZooSpec(
            "SASRec": adam(1e-3, 0.0, 256, 300, 10), "BERT4Rec": adam(1e-3, 0.0, 256, 300, 10)},
     # EFA + bag: chosen on validation (results/bag-grid); SASRec / BERT4Rec: docs/peers.md.
     bag_l2=(1e-6, 1e-4), bag_scale=(10.0, 1.0),
+    dropout={"unidirectional": 0.1, "bidirectional": 0.1},  # results/dropout-grid
     recsys={"SASRec": {"dropout": 0.5}, "BERT4Rec": {"dropout": 0.2}},
 )
 QUICK = ZooSpec(dim=16, heads=2, head_dim=8, layers=SPEC.layers, subset=80, **items.QUICK_CONVEX,
