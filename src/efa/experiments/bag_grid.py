@@ -149,22 +149,12 @@ def plots(report: Report, folder) -> None:
     per bag_scale, one panel per data set and support."""
     from pathlib import Path
 
-    from efa.experiments.plots import figure, save
+    from efa.experiments.plots import line_panels
 
     panels: dict = {}
     for row in report.rows:
         l2, scale = (float(part.split()[1]) for part in row.model.split(", "))
-        line = panels.setdefault(row.setting, {}).setdefault(scale, {})
+        line = panels.setdefault(row.setting, {}).setdefault(f"scale {scale:g}", {})
         line[l2] = line.get(l2, 0.0) + row.mean
-    fig, axes = figure(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
-    for ax, (setting, lines) in zip(axes[0], panels.items(), strict=True):
-        for k, (scale, points) in enumerate(sorted(lines.items())):
-            xs = sorted(points)
-            ax.plot(xs, [points[x] for x in xs], "o-", color=f"C{k}", label=f"scale {scale:g}")
-        ax.set_xscale("log")
-        ax.set_title(setting, fontsize=9)
-        ax.set_xlabel("bag_l2")
-    axes[0][0].set_ylabel("validation CE, uni + bi (nats)")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    save(fig, Path(folder) / "bag_grid.png")
+    line_panels(panels, Path(folder) / "bag_grid.png", "bag_l2",
+                "validation CE, uni + bi (nats)", log_x=True)

@@ -119,21 +119,11 @@ def plots(report: Report, folder) -> None:
     and direction."""
     from pathlib import Path
 
-    from efa.experiments.plots import figure, save
+    from efa.experiments.plots import line_panels
 
     panels: dict = {}
     for row in report.rows:
-        rate = float(row.model.split()[1])
-        panels.setdefault(row.setting, {}).setdefault(row.metric, {})[rate] = row.mean
-    fig, axes = figure(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
-    for ax, (setting, lines) in zip(axes[0], panels.items(), strict=True):
-        for k, (metric, points) in enumerate(lines.items()):
-            xs = sorted(points)
-            ax.plot(xs, [points[x] for x in xs], "o-", color=f"C{k}",
-                    label=metric.removeprefix("validation CE, "))
-        ax.set_title(setting, fontsize=9)
-        ax.set_xlabel("dropout")
-    axes[0][0].set_ylabel("validation CE (nats)")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    save(fig, Path(folder) / "dropout_grid.png")
+        label = row.metric.removeprefix("validation CE, ")
+        panels.setdefault(row.setting, {}).setdefault(label, {})[float(row.model.split()[1])] = (
+            row.mean)
+    line_panels(panels, Path(folder) / "dropout_grid.png", "dropout", "validation CE (nats)")

@@ -113,3 +113,21 @@ def dot_plot(report: Report, metric: str, path, title: str, xlabel: str) -> None
                  "paper's single run)", fontsize=10)
     fig.tight_layout()
     save(fig, path)
+
+
+def line_panels(panels: dict, path: Path, xlabel: str, ylabel: str, log_x: bool = False) -> None:
+    """One panel per key of ``panels`` ({title: {line label: {x: y}}}), one line per label
+    (validation curves of a settings grid)."""
+    fig, axes = figure(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
+    for ax, (title, lines) in zip(axes[0], panels.items(), strict=True):
+        for k, (label, points) in enumerate(lines.items()):
+            xs = sorted(points)
+            ax.plot(xs, [points[x] for x in xs], "o-", color=f"C{k}", label=label)
+        if log_x:
+            ax.set_xscale("log")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(xlabel)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)
