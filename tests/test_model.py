@@ -62,7 +62,7 @@ def test_auto_uses_copies_for_one_position_per_sequence(direction, layers, monke
     from efa import strategies
 
     data = mixed_data(n=4)
-    model = make_model(direction=direction, num_layers=layers).double()
+    model = make_model(direction=direction, num_layers=layers).double().eval()
     dense = model.natural_params(data)
     at = torch.zeros_like(data.valid())
     at[torch.arange(len(data)), data.lengths - 1] = True  # the last position of each

@@ -458,8 +458,9 @@ class EFA(ConditionalModel):
             content = self.encode(data, self.hidden_for(data, None))
         query = self.encode(data, self.hidden_for(data, target))
         name = self.config.strategy
-        if name == "two_stream" and self.config.mode == "auto" and not want_weights \
-                and strategies.sparse(at):
+        # Inference only: counting the asked positions is a host sync, kept off the training step.
+        if name == "two_stream" and self.config.mode == "auto" and not self.training \
+                and not want_weights and strategies.sparse(at):
             name = "copies"  # exact too, and cheaper for so few positions
         run = strategies.STRATEGIES[name]
         kw = {} if head is None else {"head": head}

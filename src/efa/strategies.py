@@ -124,8 +124,8 @@ ALIASES = {"stream": "two_stream"}  # the name used by saved configs of efa 0.1
 def sparse(at: Tensor) -> bool:
     """Whether at most one position per sequence is asked on average (next-item prediction,
     ancestral sampling): then ``copies`` (the asked rows only) costs less than two full streams
-    and a read-out of every position — 8× less when sampling 1,000 items. ``mode='auto'`` then
-    uses it wherever it would use ``two_stream``."""
+    and a read-out of every position. ``mode='auto'`` then uses it, in eval mode, wherever it
+    would use ``two_stream``."""
     return int(at.sum()) <= at.shape[0]
 
 

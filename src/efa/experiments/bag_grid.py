@@ -37,7 +37,7 @@ SPEC = Spec()
 QUICK = Spec(l2={"movielens-sequence": (1e-3, 1e-2)}, scales=(10.0,), quick=True)
 
 
-def _experiment(dataset: str):
+def experiment_of(dataset: str):
     """(the experiment's module, its number of items, its maximum length)."""
     from efa.experiments import instacart, movielens
 
@@ -47,7 +47,7 @@ def _experiment(dataset: str):
 
 
 def _train_val(dataset: str, spec_quick: bool, seed: int):
-    module, _, _ = _experiment(dataset)
+    module, _, _ = experiment_of(dataset)
     zoo = module.QUICK if spec_quick else module.SPEC
     splits = module.load() if dataset == "instacart" else module.load("paper", seed)
     return zoo, [items.subset(s, zoo.subset) for s in splits[:2]]
@@ -64,33 +64,46 @@ def jobs(spec: Spec, seeds: int) -> list[dict]:
             for l2 in grid for s in spec.scales for k in range(seeds)]
 
 
-def task(job: dict) -> dict:
+def validation_fit(job: dict, model: str, **settings) -> dict:
+    """Fit ``model`` of ``job["dataset"]`` with the experiment's zoo spec changed by
+    ``settings`` (seed ``job["seed"]``) and score it on the validation split only: the job's
+    fields plus "val" (validation CE), "epochs" and "seconds". Shared by the settings grids."""
     t0 = time.perf_counter()
     zoo, (train, val) = _train_val(job["dataset"], job["quick"], job["seed"])
-    _, n_items, max_len = _experiment(job["dataset"])
-    zoo = replace(zoo, bag_l2=(job["l2"],) * 2, bag_scale=(job["scale"],) * 2)
+    _, n_items, max_len = experiment_of(job["dataset"])
+    zoo = replace(zoo, **settings)
     seed_everything(job["seed"])
-    name = items.BAG + (items.DISTINCT if job["distinct"] else "")
-    model, base = items.categorical_model(name, job["direction"], n_items, max_len, zoo, train)
-    hist = fit(model, train, val, replace(zoo.train[base], seed=job["seed"]))
+    net, base = items.categorical_model(model, job["direction"], n_items, max_len, zoo, train)
+    hist = fit(net, train, val, replace(zoo.train[base], seed=job["seed"]))
     return {**{k: v for k, v in job.items() if k != "cost"},
-            "val": -sum(evaluate(model, val).values()), "epochs": hist.best_epoch + 1,
+            "val": -sum(evaluate(net, val).values()), "epochs": hist.best_epoch + 1,
             "seconds": time.perf_counter() - t0}
 
 
-def choose(results: list[dict]) -> dict:
-    """{(dataset, distinct): (l2, scale, summed validation CE)} minimising the validation CE
-    summed over the directions and averaged over the seeds."""
+def task(job: dict) -> dict:
+    name = items.BAG + (items.DISTINCT if job["distinct"] else "")
+    return validation_fit(job, name, bag_l2=(job["l2"],) * 2, bag_scale=(job["scale"],) * 2)
+
+
+def best_on_validation(results: list[dict], group: tuple, point: tuple) -> dict:
+    """{group values: (*point values, summed validation CE)}: per group (e.g. data set and
+    support), the grid point with the lowest validation CE summed over the group's other jobs
+    (directions, variants) and averaged over the seeds."""
     total: dict = {}
     seeds = {r["seed"] for r in results}
     for r in results:
-        key = (r["dataset"], r["distinct"], r["l2"], r["scale"])
+        key = (tuple(r[k] for k in group), tuple(r[k] for k in point))
         total[key] = total.get(key, 0.0) + r["val"] / len(seeds)
     best: dict = {}
-    for (d, b, l2, s), v in total.items():
-        if (d, b) not in best or v < best[d, b][2]:
-            best[d, b] = (l2, s, v)
+    for (g, p), v in total.items():
+        if g not in best or v < best[g][-1]:
+            best[g] = (*p, v)
     return best
+
+
+def choose(results: list[dict]) -> dict:
+    """{(dataset, distinct): (l2, scale, summed validation CE)} over both directions."""
+    return best_on_validation(results, ("dataset", "distinct"), ("l2", "scale"))
 
 
 def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
@@ -111,7 +124,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
              "bag_l2 / bag_scale | spec = chosen |", "|---|---|---|---|---|---|---|"]
     agree = {}
     for (d, b), (l2, s, v) in best.items():
-        module, _, _ = _experiment(d)
+        module, _, _ = experiment_of(d)
         zoo = module.QUICK if spec.quick else module.SPEC
         have = (zoo.bag_l2[b], zoo.bag_scale[b])
         agree[f"{d}, {support_name(b)}"] = have == (l2, s)

@@ -12,13 +12,11 @@ settings were chosen without dropout).
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from efa.experiments import items
-from efa.experiments.bag_grid import _experiment, _train_val
+from efa.experiments.bag_grid import best_on_validation, experiment_of, validation_fit
 from efa.experiments.report import Report
-from efa.train import evaluate, fit, seed_everything
 
 DIRECTIONS = ("unidirectional", "bidirectional")
 VARIANTS = ("EFA" + items.DISTINCT, items.BAG, items.BAG + items.DISTINCT)
@@ -45,32 +43,18 @@ def jobs(spec: Spec, seeds: int) -> list[dict]:
 
 
 def task(job: dict) -> dict:
-    t0 = time.perf_counter()
-    zoo, (train, val) = _train_val(job["dataset"], job["quick"], job["seed"])
-    _, n_items, max_len = _experiment(job["dataset"])
-    zoo = replace(zoo, dropout={**zoo.dropout, job["direction"]: job["dropout"]})
-    seed_everything(job["seed"])
-    model, base = items.categorical_model(job["model"], job["direction"], n_items, max_len,
-                                          zoo, train)
-    hist = fit(model, train, val, replace(zoo.train[base], seed=job["seed"]))
-    return {**{k: v for k, v in job.items() if k != "cost"},
-            "val": -sum(evaluate(model, val).values()), "epochs": hist.best_epoch + 1,
-            "seconds": time.perf_counter() - t0}
+    return validation_fit(job, job["model"], dropout={**_zoo_dropout(job),
+                                                     job["direction"]: job["dropout"]})
+
+
+def _zoo_dropout(job: dict) -> dict:
+    module, _, _ = experiment_of(job["dataset"])
+    return (module.QUICK if job["quick"] else module.SPEC).dropout
 
 
 def choose(results: list[dict]) -> dict:
-    """{(dataset, direction): (rate, summed validation CE)} minimising the validation CE summed
-    over the variants and averaged over the seeds."""
-    total: dict = {}
-    seeds = {r["seed"] for r in results}
-    for r in results:
-        key = (r["dataset"], r["direction"], r["dropout"])
-        total[key] = total.get(key, 0.0) + r["val"] / len(seeds)
-    best: dict = {}
-    for (d, r, p), v in total.items():
-        if (d, r) not in best or v < best[d, r][1]:
-            best[d, r] = (p, v)
-    return best
+    """{(dataset, direction): (rate, summed validation CE)} over the variants."""
+    return best_on_validation(results, ("dataset", "direction"), ("dropout",))
 
 
 def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
@@ -88,7 +72,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
              "| data set | direction | dropout | validation CE (sum over the variants) | the "
              "spec's dropout | spec = chosen |", "|---|---|---|---|---|---|"]
     for (d, r), (p, v) in best.items():
-        module, _, _ = _experiment(d)
+        module, _, _ = experiment_of(d)
         have = (module.QUICK if spec.quick else module.SPEC).dropout[r]
         lines.append(f"| {d} | {r} | {p:g} | {v:.4f} | {have:g} | "
                      f"{'yes' if have == p else 'NO'} |")
