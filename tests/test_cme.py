@@ -95,25 +95,34 @@ def test_lemma_3_2_same_sufficient_statistics_same_output():
 def _naive(ker, q, k, v, allowed, own=None):
     """One linear solve per (sequence, head, query) over its allowed keys."""
     b_, h_, iq, _ = q.shape
-    out = torch.zeros(b_, h_, iq, v.shape[-1], dtype=D)
-    lam, bw = ker.ridge().detach(), ker.bandwidth().detach()
+    extra = int(ker.posterior_variance)
+    out = torch.zeros(b_, h_, iq, v.shape[-1] + extra, dtype=D)
+    lam, bw, r = ker.ridge().detach(), ker.bandwidth().detach(), ker.rbf_dims
     for b, h, i in itertools.product(range(b_), range(h_), range(iq)):
+        qi = q[b, h, i][None]
+        if extra:  # the prior variance, less what the allowed keys explain
+            out[b, h, i, -1] = similarity(qi, qi, ker.similarity, bw[h], ker.scale, r)[0, 0]
         idx = allowed[b, 0, i].nonzero().flatten().tolist()
         if not idx:
             continue
         kk, vv = k[b, h, idx].clone(), v[b, h, idx].clone()
         if own is not None and i in idx:
             kk[idx.index(i)], vv[idx.index(i)] = own[0][b, h, i], own[1][b, h, i]
-        g = similarity(kk, kk, ker.similarity, bw[h], ker.scale)
-        kq = similarity(kk, q[b, h, i][None], ker.similarity, bw[h], ker.scale)
-        out[b, h, i] = (vv.T @ torch.linalg.solve(g + lam[h] * torch.eye(len(idx), dtype=D),
-                                                   kq))[:, 0]
+        g = similarity(kk, kk, ker.similarity, bw[h], ker.scale, r)
+        kq = similarity(kk, qi, ker.similarity, bw[h], ker.scale, r)
+        alpha = torch.linalg.solve(g + lam[h] * torch.eye(len(idx), dtype=D), kq)
+        out[b, h, i, : v.shape[-1]] = (vv.T @ alpha)[:, 0]
+        if extra:
+            out[b, h, i, -1] -= (kq * alpha).sum()
     return out
 
 
-@pytest.mark.parametrize("kind", ["rbf", "exponential"])
-def test_kernel_matches_a_naive_loop_for_every_mask(kind):
-    ker = CME(2, 3, 0.5, False, similarity=kind).to(D)
+@pytest.mark.parametrize("kind,options", [
+    ("rbf", {}), ("exponential", {}),
+    ("rbf+linear", {"rbf_dims": 1, "posterior_variance": True}),  # GP mean and variance
+    ("rbf", {"posterior_variance": True})])
+def test_kernel_matches_a_naive_loop_for_every_mask(kind, options):
+    ker = CME(2, 3, 0.5, False, similarity=kind, **options).to(D)
     with torch.no_grad():
         ker.log_bandwidth.copy_(torch.tensor([0.2, -0.1]))
         ker.log_ridge.copy_(torch.tensor([-1.0, 0.5]))
@@ -214,7 +223,10 @@ def test_options_are_saved_and_positive_by_parameterisation():
     for bad, match in [({"similarity": "cosine"}, "similarity"), ({"ridge": 0}, "ridge"),
                        ({"min_ridge": 0}, "min_ridge"), ({"ridge": 1e-5}, "exceed"),
                        ({"bandwidth": float("inf")}, "bandwidth"), ({"lam": 1}, "takes options"),
-                       ({"learn": 1}, "learn")]:
+                       ({"learn": 1}, "learn"), ({"posterior_variance": 1}, "posterior_variance"),
+                       ({"similarity": "rbf+linear"}, "rbf_dims"), ({"rbf_dims": 1}, "rbf_dims"),
+                       ({"similarity": "rbf+linear", "rbf_dims": 0}, "rbf_dims"),
+                       ({"similarity": "rbf+linear", "rbf_dims": 99}, "rbf_dims between")]:
         with pytest.raises(ValueError, match=match):
             make_model(attention={"kernel": "cme", **bad})
 

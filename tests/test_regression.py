@@ -31,6 +31,7 @@ from efa.generators.gp import (
 from efa.regression import (
     causal_predictive,
     frame_to_sequences,
+    gp_attention,
     note_model,
     predict,
     predict_frame,
@@ -242,6 +243,33 @@ def test_tnpd_attends_to_the_context_only():
     torch.testing.assert_close(m[:, :1], m3, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(mean[:, 5], m[:, 0].double())
     assert torch.isnan(mean[:, 0]).all() and torch.isfinite(model.loss(data))
+
+
+def test_gp_attention_holds_the_bayes_predictive():
+    """With W^Q = W^K = I, channel embeddings √(offset variance)·e_k, γ = ℓ²/x_scale², λ =
+    noise² + jitter and W^V reading y, the CME head's two outputs are the oracle's predictive
+    mean (of the standardised y) and variance (less λ), at every point with a context."""
+    gp = replace(NOISY, length=12)
+    data = sample_note(gp, 5, seed=2)
+    model = gp_attention(data).double()
+    enc_x, enc_y = model.encoders["x"], model.encoders["y"]
+    attn = model.blocks[0].attn
+    with torch.no_grad():
+        model.encoders["channel"].table.weight[:2] = math.sqrt(gp.offset_var) * torch.eye(
+            2, dtype=torch.float64)
+        attn.v.weight.zero_()
+        attn.v.weight[0, 0] = 1.0
+        attn.kernel.log_bandwidth.fill_(math.log(gp.lengthscale**2 / float(enc_x.scale) ** 2))
+        attn.kernel.log_ridge.fill_(math.log(gp.noise**2 + gp.jitter - attn.kernel.min_ridge))
+    at = data.valid() & (torch.arange(12) > 0)
+    with torch.no_grad():
+        state, _ = model.states(data, "y", at)
+    y_std = (data.fields["y"].double() - float(enc_y.loc)) / float(enc_y.scale)
+    cov = covariance(gp, data.fields["x"][..., 0], data.fields["channel"])
+    mean, sd = causal_gaussian(cov, y_std, data.valid())
+    var_y = sd**2 - (gp.noise**2 + gp.jitter)  # the oracle's, in the data's units
+    torch.testing.assert_close(state[:, 3], mean[at], rtol=0, atol=1e-10)
+    torch.testing.assert_close(state[:, -1], var_y[at], rtol=0, atol=1e-10)
 
 
 # --------------------------------------------------------------------------- bad input

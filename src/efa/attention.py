@@ -114,6 +114,19 @@ class Kernel(nn.Module):
     def options(self) -> dict[str, Any]:
         return {}
 
+    @classmethod
+    def extra_outputs(cls, options: dict[str, Any]) -> int:
+        """Columns the kernel appends to each head's output after the values' (e.g. CME
+        attention's posterior variance), for these options."""
+        return 0
+
+
+def head_width(attention: str | dict, head_dim: int) -> int:
+    """Width of one head's output: the values' ``head_dim`` plus the kernel's extra columns."""
+    spec = kernel_spec(attention)
+    return head_dim + KERNELS[spec["kernel"]].extra_outputs(
+        {k: v for k, v in spec.items() if k != "kernel"})
+
 
 class DotProduct(Kernel):
     def scores(self, q: Tensor, k: Tensor) -> Tensor:
@@ -175,6 +188,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         inner = num_heads * head_dim
         d_out = d_model if d_out is None else d_out
+        out_inner = num_heads * head_width(attention, head_dim)
         self.num_heads, self.head_dim = num_heads, head_dim
         factor = SCALES[scale](head_dim)
         width = {}
@@ -188,11 +202,12 @@ class MultiHeadAttention(nn.Module):
         self.k = nn.Linear(width["k"], inner, bias=bias)
         self.v = nn.Linear(width["v"], inner, bias=bias)
         if out_proj:
-            self.o = nn.Linear(inner, d_out, bias=bias)
-        elif inner == d_out:
+            self.o = nn.Linear(out_inner, d_out, bias=bias)
+        elif out_inner == d_out:
             self.o = nn.Identity()
         else:
-            raise ValueError(f"out_proj=False needs num_heads*head_dim == d_model ({d_out})")
+            raise ValueError(f"out_proj=False needs num_heads × (head_dim + the kernel's extra "
+                             f"outputs) == d_model ({d_out})")
         spec = kernel_spec(attention)
         options = {k: v for k, v in spec.items() if k != "kernel"}
         self.kernel = KERNELS[spec["kernel"]](num_heads, head_dim, factor, causal, **options)
@@ -264,7 +279,8 @@ class Block(nn.Module):
             )
         attn_out = None
         if self.kind == "concat":
-            attn_out = d_model if cfg.out_proj else cfg.num_heads * head_dim
+            attn_out = (d_model if cfg.out_proj
+                        else cfg.num_heads * head_width(cfg.attention, head_dim))
         self.attn = MultiHeadAttention(
             d_model, cfg.num_heads, head_dim, cfg.attention, cfg.scale, cfg.bias,
             cfg.out_proj, causal=cfg.direction == "unidirectional", inputs=inputs, d_out=attn_out,

@@ -9,6 +9,8 @@ regression.md``).
   (Eqs. 16–18), all without biases; heteroscedastic Gaussian likelihood.
 - :func:`regression_efa`: the model a user would pick instead: every field feeds the attention,
   several pre-LN transformer blocks.
+- :func:`gp_attention`: one head of kernel-ridge (CME) attention with the data's additive kernel
+  family, returning the GP posterior mean and variance: the Bayes predictive is in the class.
 - :func:`frame_to_sequences`: a user's long table of (function, x, y, channel) rows.
 - :func:`predict`: the predictive (mean, sd) at new points given a context, each target
   predicted from the context alone (not from the other targets).
@@ -92,6 +94,39 @@ def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int
     return EFA(EFAConfig(fields, num_layers=layers, num_heads=heads, max_len=None,
                          direction="unidirectional", block="pre_ln", ffn_hidden=ffn,
                          meta={"model": "regression-efa"}))
+
+
+def gp_attention(train: Sequences, channels: int = 2, channel_dim: int = 2,
+                 readout_hidden: int = 64, min_scale: float = MIN_SCALE) -> EFA:
+    """One head of kernel-ridge (CME) attention that can *be* the GP: queries and keys read
+    the standardised x (identity encoder) and the channel's embedding, values read the
+    standardised y; the similarity is additive, exp(−(x − x')²/2γ) on the first feature plus
+    the dot product of the channel features (RBF + per-channel offsets, the data's kernel
+    family), with the ridge λ learned; the head returns the GP posterior mean *and* variance
+    (``posterior_variance``), and an MLP read-out of [x, channel, mean, variance] gives (μ, σ).
+    With W^Q = W^K, the true length-scale, offset variance and noise, the attention's two
+    outputs are the Bayes predictive's mean and variance (up to the noise λ):
+    ``tests/test_regression.py``. Causal, no self-attention, no positions."""
+    head = 1 + channel_dim
+    x_loc, x_scale, y_loc, y_scale = _stats(train)
+    fields = [
+        Attribute("x", size=1, dim=1, encoder="identity", loc=[x_loc], scale=[x_scale],
+                  feeds=("q", "k", "skip")),
+        Value("y", HeteroscedasticGaussian(min_scale), dim=1, encoder="identity", loc=y_loc,
+              scale=y_scale, feeds=("v",), readout="mlp", readout_hidden=(readout_hidden,)),
+        Category("channel", channels, target=False, dim=channel_dim, feeds=("q", "k", "skip")),
+    ]
+    attention = {"kernel": "cme", "similarity": "rbf+linear", "rbf_dims": 1,
+                 "posterior_variance": True, "bandwidth": 0.1, "ridge": 0.1}
+    model = EFA(EFAConfig(fields, num_layers=1, num_heads=1, head_dim=head, max_len=None,
+                          direction="unidirectional", attention=attention, scale="none",
+                          block="concat", bias=False, out_proj=False, attend_self=False,
+                          meta={"model": "gp-attention"}))
+    with torch.no_grad():  # start from W^Q = W^K = I: the kernel on (x, channel) itself
+        attn = model.blocks[0].attn
+        attn.q.weight.copy_(torch.eye(head))
+        attn.k.weight.copy_(torch.eye(head))
+    return model
 
 
 def gaussian_mean_sd(eta: Tensor) -> tuple[Tensor, Tensor]:

@@ -21,7 +21,15 @@ Similarities (``scale`` is the model's 1/√d_head; 1 in :func:`cme`):
   score with the norms taken out;
 - ``exponential``: exp(scale·q·k/γ), softmax's own kernel (positive definite as the exponential
   of one; it may overflow, which is an error, never an inf or NaN passed on);
-- ``linear``: scale·q·k/γ (with it CME attention is Bayesian linear regression, Sec. 3.1).
+- ``linear``: scale·q·k/γ (with it CME attention is Bayesian linear regression, Sec. 3.1);
+- ``rbf+linear``: the RBF on the first ``rbf_dims`` features plus scale·q·k on the rest (no γ):
+  an *additive* kernel, e.g. a smooth function of x plus a per-channel offset, which a product
+  kernel on [x; channel] cannot represent (the GP of the in-context regression data).
+
+``posterior_variance=True`` appends to each head's output the GP's posterior variance at the
+query, k(q, q) − k(K, q)ᵀ (k(K, K) + λI)⁻¹ k(K, q) (a column after the values'), so that a
+read-out can turn the attention into the GP's predictive distribution (mean and variance), not
+the mean alone.
 
 Attention masks. The key set of query i is its row of ``allowed``; different rows mean
 different kernel matrices. :class:`CME` recognises the masks the model produces and solves
@@ -48,15 +56,21 @@ from torch import Tensor, nn
 
 from efa.attention import Kernel, register_kernel
 
-SIMILARITIES = ("rbf", "exponential", "linear")
+SIMILARITIES = ("rbf", "exponential", "linear", "rbf+linear")
 
 
 # --------------------------------------------------------------------------- similarities
 
 
-def similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1.0) -> Tensor:
+def similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1.0,
+               rbf_dims: int | None = None) -> Tensor:
     """k(a_i, b_j) [..., Ia, Ib] for a [..., Ia, d], b [..., Ib, d]; ``bandwidth`` γ is a
-    number or a tensor broadcasting against [..., 1, 1]."""
+    number or a tensor broadcasting against [..., 1, 1]; ``rbf_dims``: the RBF's features of
+    ``rbf+linear``."""
+    if kind == "rbf+linear":
+        r = _rbf_dims(rbf_dims, a.shape[-1])
+        return (similarity(a[..., :r], b[..., :r], "rbf", bandwidth, scale)
+                + similarity(a[..., r:], b[..., r:], "linear", 1.0, scale))
     dot = a @ b.transpose(-1, -2)
     if kind == "linear":
         return dot * scale / bandwidth
@@ -69,9 +83,14 @@ def similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1.0) -
     raise ValueError(f"similarity must be one of {SIMILARITIES}, got {kind!r}")
 
 
-def pair_similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1.0) -> Tensor:
+def pair_similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1.0,
+                    rbf_dims: int | None = None) -> Tensor:
     """k(a_i, b_i) [..., I] row by row for a, b [..., I, d]; ``bandwidth`` a number or a
     tensor broadcasting against [..., 1, 1] (as in :func:`similarity`)."""
+    if kind == "rbf+linear":
+        r = _rbf_dims(rbf_dims, a.shape[-1])
+        return (pair_similarity(a[..., :r], b[..., :r], "rbf", bandwidth, scale)
+                + pair_similarity(a[..., r:], b[..., r:], "linear", 1.0, scale))
     bw = bandwidth[..., 0] if isinstance(bandwidth, Tensor) and bandwidth.dim() > 0 else bandwidth
     if kind == "linear":
         return (a * b).sum(-1) * scale / bw
@@ -80,6 +99,13 @@ def pair_similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1
     if kind == "rbf":
         return torch.exp(-((a - b) ** 2).sum(-1) * scale / (2 * bw))
     raise ValueError(f"similarity must be one of {SIMILARITIES}, got {kind!r}")
+
+
+def _rbf_dims(rbf_dims, d: int) -> int:
+    if not isinstance(rbf_dims, int) or isinstance(rbf_dims, bool) or not 0 < rbf_dims < d:
+        raise ValueError(f"similarity 'rbf+linear' needs rbf_dims between 1 and {d - 1} (the "
+                         f"features' width is {d}), got {rbf_dims!r}")
+    return rbf_dims
 
 
 def _finite(t: Tensor, what: str) -> Tensor:
@@ -103,7 +129,8 @@ def _cholesky(m: Tensor, ridge_zero: bool) -> Tensor:
 
 
 def cme_weights(q: Tensor, k: Tensor, ridge, similarity_kind: str = "rbf", bandwidth=1.0,
-                scale: float = 1.0, key_mask: Tensor | None = None) -> Tensor:
+                scale: float = 1.0, key_mask: Tensor | None = None,
+                rbf_dims: int | None = None) -> Tensor:
     """α = (k(K, K) + λI)⁻¹ k(K, q) as weights [..., Iq, Ik] (0 on masked keys).
 
     q [..., Iq, d], k [..., Ik, d]; ``ridge`` λ ≥ 0 and ``bandwidth`` γ > 0 are numbers or
@@ -123,8 +150,8 @@ def cme_weights(q: Tensor, k: Tensor, ridge, similarity_kind: str = "rbf", bandw
         return q.new_zeros(*q.shape[:-1], 0)
     m = (torch.ones(k.shape[:-1], dtype=torch.bool, device=k.device) if key_mask is None
          else key_mask.expand(k.shape[:-1]))
-    g = _finite(similarity(k, k, similarity_kind, bw, scale), "kernel values k(K, K)")
-    kq = _finite(similarity(k, q, similarity_kind, bw, scale), "kernel values k(K, q)")
+    g = _finite(similarity(k, k, similarity_kind, bw, scale, rbf_dims), "kernel values k(K, K)")
+    kq = _finite(similarity(k, q, similarity_kind, bw, scale, rbf_dims), "kernel values k(K, q)")
     mf = m.to(q.dtype)
     eye = torch.eye(ik, dtype=q.dtype, device=q.device)
     # Masked keys are decoupled: their rows and columns are the identity's, their rhs is 0.
@@ -150,7 +177,9 @@ class CME(Kernel):
     """CME attention with a learned bandwidth γ and ridge λ per head (see the module's
     docstring). Options: ``similarity`` ('rbf', 'exponential', 'linear'), ``bandwidth`` and
     ``ridge`` (initial γ and λ), ``min_ridge`` (λ's floor, > 0: λ = min_ridge + exp(ρ)),
-    ``learn`` (False: γ and λ stay fixed buffers)."""
+    ``learn`` (False: γ and λ stay fixed buffers), ``rbf_dims`` (the RBF's leading features of
+    ``rbf+linear``), ``posterior_variance`` (append the GP posterior variance to each head's
+    output: one more column per head, :meth:`extra_outputs`)."""
 
     name = "cme"
     # Query i's weights depend on every key of its context jointly (a kernel matrix solve).
@@ -159,12 +188,16 @@ class CME(Kernel):
     # computes a one-layer model's copies from one factorisation per sequence.
     own_is_copy = True
     DEFAULTS = {"similarity": "rbf", "bandwidth": 1.0, "ridge": 1.0, "min_ridge": 1e-4,
-                "learn": True}
+                "learn": True, "rbf_dims": None, "posterior_variance": False}
 
     def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool, **options):
         super().__init__(num_heads, head_dim, scale, causal, **options)
         opts = {**self.DEFAULTS, **options}
         self.similarity = opts["similarity"]
+        self.rbf_dims = opts["rbf_dims"]
+        if self.similarity == "rbf+linear":
+            _rbf_dims(self.rbf_dims, head_dim)
+        self.posterior_variance = bool(opts["posterior_variance"])
         self.min_ridge = float(opts["min_ridge"])
         self.learn = bool(opts["learn"])
         log_bw = torch.full((num_heads,), math.log(opts["bandwidth"]))
@@ -197,8 +230,20 @@ class CME(Kernel):
         if opts["ridge"] <= opts["min_ridge"]:
             raise ValueError(f"cme: ridge ({opts['ridge']}) must exceed min_ridge "
                              f"({opts['min_ridge']}): λ = min_ridge + exp(ρ)")
-        if not isinstance(opts["learn"], bool):
-            raise ValueError(f"cme: learn must be True or False, got {opts['learn']!r}")
+        for key in ("learn", "posterior_variance"):
+            if not isinstance(opts[key], bool):
+                raise ValueError(f"cme: {key} must be True or False, got {opts[key]!r}")
+        r = opts["rbf_dims"]
+        if (opts["similarity"] == "rbf+linear") != (r is not None):
+            raise ValueError("cme: rbf_dims (a positive integer) goes with similarity "
+                             f"'rbf+linear' and only with it, got rbf_dims={r!r} and similarity="
+                             f"{opts['similarity']!r}")
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
+            raise ValueError(f"cme: rbf_dims must be a positive integer, got {r!r}")
+
+    @classmethod
+    def extra_outputs(cls, options: dict[str, Any]) -> int:
+        return int(bool(options.get("posterior_variance", False)))
 
     def options(self) -> dict[str, Any]:
         return {k: self._init[k] for k in self.DEFAULTS}
@@ -215,7 +260,7 @@ class CME(Kernel):
                 structured=True):
         """``structured=False`` forces one factorisation per query (the general path, used by
         the tests as a second computation)."""
-        kind, s = self.similarity, self.scale
+        kind, s, r = self.similarity, self.scale, self.rbf_dims
         bw = self.bandwidth().to(q.dtype)[None, :, None, None]
         lam = self.ridge().to(q.dtype)[None, :, None, None]
         _finite(q, "queries")
@@ -223,23 +268,32 @@ class CME(Kernel):
         b, _, iq, _ = q.shape
         ik = k.shape[-2]
         a = allowed.expand(b, allowed.shape[1], iq, ik)
-        g = _finite(similarity(k, k, kind, bw, s), "kernel values k(K, K)")
-        kq = _finite(similarity(k, q, kind, bw, s), "kernel values k(K, q)")
-        ctx = _Context(kind, s, bw, lam, q, k, g, kq, own)
+        g = _finite(similarity(k, k, kind, bw, s, r), "kernel values k(K, K)")
+        kq = _finite(similarity(k, q, kind, bw, s, r), "kernel values k(K, q)")
+        ctx = _Context(kind, s, bw, lam, q, k, g, kq, own, r)
         pattern = _pattern(a) if structured else None
         w = _per_query(ctx, a) if pattern is None else _structured(ctx, *pattern)
         out = w @ v
+        diag = torch.diagonal(w, dim1=-2, dim2=-1) if own is not None else None
         if own is not None:
-            out = out + torch.diagonal(w, dim1=-2, dim2=-1)[..., None] * (own[1] - v)
+            out = out + diag[..., None] * (own[1] - v)
+        if self.posterior_variance:
+            # k(q, q) − Σ_j α_j k(key_j, q), with query i's own key in column i (two-stream).
+            explained = (w * kq.transpose(-1, -2)).sum(-1)
+            if own is not None:
+                explained = explained + diag * (ctx.pair(own[0], q) - ctx.pair(k, q))
+            var = (ctx.pair(q, q) - explained).clamp_min(0)
+            out = torch.cat([out, var[..., None]], -1)
         return out, w
 
 
 class _Context:
     """What the solvers share: similarity, γ, λ, queries, keys, k(K, K), k(K, q), own."""
 
-    def __init__(self, kind, scale, bw, lam, q, k, g, kq, own):
+    def __init__(self, kind, scale, bw, lam, q, k, g, kq, own, rbf_dims=None):
         self.kind, self.scale, self.bw, self.lam = kind, scale, bw, lam
         self.q, self.k, self.g, self.kq, self.own = q, k, g, kq, own
+        self.rbf_dims = rbf_dims
 
     def new_keys(self) -> Tensor:
         """The key that position i adds to query i's set: its own (two-stream) or k_i."""
@@ -249,11 +303,12 @@ class _Context:
         """k(k_j, new_i) [B, H, Ik, Iq]."""
         if self.own is None:
             return self.g
-        return _finite(similarity(self.k, self.own[0], self.kind, self.bw, self.scale),
-                       "kernel values k(K, own keys)")
+        return _finite(similarity(self.k, self.own[0], self.kind, self.bw, self.scale,
+                                  self.rbf_dims), "kernel values k(K, own keys)")
 
     def pair(self, a: Tensor, b: Tensor) -> Tensor:
-        return _finite(pair_similarity(a, b, self.kind, self.bw, self.scale), "kernel values")
+        return _finite(pair_similarity(a, b, self.kind, self.bw, self.scale, self.rbf_dims),
+                       "kernel values")
 
 
 def _pattern(a: Tensor):
