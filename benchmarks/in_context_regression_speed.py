@@ -4,7 +4,8 @@ exact GP, at context size 100, one torch thread.
 Task: B functions of the UNN note's noisy data, each with C = 100 context points; predict y at
 T = 100 new points per function (mean and sd), each from the context alone. Measured:
 
-- the note's model and the improved EFA (``efa.regression.predict``: one pass for all targets)
+- the note's model, the improved EFA and EFA with GP attention (``efa.regression.predict``:
+  one pass for all targets)
   and TNP-D (one pass), architectures of ``efa reproduce in-context-regression`` (throughput
   does not depend on the weights' values, so the models are not trained here);
 - the exact GP with the true kernel (the oracle): batched Cholesky in torch, float64;
@@ -36,7 +37,7 @@ from efa.baselines.gp import GPOracle, note_kernel
 from efa.baselines.tnp import TNPD
 from efa.data import Sequences
 from efa.generators.gp import NOISY, sample_note
-from efa.regression import causal_predictive, note_model, predict, regression_efa
+from efa.regression import causal_predictive, gp_attention, note_model, predict, regression_efa
 
 C, T = 100, 100
 
@@ -75,7 +76,8 @@ def main() -> None:
     tgt = Sequences({"x": data.fields["x"][:, C:], "channel": data.fields["channel"][:, C:]},
                     torch.full((b,), T))
     train = sample_note(gp, 64, 1)
-    models = {"note's model": note_model(train), "EFA (pre-LN blocks)": regression_efa(train)}
+    models = {"note's model": note_model(train), "EFA (pre-LN blocks)": regression_efa(train),
+              "EFA (GP attention)": gp_attention(train)}
     fields = regression_efa(train, layers=1).fields
     tnpd = TNPD(train, fields).eval()
     oracle = GPOracle(gp, fields)
