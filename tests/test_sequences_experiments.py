@@ -86,17 +86,16 @@ def test_item_specs_hold_the_bag_settings_chosen_on_validation():
                 chosen["bag_l2"], chosen["bag_scale"]), (name, support)
 
 
-def test_instacart_spec_holds_the_dropout_chosen_on_validation():
-    """(MovieLens's committed table was made with dropout 0; its spec takes the grid's choice
-    together with its rerun: docs/issues.md, #15.)"""
+def test_item_specs_hold_the_dropout_chosen_on_validation():
     from pathlib import Path
 
-    from efa.experiments import instacart
+    from efa.experiments import instacart, movielens
 
     path = Path(__file__).parents[1] / "results/dropout-grid/results.json"
     chosen = json.loads(path.read_text())["chosen"]
-    for direction in ("unidirectional", "bidirectional"):
-        assert instacart.SPEC.dropout[direction] == chosen[f"instacart, {direction}"]["dropout"]
+    for name, module in (("instacart", instacart), ("movielens-sequence", movielens)):
+        for direction in ("unidirectional", "bidirectional"):
+            assert module.SPEC.dropout[direction] == chosen[f"{name}, {direction}"]["dropout"]
 
 
 def test_unigram_cross_entropy_is_the_entropy_of_the_counts():

@@ -32,6 +32,11 @@ def paper_numbers(fm: tuple[float, float], efa: tuple[float, float]) -> dict:
 QUICK_CONVEX = {"l2_grid": (1e-2, 1e-3), "design_ratios": (1.0,)}
 
 
+# EFA without dropout: the item experiments' settings before dropout was tuned (results made
+# with them pin it, e.g. the bag and attention-kernel grids).
+NO_DROPOUT = {"unidirectional": 0.0, "bidirectional": 0.0}
+
+
 @dataclass(frozen=True)
 class ZooSpec:
     """Sizes of the categorical models and the training settings of each (by base name; the
@@ -53,7 +58,7 @@ class ZooSpec:
     bag_l2: tuple[float, float] = (1e-3, 1e-2)
     bag_scale: tuple[float, float] = (10.0, 10.0)
     # EFA's dropout per direction (picked on validation by `efa reproduce dropout-grid`).
-    dropout: dict = field(default_factory=lambda: {"unidirectional": 0.0, "bidirectional": 0.0})
+    dropout: dict = field(default_factory=lambda: dict(NO_DROPOUT))
     recsys: dict = field(default_factory=dict)  # "SASRec" / "BERT4Rec" -> model options
     # Early stopping on this many validation positions per sequence (a fixed random subset), for
     # models that pay one forward pass per scored position (BERT4Rec's masked copies).

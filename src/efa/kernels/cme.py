@@ -175,7 +175,7 @@ def cme(q: Tensor, k: Tensor, v: Tensor, ridge, similarity_kind: str = "rbf", ba
 @register_kernel
 class CME(Kernel):
     """CME attention with a learned bandwidth γ and ridge λ per head (see the module's
-    docstring). Options: ``similarity`` ('rbf', 'exponential', 'linear'), ``bandwidth`` and
+    docstring). Options: ``similarity`` (one of SIMILARITIES), ``bandwidth`` and
     ``ridge`` (initial γ and λ), ``min_ridge`` (λ's floor, > 0: λ = min_ridge + exp(ρ)),
     ``learn`` (False: γ and λ stay fixed buffers), ``rbf_dims`` (the RBF's leading features of
     ``rbf+linear``), ``posterior_variance`` (append the GP posterior variance to each head's
