@@ -170,6 +170,19 @@ def test_exact_masked_pseudo_likelihood_in_every_mode(direction, layers):
                    attention="cme")
 
 
+@pytest.mark.parametrize("block", ["residual", "concat"])
+def test_posterior_variance_widens_the_heads_output_exactly(block):
+    """The variance column goes through W^O (residual) or into the state (concat, no W^O):
+    the model is still the naive per-copy computation, in both directions and depths."""
+    data = mixed_data(n=3, max_len=5)
+    attention = {"kernel": "cme", "similarity": "rbf+linear", "rbf_dims": 2,
+                 "posterior_variance": True}
+    for direction, layers in itertools.product(["unidirectional", "bidirectional"], [1, 2]):
+        model = make_model(num_layers=layers, direction=direction, block=block,
+                           out_proj=block != "concat", attention=attention)
+        _compare(model, data)
+
+
 def test_copies_block_update_and_fresh_solves_agree(monkeypatch):
     """A one-layer model's copies come from one factorisation per sequence (the kernel's own
     form) when enough positions are asked, from one solve per copy otherwise: same numbers,
