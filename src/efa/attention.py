@@ -188,7 +188,6 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         inner = num_heads * head_dim
         d_out = d_model if d_out is None else d_out
-        out_inner = num_heads * head_width(attention, head_dim)
         self.num_heads, self.head_dim = num_heads, head_dim
         factor = SCALES[scale](head_dim)
         width = {}
@@ -198,6 +197,9 @@ class MultiHeadAttention(nn.Module):
             # Not persistent: the columns follow from the fields, not from the weights.
             self.register_buffer(f"cols_{role}", None if cols is None else
                                  torch.as_tensor(cols, dtype=torch.long), persistent=False)
+        spec = kernel_spec(attention)
+        options = {k: v for k, v in spec.items() if k != "kernel"}
+        out_inner = num_heads * head_width(spec, head_dim)
         self.q = nn.Linear(width["q"], inner, bias=bias)
         self.k = nn.Linear(width["k"], inner, bias=bias)
         self.v = nn.Linear(width["v"], inner, bias=bias)
@@ -208,8 +210,6 @@ class MultiHeadAttention(nn.Module):
         else:
             raise ValueError(f"out_proj=False needs num_heads × (head_dim + the kernel's extra "
                              f"outputs) == d_model ({d_out})")
-        spec = kernel_spec(attention)
-        options = {k: v for k, v in spec.items() if k != "kernel"}
         self.kernel = KERNELS[spec["kernel"]](num_heads, head_dim, factor, causal, **options)
 
     def split(self, x: Tensor) -> Tensor:

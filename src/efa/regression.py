@@ -44,13 +44,15 @@ def _stats(train: Sequences) -> tuple[float, float, float, float]:
 
 
 def _fields(train: Sequences, dims: dict, feeds: dict, readout: dict, hidden: int,
-            min_scale: float, channels: int) -> list:
+            min_scale: float, channels: int, encoder: str = "mlp") -> list:
+    """[x, y, channel] standardised on ``train``; ``encoder`` embeds x and y ("mlp" or, with
+    dims 1, "identity")."""
     x_loc, x_scale, y_loc, y_scale = _stats(train)
     fields = [
-        Attribute("x", size=1, dim=dims["x"], hidden=hidden, loc=[x_loc], scale=[x_scale],
-                  feeds=feeds["x"]),
+        Attribute("x", size=1, dim=dims["x"], hidden=hidden, encoder=encoder, loc=[x_loc],
+                  scale=[x_scale], feeds=feeds["x"]),
         Value("y", HeteroscedasticGaussian(min_scale), dim=dims["y"], hidden=hidden,
-              loc=y_loc, scale=y_scale, feeds=feeds["y"], **readout),
+              encoder=encoder, loc=y_loc, scale=y_scale, feeds=feeds["y"], **readout),
     ]
     if channels:
         fields.append(Category("channel", channels, target=False, dim=dims["channel"],
@@ -108,14 +110,11 @@ def gp_attention(train: Sequences, channels: int = 2, channel_dim: int = 2,
     outputs are the Bayes predictive's mean and variance (up to the noise λ):
     ``tests/test_regression.py``. Causal, no self-attention, no positions."""
     head = 1 + channel_dim
-    x_loc, x_scale, y_loc, y_scale = _stats(train)
-    fields = [
-        Attribute("x", size=1, dim=1, encoder="identity", loc=[x_loc], scale=[x_scale],
-                  feeds=("q", "k", "skip")),
-        Value("y", HeteroscedasticGaussian(min_scale), dim=1, encoder="identity", loc=y_loc,
-              scale=y_scale, feeds=("v",), readout="mlp", readout_hidden=(readout_hidden,)),
-        Category("channel", channels, target=False, dim=channel_dim, feeds=("q", "k", "skip")),
-    ]
+    fields = _fields(
+        train, {"x": 1, "y": 1, "channel": channel_dim},
+        {"x": ("q", "k", "skip"), "y": ("v",), "channel": ("q", "k", "skip")},
+        {"readout": "mlp", "readout_hidden": (readout_hidden,)}, 128, min_scale, channels,
+        encoder="identity")
     attention = {"kernel": "cme", "similarity": "rbf+linear", "rbf_dims": 1,
                  "posterior_variance": True, "bandwidth": 0.1, "ridge": 0.1}
     model = EFA(EFAConfig(fields, num_layers=1, num_heads=1, head_dim=head, max_len=None,

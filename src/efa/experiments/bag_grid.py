@@ -46,9 +46,15 @@ def experiment_of(dataset: str):
     return movielens, movielens.N_MOVIES, movielens.MAX_LEN
 
 
+def zoo_spec(dataset: str, quick: bool):
+    """The experiment's zoo spec (``QUICK`` or ``SPEC``)."""
+    module, _, _ = experiment_of(dataset)
+    return module.QUICK if quick else module.SPEC
+
+
 def _train_val(dataset: str, spec_quick: bool, seed: int):
     module, _, _ = experiment_of(dataset)
-    zoo = module.QUICK if spec_quick else module.SPEC
+    zoo = zoo_spec(dataset, spec_quick)
     splits = module.load() if dataset == "instacart" else module.load("paper", seed)
     return zoo, [items.subset(s, zoo.subset) for s in splits[:2]]
 
@@ -127,8 +133,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
              "bag_l2 / bag_scale | spec = chosen |", "|---|---|---|---|---|---|---|"]
     agree = {}
     for (d, b), (l2, s, v) in best.items():
-        module, _, _ = experiment_of(d)
-        zoo = module.QUICK if spec.quick else module.SPEC
+        zoo = zoo_spec(d, spec.quick)
         have = (zoo.bag_l2[b], zoo.bag_scale[b])
         agree[f"{d}, {support_name(b)}"] = have == (l2, s)
         lines.append(f"| {d} | {support_name(b)} | {l2:g} | {s:g} | {v:.4f} | "

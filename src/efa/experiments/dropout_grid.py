@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from efa.experiments import items
-from efa.experiments.bag_grid import best_on_validation, experiment_of, validation_fit
+from efa.experiments.bag_grid import best_on_validation, validation_fit, zoo_spec
 from efa.experiments.report import Report
 
 DIRECTIONS = ("unidirectional", "bidirectional")
@@ -43,13 +43,9 @@ def jobs(spec: Spec, seeds: int) -> list[dict]:
 
 
 def task(job: dict) -> dict:
-    return validation_fit(job, job["model"], dropout={**_zoo_dropout(job),
-                                                     job["direction"]: job["dropout"]})
-
-
-def _zoo_dropout(job: dict) -> dict:
-    module, _, _ = experiment_of(job["dataset"])
-    return (module.QUICK if job["quick"] else module.SPEC).dropout
+    # A model has one direction: only that direction's rate is read.
+    rate = job["dropout"]
+    return validation_fit(job, job["model"], dropout=dict.fromkeys(DIRECTIONS, rate))
 
 
 def choose(results: list[dict]) -> dict:
@@ -72,8 +68,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
              "| data set | direction | dropout | validation CE (sum over the variants) | the "
              "spec's dropout | spec = chosen |", "|---|---|---|---|---|---|"]
     for (d, r), (p, v) in best.items():
-        module, _, _ = experiment_of(d)
-        have = (module.QUICK if spec.quick else module.SPEC).dropout[r]
+        have = zoo_spec(d, spec.quick).dropout[r]
         lines.append(f"| {d} | {r} | {p:g} | {v:.4f} | {have:g} | "
                      f"{'yes' if have == p else 'NO'} |")
     report.sections.append("\n".join(lines))
