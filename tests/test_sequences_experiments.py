@@ -163,6 +163,46 @@ def test_context_logit_converges_to_the_sklearn_solution():
         assert -evaluate(model, data)["item"] == pytest.approx(nll_ref, abs=1e-6)
 
 
+@pytest.mark.parametrize("distinct", [False, True])
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+def test_context_logit_objective_is_its_loss_with_the_closed_form_gradient(
+        direction, distinct, monkeypatch):
+    """The solver's blocked objective (its own gradient, the design built once) equals the
+    model's ordinary loss and autograd gradient in float64, across block boundaries, with
+    ragged lengths, a hidden token and the distinct support; and passes gradcheck."""
+    from efa.baselines import glm
+
+    monkeypatch.setattr(glm._ChunkedSoftmaxNLL, "BLOCK", 7)
+    g = torch.Generator().manual_seed(3)
+    x = torch.stack([torch.randperm(6, generator=g)[:5] for _ in range(9)])
+    data = Sequences({"item": x}, torch.tensor([5, 3, 4, 5, 2, 5, 1, 4, 5]),
+                     observed={"item": torch.rand(9, 5, generator=g) > 0.1})
+    model = ContextLogit(Category("item", 6, distinct=distinct), direction, max_len=5,
+                         length=direction == "bidirectional").double()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.7, generator=g)
+    params = list(model.parameters())
+    reference = model.loss(data)
+    expected = torch.autograd.grad(reference, params)
+    loss = model.objective(data)
+    value = loss()
+    got = torch.autograd.grad(value, params)
+    assert float(value) == pytest.approx(float(reference), abs=1e-12)
+    for a, b in zip(got, expected, strict=True):
+        assert torch.allclose(a, b, atol=1e-12)
+
+    weight, design = params[0].detach().clone(), torch.randn(4, 6, dtype=torch.float64,
+                                                             generator=g)
+    counts = torch.rand(10, 6, dtype=torch.float64, generator=g).round()
+    y = torch.randint(0, 6, (10,), generator=g)
+    seen = (counts > 0) & (torch.arange(6) != y[:, None]) if distinct else None
+    group = torch.randint(0, 4, (10,), generator=g)
+    assert torch.autograd.gradcheck(
+        lambda w, d: glm._ChunkedSoftmaxNLL.apply(w, d, glm._sparse_blocks(counts, 4), group,
+                                                   y, seen, model.fields[0]),
+        (weight.requires_grad_(), design.requires_grad_()))
+
+
 def test_select_l2_picks_the_best_validation_penalty():
     item = Category("item", 4)
     g = torch.Generator().manual_seed(1)
