@@ -20,6 +20,7 @@ validation data (a peer stopped early by a stochastic optimiser is a weaker peer
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -162,7 +163,10 @@ def _sparse_blocks(counts: Tensor, size: int) -> list[tuple]:
         c = counts[s:s + size]
         rows, items = c.nonzero(as_tuple=True)
         offsets = torch.searchsorted(rows, torch.arange(len(c)))
-        out.append((items, c[rows, items], offsets, c.T.contiguous().to_sparse_csr()))
+        with warnings.catch_warnings():  # "sparse CSR support is in beta": used read-only here
+            warnings.simplefilter("ignore", UserWarning)
+            transposed = c.T.contiguous().to_sparse_csr()
+        out.append((items, c[rows, items], offsets, transposed))
     return out
 
 
