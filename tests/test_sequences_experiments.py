@@ -203,6 +203,15 @@ def test_context_logit_objective_is_its_loss_with_the_closed_form_gradient(
         (weight.requires_grad_(), design.requires_grad_()))
 
 
+def test_per_job_keeps_small_penalties():
+    from efa.experiments import items
+
+    rows = [{"protocol": "paper", "direction": "bidirectional", "model": "Logit", "seed": s,
+             "l2": l2, "seconds": 45.934} for s, l2 in ((1, 1e-6), (0, 1e-5))]
+    assert items.per_job(rows, "l2") == {"paper/bidirectional/Logit": [1e-5, 1e-6]}
+    assert items.per_job(rows, "seconds") == {"paper/bidirectional/Logit": [45.93, 45.93]}
+
+
 def test_select_l2_picks_the_best_validation_penalty():
     item = Category("item", 4)
     g = torch.Generator().manual_seed(1)

@@ -227,14 +227,15 @@ def paired(results, protocols, directions, models, seeds) -> tuple[str, dict]:
 
 
 def per_job(results, what: str) -> dict:
-    """``what`` (best epoch, seconds, ...) per protocol/direction/model, one entry per seed."""
+    """``what`` (best epoch, seconds, chosen penalty, ...) per protocol/direction/model, one
+    entry per seed; floats to 4 significant digits (a penalty of 1e-5 must not become 0.0)."""
     out: dict[str, list] = {}
     for r in sorted(results, key=lambda r: r["seed"]):
         if what not in r:
             continue
         key = "/".join(str(r[k]) for k in ("protocol", "variant", "direction", "model") if k in r)
         v = r[what]
-        out.setdefault(key, []).append(round(v, 1) if isinstance(v, float) else v)
+        out.setdefault(key, []).append(float(f"{v:.4g}") if isinstance(v, float) else v)
     return out
 
 
