@@ -211,6 +211,18 @@ def test_per_job_keeps_small_penalties():
     assert items.per_job(rows, "l2") == {"paper/bidirectional/Logit": [1e-5, 1e-6]}
     assert items.per_job(rows, "seconds") == {"paper/bidirectional/Logit": [45.93, 45.93]}
 
+    from efa.experiments.report import Report
+
+    for r, converged in zip(rows, (True, False), strict=True):
+        r.update(iterations=100, converged=converged)
+    report = Report("x", "efa reproduce x", [0, 1])
+    items.convex_extras(report, rows, "logit")
+    assert report.extra["logit_l2"] == {"paper/bidirectional/Logit": [1e-5, 1e-6]}
+    assert "NOT converged" in report.notes[-1] and "paper/bidirectional/Logit" in report.notes[-1]
+    rows[1]["converged"] = True
+    items.convex_extras(report, rows, "logit")
+    assert "every L-BFGS fit" in report.notes[-1] and "200 iterations" in report.notes[-1]
+
 
 def test_select_l2_picks_the_best_validation_penalty():
     item = Category("item", 4)

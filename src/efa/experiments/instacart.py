@@ -182,7 +182,7 @@ def tables(results: list[dict], spec: ZooSpec, seeds: int, command: str) -> Repo
             }
     report.extra["table3"] = table3
     report.extra["best_epoch"] = items.per_job(results, "epochs")
-    report.extra["logit_l2"] = items.per_job(results, "l2")
+    items.convex_extras(report, results, "logit")
     report.extra["seconds"] = items.per_job(results, "seconds")
     uni = analysed.get(("unidirectional", "EFA + distinct"), {})
     report.figures = {k: uni[k] for k in ("attention", "attention_items", "qkv") if k in uni}

@@ -239,6 +239,24 @@ def per_job(results, what: str) -> dict:
     return out
 
 
+def convex_extras(report, results, name: str) -> None:
+    """The convex peers' chosen penalties, L-BFGS iterations and convergence per job into
+    ``report.extra[name + "_l2" / "_iterations" / "_converged"]``, and a note saying whether
+    every fit along every penalty path converged (``fit_convex``)."""
+    for what in ("l2", "iterations", "converged"):
+        report.extra[f"{name}_{what}"] = per_job(results, what)
+    flags = report.extra[f"{name}_converged"]
+    if not flags:
+        return
+    missed = [key for key, v in flags.items() if not all(v)]
+    total = sum(sum(v) for v in report.extra[f"{name}_iterations"].values())
+    report.notes.append(
+        f"Convex peers ({name}): every L-BFGS fit of every penalty path converged (gradient "
+        f"max-norm ≤ 1e-6; {total:,} iterations in all)." if not missed else
+        f"Convex peers ({name}): NOT converged within the iteration cap on {', '.join(missed)}"
+        " (reported as fitted).")
+
+
 def train_note(spec: ZooSpec) -> str:
     return "; ".join(
         f"{name}: AdamW lr {c.lr:g}, weight decay {c.weight_decay:g}, batch {c.batch_size}, "

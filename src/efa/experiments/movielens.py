@@ -144,7 +144,7 @@ def tables(results: list[dict], spec: ZooSpec, seeds: int, command: str) -> Repo
         *items.target_notes(report, [f"{p}: {d}" for p in PROTOCOLS for d in DIRECTIONS]),
     ]
     report.extra["best_epoch"] = items.per_job(results, "epochs")
-    report.extra["logit_l2"] = items.per_job(results, "l2")
+    items.convex_extras(report, results, "logit")
     report.extra["seconds"] = items.per_job(results, "seconds")
     return report
 

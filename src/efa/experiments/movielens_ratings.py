@@ -196,7 +196,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         "fitted to convergence by L-BFGS with the L2 penalty picked on validation.",
     ]
     report.extra["best_epoch"] = items.per_job(results, "epochs")
-    report.extra["glm_l2"] = items.per_job(results, "l2")
+    items.convex_extras(report, results, "glm")
     report.extra["seconds"] = items.per_job(results, "seconds")
     report.figures["predictions"] = [
         {"direction": r["direction"], "model": r["model"], "y": r["pred"][0], "mean": r["pred"][1]}
