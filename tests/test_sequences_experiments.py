@@ -221,7 +221,7 @@ def test_per_job_keeps_small_penalties():
     assert "NOT converged" in report.notes[-1] and "paper/bidirectional/Logit" in report.notes[-1]
     rows[1]["converged"] = True
     items.convex_extras(report, rows, "logit")
-    assert "every L-BFGS fit" in report.notes[-1] and "200 iterations" in report.notes[-1]
+    assert "every L-BFGS fit" in report.notes[-1] and "up to 100 iterations" in report.notes[-1]
 
 
 def test_select_l2_picks_the_best_validation_penalty():
