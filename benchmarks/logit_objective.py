@@ -78,20 +78,16 @@ def main():
             for p in model.parameters():
                 torch.nn.init.normal_(p, std=0.1)
             blocked, dense = model.objective(train), dense_objective(model, train)
-            times = {"blocked": [], "dense": []}
+            times, values = {"blocked": [], "dense": []}, {}
             for _ in range(args.rounds):
                 for name, loss in (("blocked", blocked), ("dense", dense)):
-                    t, value = seconds(model, loss)
+                    t, values[name] = seconds(model, loss)
                     times[name].append(t)
-                    if name == "blocked":
-                        v_blocked = value
-                    else:
-                        v_dense = value
             b, d = statistics.median(times["blocked"]), statistics.median(times["dense"])
             rows.append({"direction": direction, "distinct": distinct,
                          "blocked_seconds": round(b, 4), "dense_seconds": round(d, 4),
                          "speedup": round(d / b, 2),
-                         "loss_difference": abs(v_blocked - v_dense)})
+                         "loss_difference": abs(values["blocked"] - values["dense"])})
     doc = {"positions": int(train.predicted("item").sum()), "items": items,
            "threads": args.threads, "rounds": args.rounds, "rows": rows}
     folder = Path(args.out) / "logit-objective"

@@ -252,8 +252,8 @@ def convex_extras(report, results, name: str) -> None:
     # (deterministic jobs are replicated over the seeds: a maximum, not a sum)
     most = max(max(v) for v in report.extra[f"{name}_iterations"].values())
     report.notes.append(
-        f"Convex peers ({name}): every L-BFGS fit of every penalty path converged (gradient "
-        f"max-norm ≤ 1e-6; up to {most:,} iterations per path)." if not missed else
+        f"Convex peers ({name}): every L-BFGS fit of every penalty path converged "
+        f"(`fit_convex`'s gradient test; up to {most:,} iterations per path)." if not missed else
         f"Convex peers ({name}): NOT converged within the iteration cap on {', '.join(missed)}"
         " (reported as fitted).")
 
