@@ -73,6 +73,9 @@ def reproduce(
         ["efa reproduce", name, f"--seeds {seeds}"]
         + ([f"--out {out}"] if out != Path("results") else [])
         + (["--quick"] if quick else [])
+        # numbers depend on the thread count: a non-default layout is part of the command
+        + ([f"--workers {workers}"] if workers else [])
+        + ([f"--threads {threads}"] if threads != 1 else [])
     )
     from efa.experiments import get, runner
 
