@@ -64,7 +64,7 @@ def test_anneal_halves_the_rate_on_every_stalled_epoch_and_stops_after_patience(
         all(stalled[k:k + 3]) for k in range(len(stalled) - 3))
 
 
-def test_plateau_keeps_efa_0_3s_rule():
+def test_plateau_keeps_its_rule():
     # "plateau" halves after max(1, patience // 3) + 1 stalled epochs in a row, PyTorch's
     # relative threshold of 1e-4 (the committed experiments that name it were made with it)
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)

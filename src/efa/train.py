@@ -45,7 +45,7 @@ class TrainConfig:
     teacher``, docs/peers.md).
     schedule: "anneal" (halve the rate on every stalled validation epoch), "plateau" (halve it
       after ``max(1, patience // 3) + 1`` stalled epochs in a row, PyTorch's relative threshold
-      of 1e-4; efa ≤ 0.3's default), "cosine" (per step, over ``max_epochs``, after
+      of 1e-4; the earlier default), "cosine" (per step, over ``max_epochs``, after
       ``warmup_steps``), "constant". Without validation data "anneal" and "plateau" keep the
       rate constant.
     threads: torch CPU threads during ``fit`` (None: leave torch's setting). Results depend on
