@@ -151,22 +151,30 @@ def _batches(data: Sequences, batch_size: int, device: torch.device | None = Non
         yield idx, batch if device is None or batch.device == device else batch.to(device)
 
 
+@contextlib.contextmanager
+def _scoring(model: ConditionalModel, data: Sequences):
+    """Check ``data`` against the model and score in eval mode; the model's training mode is
+    restored afterwards, also when scoring raises."""
+    model.check(data)
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
                     base_measure: bool = True) -> dict[str, torch.Tensor]:
     """log p(y_i | context) per target field as [N, I] float64, NaN where not predicted: the
     per-position numbers behind ``evaluate``, for paired comparisons between models."""
-    model.check(data)
-    was_training = model.training
-    model.eval()
     out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
            for f in model.target_fields}
-    try:
+    with _scoring(model, data):
         for idx, batch in _batches(data, batch_size, model.device):
             for name, lp in model.log_likelihoods(batch, base_measure).items():
                 out[name][idx, : lp.shape[1]] = lp.double().cpu()
-    finally:
-        model.train(was_training)
     return out
 
 
@@ -176,20 +184,15 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
     """Mean log-likelihood per target field over all predicted positions of ``data``. A field
     with no predicted position gets NaN and a warning; a non-finite log-likelihood is an error
     naming the field, sequence and position."""
-    model.check(data)
-    was_training = model.training
-    model.eval()
     sums: dict[str, float] = {f.name: 0.0 for f in model.target_fields}
     counts: dict[str, int] = {f.name: 0 for f in model.target_fields}
-    try:
+    with _scoring(model, data):
         for idx, batch in _batches(data, batch_size, model.device):
             for name, (s, n) in model.log_likelihood(batch, base_measure, check=False).items():
                 if not torch.isfinite(s):
                     _raise_non_finite(model, batch, idx, "evaluate")
                 sums[name] += float(s)
                 counts[name] += n
-    finally:
-        model.train(was_training)
     out = {}
     for name in sums:
         if counts[name] == 0:
@@ -224,11 +227,8 @@ def _raise_non_finite(model, batch: Sequences, idx: torch.Tensor, where: str, ex
 def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size: int = 1024):
     """(observed y, predicted mean E[y | context]) at every predicted position of ``name``."""
     f = model.target(name)
-    model.check(data)
-    was_training = model.training
-    model.eval()
     ys, means = [], []
-    try:
+    with _scoring(model, data):
         for idx, batch in _batches(data, batch_size, model.device):
             mask = batch.predicted(name)
             mean = model.predict_mean(batch, at=mask)[name][mask]
@@ -241,8 +241,6 @@ def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size:
                 )
             ys.append(batch.fields[name][mask].cpu())
             means.append(mean.cpu())
-    finally:
-        model.train(was_training)
     return torch.cat(ys), torch.cat(means)
 
 

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from efa.data import Sequences
 from efa.fields import Category
 from efa.model import ConditionalModel
-from efa.train import _batches
+from efa.train import _batches, _scoring
 
 # RecBole's defaults (properties/model/*.yaml, properties/overall.yaml).
 RECBOLE = {
@@ -186,11 +186,8 @@ def ranking_metrics(model: ConditionalModel, data: Sequences, name: str | None =
     field's support excludes them). Ties count against the model (rank = number of other
     items scored at least as high), so a constant score gets no hit."""
     f = model.target(name)
-    model.check(data)
-    was_training = model.training
-    model.eval()
     hits, gains = [], []
-    try:
+    with _scoring(model, data):
         for _, batch in _batches(data, batch_size, model.device):
             last = torch.zeros_like(batch.valid())
             last[torch.arange(len(batch), device=last.device), batch.lengths - 1] = True
@@ -201,8 +198,6 @@ def ranking_metrics(model: ConditionalModel, data: Sequences, name: str | None =
             rank = (eta >= true).sum(1) - 1
             hits.append((rank < k).double())
             gains.append(torch.where(rank < k, 1 / torch.log2(rank.double() + 2), 0.0))
-    finally:
-        model.train(was_training)
     hit, gain = torch.cat(hits), torch.cat(gains)
     if len(hit) == 0:
         raise ValueError(f"no sequence has its last {f.name!r} item predicted: nothing to rank")

@@ -157,13 +157,20 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     return report
 
 
+def chosen_table(doc: dict, first: str, settings: tuple[str, ...], validation: str) -> list[str]:
+    """The README's table of a grid: one row per group of ``doc["chosen"]``, the chosen
+    ``settings`` and their validation CE."""
+    lines = [f"| {first} | {' | '.join(settings)} | {validation} |",
+             "|---" * (len(settings) + 2) + "|"]
+    lines += [f"| {k} | " + " | ".join(f"{c[s]:g}" for s in settings)
+              + f" | {c['validation']:.4f} |" for k, c in doc["chosen"].items()]
+    return lines
+
+
 def headline(doc: dict) -> list[str]:
     """The README's table: the chosen point per data set and support."""
-    lines = ["| data set, support | bag_l2 | bag_scale | validation CE (uni + bi) |",
-             "|---|---|---|---|"]
-    lines += [f"| {k} | {c['bag_l2']:g} | {c['bag_scale']:g} | {c['validation']:.4f} |"
-              for k, c in doc["chosen"].items()]
-    return lines
+    return chosen_table(doc, "data set, support", ("bag_l2", "bag_scale"),
+                        "validation CE (uni + bi)")
 
 
 def plots(report: Report, folder) -> None:

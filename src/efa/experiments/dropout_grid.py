@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from efa.experiments import items
-from efa.experiments.bag_grid import best_on_validation, validation_fit, zoo_spec
+from efa.experiments.bag_grid import best_on_validation, chosen_table, validation_fit, zoo_spec
 from efa.experiments.report import Report
 
 DIRECTIONS = ("unidirectional", "bidirectional")
@@ -88,11 +88,8 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
 
 def headline(doc: dict) -> list[str]:
     """The README's table: the chosen rate per data set and direction."""
-    lines = ["| data set, direction | dropout | validation CE (sum over the variants) |",
-             "|---|---|---|"]
-    lines += [f"| {k} | {c['dropout']:g} | {c['validation']:.4f} |"
-              for k, c in doc["chosen"].items()]
-    return lines
+    return chosen_table(doc, "data set, direction", ("dropout",),
+                        "validation CE (sum over the variants)")
 
 
 def plots(report: Report, folder) -> None:

@@ -634,6 +634,17 @@ def _band(ax, x, values, label, color, marker="o", logy=False):
     ax.errorbar(x, mean, yerr=2 * se, marker=marker, color=color, capsize=3, label=label)
 
 
+def _finish(fig, ax, path, title, ylabel, base=10, legend=8):
+    """A one-panel figure against the sequence length L (log axis)."""
+    ax.set_xscale("log", base=base)
+    ax.set_xlabel("sequence length L")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=legend)
+    fig.tight_layout()
+    save(fig, path)
+
+
 def plots(report: Report, out) -> None:
     out = Path(out)
     f = report.figures
@@ -663,27 +674,17 @@ def plots(report: Report, out) -> None:
             else:
                 ax.axhline(d["floor"], color="0.3", ls=":",
                            label=f"fixed-γ limit (quadrature): {d['floor']:.3f}")
-            ax.set_xscale("log")
             ax.set_yscale("log")
-            ax.set_xlabel("sequence length L")
-            ax.set_ylabel("RMSE against E[V | K = q] (mean ± 2 se)")
-            ax.set_title(title, fontsize=10)
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            save(fig, out / name)
+            _finish(fig, ax, out / name, title, "RMSE against E[V | K = q] (mean ± 2 se)",
+                    legend=7)
     if "heads" in f:
         d = f["heads"]
         fig, ax = figure(figsize=(7, 5))
         _band(ax, d["L"], d["single"], "1 head, invertible Wᵏ (4×4)", "C0")
         _band(ax, d["L"], d["multi"], "2 heads, Wᵢᵏ 4×2", "C3")
-        ax.set_xscale("log")
-        ax.set_xlabel("sequence length L")
-        ax.set_ylabel("R² of a linear fit of the output in q (mean ± 2 se)")
-        ax.set_title("App. B.2: one head degenerates to a linear map of q, two heads do not",
-                     fontsize=10)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        save(fig, out / "c_heads_linearity.png")
+        _finish(fig, ax, out / "c_heads_linearity.png",
+                "App. B.2: one head degenerates to a linear map of q, two heads do not",
+                "R² of a linear fit of the output in q (mean ± 2 se)")
     if "gap" in f:
         d = f["gap"]
         fig, axes = figure(1, 2, figsize=(12, 4.8))
@@ -708,14 +709,9 @@ def plots(report: Report, out) -> None:
         _band(ax, d["L"], d["excess"]["softmax"], lab("(e)", "softmax attention", what=what),
               "C0")
         _band(ax, d["L"], d["excess"]["cme"], lab("(e)", "CME attention", what=what), "C2")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length L")
-        ax.set_ylabel("test MSE − Bayes MSE (mean ± 2 se)")
-        ax.set_title("Thm 5.5: trained attention vs the Bayes-optimal CME predictor",
-                     fontsize=10)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        save(fig, out / "e_excess_over_bayes.png")
+        _finish(fig, ax, out / "e_excess_over_bayes.png",
+                "Thm 5.5: trained attention vs the Bayes-optimal CME predictor",
+                "test MSE − Bayes MSE (mean ± 2 se)", base=2)
     if "ssl" in f:
         d = f["ssl"]
         fig, axes = figure(1, 2, figsize=(12, 4.8))
