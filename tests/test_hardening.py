@@ -441,6 +441,58 @@ def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
     assert runner.job_key(jobs[0]) == runner.job_key(dict(reversed(list(jobs[0].items()))))
 
 
+def _two_fits(job):
+    """A job with two fits in it (the second warm from the first), scored at the end."""
+    model = make_model(seed=job["seed"], dtype=torch.float32, num_layers=1)
+    train, val = (mixed_data(n=40, seed=k, dtype=torch.float32) for k in (0, 1))
+    first = efa.fit(model, train, val, max_epochs=3, patience=3, seed=job["seed"],
+                    progress=False)
+    second = efa.fit(model, train, val, max_epochs=4, patience=4, lr=1e-3, seed=1,
+                     progress=False)
+    return {"seed": job["seed"], "val": first.val_loss + second.val_loss,
+            "test": efa.evaluate(model, mixed_data(n=20, seed=2, dtype=torch.float32))}
+
+
+def test_22_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monkeypatch):
+    from efa import train as train_mod
+    from efa.experiments import runner
+
+    monkeypatch.setattr(train_mod, "JOB_SAVE_SECONDS", 0.0)  # save every epoch, as a long fit
+    jobs = [{"seed": 3}]
+    clean = runner.run_jobs(_two_fits, jobs, workers=1, journal=tmp_path / "clean")
+    journal = tmp_path / ".exp.jobs"
+    real_save, calls = train_mod._save, []
+
+    def dying_save(*args, **kwargs):  # killed after the second fit's second epoch
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "_save", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_jobs(_two_fits, jobs, workers=1, journal=journal)
+    key = runner.job_key(jobs[0])
+    assert sorted(p.name for p in (journal / f"{key}.fits").iterdir()) == ["fit0", "fit1"]
+    assert train_mod.DEFAULTS["checkpoints"] is None  # reset after the job, also on a kill
+    saved = []
+    monkeypatch.setattr(train_mod, "_save", lambda *a, **k: saved.append(1) or real_save(*a, **k))
+    resumed = runner.run_jobs(_two_fits, jobs, workers=1, journal=journal)
+    assert resumed == clean  # the same numbers as a run never killed
+    # the first fit was complete and the second had one epoch saved: 3 epochs ran, not 3 + 4
+    assert len(saved) == 3
+    assert not (journal / f"{key}.fits").exists() and (journal / f"{key}.pkl").exists()
+    # a job's checkpoint written for other settings (other code) is not an error: refit
+    stale = tmp_path / "stale"
+    efa.fit(make_model(seed=3, dtype=torch.float32, num_layers=1),
+            mixed_data(n=40, seed=0, dtype=torch.float32), None, max_epochs=1, lr=0.5,
+            progress=False, checkpoint_dir=str(stale / f"{key}.fits" / "fit0"))
+    assert runner.run_jobs(_two_fits, jobs, workers=1, journal=stale) == clean
+    # nothing is checkpointed outside a journal (--quick runs) or after the job
+    runner.run_jobs(_two_fits, jobs, workers=1)
+    assert train_mod.DEFAULTS["checkpoints"] is None
+
+
 def test_22_only_runs_some_jobs_into_the_journal_and_the_full_run_finishes(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

@@ -64,7 +64,8 @@ def reproduce(
 ):
     """Run an experiment and write OUT/NAME/results.json, results.md and plots. A full run saves
     each finished job in OUT/.NAME.jobs/: run the same command again after an interruption to
-    run only the missing jobs (delete that folder to start over)."""
+    run only the missing jobs, the running ones from their fits' last checkpoints (delete that
+    folder to start over)."""
     if name not in EXPERIMENTS:
         _fail(KeyError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}"))
     if only and quick:

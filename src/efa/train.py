@@ -27,7 +27,19 @@ from efa.data import Sequences
 from efa.model import ConditionalModel
 
 SCHEDULES = ("anneal", "plateau", "cosine", "constant")
-DEFAULTS = {"device": None}  # set by `efa reproduce --device` in its worker processes
+# Set by `efa reproduce` in its worker processes: the device (--device), and "checkpoints", a
+# folder in the run's journal where every fit of the running job checkpoints (fit0, fit1, ...
+# in call order), so a killed run resumes its long jobs mid-fit.
+DEFAULTS = {"device": None, "checkpoints": None}
+_JOB_FITS = {"count": 0}
+JOB_SAVE_SECONDS = 60.0
+
+
+def job_checkpoints(folder: Path | None) -> None:
+    """Checkpoint every following ``fit`` without a ``checkpoint_dir`` of its own under
+    ``folder`` (None: stop); the runner calls it around each job."""
+    DEFAULTS["checkpoints"] = None if folder is None else Path(folder)
+    _JOB_FITS["count"] = 0
 
 
 class StillImproving(UserWarning):
@@ -364,13 +376,23 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         "data": checkpoint.data_fingerprint(train, val),
         "settings": _resume_key(asdict(cfg)),
     }
-    folder = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    folder, own = (Path(cfg.checkpoint_dir), True) if cfg.checkpoint_dir else (None, False)
+    if folder is None and DEFAULTS["checkpoints"] is not None and size == 1:
+        folder = DEFAULTS["checkpoints"] / f"fit{_JOB_FITS['count']}"
+        _JOB_FITS["count"] += 1
     if folder is not None and cfg.resume:
         state = checkpoint.load(folder)
         if state is not None:
-            hist, best_state, bad = _restore(state, folder, fingerprint, model, opt,
-                                             plateau or sched, gen, sampler)
-            start_epoch = hist.epochs_run
+            try:
+                hist, best_state, bad = _restore(state, folder, fingerprint, model, opt,
+                                                 plateau or sched, gen, sampler)
+                start_epoch = hist.epochs_run
+            except ValueError:
+                # The user's folder: say what differs. A job's own checkpoint written for
+                # another model, data or settings: start that fit over (_restore checks the
+                # fingerprint before it changes anything; the next save replaces the file).
+                if own:
+                    raise
     negatives = torch.Generator().manual_seed(cfg.seed + 104729)
     if cfg.sampled_softmax is not None:
         model.sampling = {"k": cfg.sampled_softmax, "generator": negatives,
@@ -382,7 +404,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         objective = DistributedDataParallel(objective, find_unused_parameters=True)
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.autocast)
 
-    t0 = time.perf_counter() - hist.seconds
+    t0 = saved = time.perf_counter() - hist.seconds
     bar = tqdm(
         range(start_epoch, cfg.max_epochs),
         # On a terminal only: piped into a log, a bar writes hundreds of carriage returns.
@@ -446,10 +468,13 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                 train=f"{hist.train_loss[-1]:.4f}",
                 val=f"{hist.val_loss[-1]:.4f}" if hist.val_loss else "-",
             )
-            if folder is not None:
+            # A job's own checkpoints are written at most every JOB_SAVE_SECONDS: many short
+            # fits are not slowed down, and a kill costs at most that much of a long one.
+            if folder is not None and (own or time.perf_counter() - saved >= JOB_SAVE_SECONDS):
                 if rank == 0:
                     _save(folder, model, opt, plateau or sched, gen, sampler, hist, best_state,
                           bad, cfg, fingerprint)
+                saved = time.perf_counter()
                 distributed.barrier()
     except FloatingPointError:
         # Leave the user a usable model, not the destroyed weights.

@@ -99,25 +99,40 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
                   key=lambda i: -jobs[i].get("cost", 1.0))
     _init_worker(threads, device)
 
+    def folder(i):  # the job's fit checkpoints, beside its journal entry until it is saved
+        return None if journal is None else Path(journal) / f"{keys[i]}.fits"
+
     def finished(i, result):
         _announce(result, progress)
         if journal is not None:
             _save(journal, keys[i], result)
+            shutil.rmtree(folder(i), ignore_errors=True)
         done[keys[i]] = result
 
     if workers <= 1 or len(todo) <= 1:
         for i in todo:
-            finished(i, task(jobs[i]))
+            finished(i, _run(task, jobs[i], folder(i)))
     else:
         ctx = mp.get_context("spawn")  # fork after torch's thread pools start is unsafe
         with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                     initargs=(threads, device)) as pool, \
                 _terminate_on_sigterm(pool):
-            futures = {pool.submit(task, jobs[i]): i for i in todo}
+            futures = {pool.submit(_run, task, jobs[i], folder(i)): i for i in todo}
             for f in cf.as_completed(futures):
                 finished(futures[f], f.result())
     results = [done[k] for k in keys]
     return [r for rs in results for r in (rs if isinstance(rs, list) else [rs])]
+
+
+def _run(task, job: dict, checkpoints: Path | None):
+    """``task(job)`` with every fit in it checkpointing under ``checkpoints`` (when given)."""
+    from efa import train
+
+    train.job_checkpoints(checkpoints)
+    try:
+        return task(job)
+    finally:
+        train.job_checkpoints(None)
 
 
 def job_key(job: dict) -> str:
