@@ -92,9 +92,11 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
     keys = [job_key(j) for j in jobs]
     done = {k: _load(journal, k) for k in keys} if journal is not None else {}
     done = {k: r for k, r in done.items() if r is not None}
-    if done and progress:
-        print(f"  resuming: {len(done)} of {len(jobs)} jobs already done ({journal})",
-              flush=True)
+    mid = 0 if journal is None else sum((Path(journal) / f"{k}.fits").exists()
+                                        for k in keys if k not in done)
+    if (done or mid) and progress:
+        print(f"  resuming: {len(done)} of {len(jobs)} jobs already done ({journal})"
+              + (f"; {mid} resume from their fits' checkpoints" if mid else ""), flush=True)
     todo = sorted((i for i, k in enumerate(keys) if k not in done),
                   key=lambda i: -jobs[i].get("cost", 1.0))
     _init_worker(threads, device)
