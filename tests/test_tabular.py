@@ -107,6 +107,22 @@ def test_options_semi_supervised_impute_unknown_and_column_proba():
         clone(est).set_params(handle_unknown="error").fit(X, y).predict(unseen)
 
 
+def test_without_early_stopping_every_row_trains_for_max_epochs(monkeypatch):
+    import efa.tabular as tab
+
+    seen = []
+    real_fit = tab.fit
+    monkeypatch.setattr(tab, "fit", lambda model, train, val, cfg: seen.append(
+        (len(train), val)) or real_fit(model, train, val, cfg))
+    X, y = table(80)
+    est = AttentionTableClassifier(random_state=0, early_stopping=False,
+                                   **{**FAST, "patience": 1}).fit(X, y)
+    assert seen[-1] == (80, None)  # every row trains, nothing is held out
+    assert est.n_iter_ == FAST["max_epochs"] and not est.history_.val_loss
+    AttentionTableClassifier(random_state=0, **FAST).fit(X, y)
+    assert seen[-1][0] < 80 and seen[-1][1] is not None
+
+
 def test_bad_input_names_the_column():
     X, y = table(40)
     est = AttentionTableClassifier(random_state=0, **FAST)

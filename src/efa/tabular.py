@@ -125,6 +125,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     lr, batch_size, max_epochs, patience, weight_decay : Adam training; early stopping on the
         joint pseudo-likelihood of an internal validation split (``validation_fraction`` of the
         rows, stratified by label), best weights restored.
+    early_stopping : False trains on every row for ``max_epochs`` and keeps the last weights
+        (the paper's protocol; scikit-learn's MLP default), True holds out the split above.
     shared_vocabulary : one embedding table and one read-out for every categorical column
         (the paper's model, whose columns are all bins 0..C−1 of one scale); needs every
         categorical column and the response to have the same levels.
@@ -138,7 +140,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                  dropout=0.1, num_layers=1, numeric="quantile", n_bins=10, categorical=None,
                  handle_unknown="error", missing="error", lr=1e-2, batch_size=128,
                  max_epochs=200, patience=10, weight_decay=0.0, validation_fraction=0.15,
-                 shared_vocabulary=False, cell_dropout=0.0, random_state=None):
+                 shared_vocabulary=False, cell_dropout=0.0, early_stopping=True,
+                 random_state=None):
         self.backbone = backbone
         self.embedding_dim = embedding_dim
         self.num_heads = num_heads
@@ -158,6 +161,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.validation_fraction = validation_fraction
         self.shared_vocabulary = shared_vocabulary
         self.cell_dropout = cell_dropout
+        self.early_stopping = early_stopping
         self.random_state = random_state
 
     def __sklearn_tags__(self):
@@ -402,7 +406,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(2**31 - 1))
         data = self._sequences(X, y_codes)
-        train_idx, val_idx = _split(y_codes, self.validation_fraction, seed)
+        train_idx, val_idx = (_split(y_codes, self.validation_fraction, seed)
+                              if self.early_stopping else (np.arange(len(y_codes)), []))
         seed_everything(seed)
         self.model_ = self._build()
         cfg = TrainConfig(lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
