@@ -474,7 +474,7 @@ def test_22_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monke
         runner.run_jobs(_two_fits, jobs, workers=1, journal=journal)
     key = runner.job_key(jobs[0])
     assert sorted(p.name for p in (journal / f"{key}.fits").iterdir()) == ["fit0", "fit1"]
-    assert train_mod.DEFAULTS["checkpoints"] is None  # reset after the job, also on a kill
+    assert train_mod._JOB["folder"] is None  # reset after the job, also on a kill
     saved = []
     monkeypatch.setattr(train_mod, "_save", lambda *a, **k: saved.append(1) or real_save(*a, **k))
     resumed = runner.run_jobs(_two_fits, jobs, workers=1, journal=journal)
@@ -490,7 +490,7 @@ def test_22_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monke
     assert runner.run_jobs(_two_fits, jobs, workers=1, journal=stale) == clean
     # nothing is checkpointed outside a journal (--quick runs) or after the job
     runner.run_jobs(_two_fits, jobs, workers=1)
-    assert train_mod.DEFAULTS["checkpoints"] is None
+    assert train_mod._JOB["folder"] is None
 
 
 def test_22_only_runs_some_jobs_into_the_journal_and_the_full_run_finishes(tmp_path, monkeypatch):

@@ -121,6 +121,8 @@ def test_without_early_stopping_every_row_trains_for_max_epochs(monkeypatch):
     assert est.n_iter_ == FAST["max_epochs"] and not est.history_.val_loss
     AttentionTableClassifier(random_state=0, **FAST).fit(X, y)
     assert seen[-1][0] < 80 and seen[-1][1] is not None
+    with pytest.raises(ValueError, match="early_stopping must be True or False, got 'no'"):
+        AttentionTableClassifier(early_stopping="no").fit(X, y)
 
 
 def test_bad_input_names_the_column():

@@ -185,6 +185,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"missing must be 'error' or 'mask', got {self.missing!r}")
         if not isinstance(self.n_bins, numbers.Integral) or self.n_bins < 2:
             raise ValueError(f"n_bins must be an integer >= 2, got {self.n_bins!r}")
+        if not isinstance(self.early_stopping, bool | np.bool_):
+            raise ValueError(f"early_stopping must be True or False, got {self.early_stopping!r}")
         if not 0 < self.validation_fraction < 1:
             raise ValueError(f"validation_fraction must be in (0, 1), got "
                              f"{self.validation_fraction!r}")

@@ -27,19 +27,27 @@ from efa.data import Sequences
 from efa.model import ConditionalModel
 
 SCHEDULES = ("anneal", "plateau", "cosine", "constant")
-# Set by `efa reproduce` in its worker processes: the device (--device), and "checkpoints", a
-# folder in the run's journal where every fit of the running job checkpoints (fit0, fit1, ...
-# in call order), so a killed run resumes its long jobs mid-fit.
-DEFAULTS = {"device": None, "checkpoints": None}
-_JOB_FITS = {"count": 0}
+DEFAULTS = {"device": None}  # set by `efa reproduce --device` in its worker processes
+# The running job's checkpoint folder in an `efa reproduce` journal (set by the runner around
+# each job) and how many fits the job has started: fit K checkpoints to folder/fitK, so a
+# killed run resumes its long jobs mid-fit.
+_JOB = {"folder": None, "fits": 0}
 JOB_SAVE_SECONDS = 60.0
 
 
 def job_checkpoints(folder: Path | None) -> None:
     """Checkpoint every following ``fit`` without a ``checkpoint_dir`` of its own under
     ``folder`` (None: stop); the runner calls it around each job."""
-    DEFAULTS["checkpoints"] = None if folder is None else Path(folder)
-    _JOB_FITS["count"] = 0
+    _JOB["folder"], _JOB["fits"] = (None if folder is None else Path(folder)), 0
+
+
+def _job_fit_folder(size: int) -> Path | None:
+    """The next fit's folder in the running job (single-process fits only: the time-based
+    saves of a job's fits need no agreement between ranks)."""
+    if _JOB["folder"] is None or size != 1:
+        return None
+    _JOB["fits"] += 1
+    return _JOB["folder"] / f"fit{_JOB['fits'] - 1}"
 
 
 class StillImproving(UserWarning):
@@ -376,10 +384,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         "data": checkpoint.data_fingerprint(train, val),
         "settings": _resume_key(asdict(cfg)),
     }
-    folder, own = (Path(cfg.checkpoint_dir), True) if cfg.checkpoint_dir else (None, False)
-    if folder is None and DEFAULTS["checkpoints"] is not None and size == 1:
-        folder = DEFAULTS["checkpoints"] / f"fit{_JOB_FITS['count']}"
-        _JOB_FITS["count"] += 1
+    own = bool(cfg.checkpoint_dir)
+    folder = Path(cfg.checkpoint_dir) if own else _job_fit_folder(size)
     if folder is not None and cfg.resume:
         state = checkpoint.load(folder)
         if state is not None:

@@ -92,8 +92,9 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
     keys = [job_key(j) for j in jobs]
     done = {k: _load(journal, k) for k in keys} if journal is not None else {}
     done = {k: r for k, r in done.items() if r is not None}
-    mid = 0 if journal is None else sum((Path(journal) / f"{k}.fits").exists()
-                                        for k in keys if k not in done)
+    # each job's fit checkpoints, beside its journal entry until that is saved
+    fits = {k: None if journal is None else Path(journal) / f"{k}.fits" for k in keys}
+    mid = sum(fits[k] is not None and fits[k].exists() for k in keys if k not in done)
     if (done or mid) and progress:
         print(f"  resuming: {len(done)} of {len(jobs)} jobs already done ({journal})"
               + (f"; {mid} resume from their fits' checkpoints" if mid else ""), flush=True)
@@ -101,25 +102,22 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
                   key=lambda i: -jobs[i].get("cost", 1.0))
     _init_worker(threads, device)
 
-    def folder(i):  # the job's fit checkpoints, beside its journal entry until it is saved
-        return None if journal is None else Path(journal) / f"{keys[i]}.fits"
-
     def finished(i, result):
         _announce(result, progress)
         if journal is not None:
             _save(journal, keys[i], result)
-            shutil.rmtree(folder(i), ignore_errors=True)
+            shutil.rmtree(fits[keys[i]], ignore_errors=True)
         done[keys[i]] = result
 
     if workers <= 1 or len(todo) <= 1:
         for i in todo:
-            finished(i, _run(task, jobs[i], folder(i)))
+            finished(i, _run(task, jobs[i], fits[keys[i]]))
     else:
         ctx = mp.get_context("spawn")  # fork after torch's thread pools start is unsafe
         with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                     initargs=(threads, device)) as pool, \
                 _terminate_on_sigterm(pool):
-            futures = {pool.submit(_run, task, jobs[i], folder(i)): i for i in todo}
+            futures = {pool.submit(_run, task, jobs[i], fits[keys[i]]): i for i in todo}
             for f in cf.as_completed(futures):
                 finished(futures[f], f.result())
     results = [done[k] for k in keys]
