@@ -366,3 +366,30 @@ def test_bag_prior_is_an_l2_penalty_in_the_training_loss():
     assert make_model().penalty() is None
     loaded = EFAConfig.from_dict(model.config.to_dict()).fields[1]
     assert (loaded.bag, loaded.bag_l2, loaded.bag_scale) == (True, 0.3, 2.0)
+
+
+def test_two_stream_computes_the_content_stream_once_for_all_fields(monkeypatch):
+    """The content stream does not depend on the target field: one batch's fields share it.
+    Loss and gradients (float64) equal those of one content stream per field, and the blocks
+    run L query passes per field plus L − 1 content passes, not (2L − 1) per field."""
+    from efa import strategies
+
+    data = mixed_data(n=4)
+    model = make_model(num_layers=3, direction="unidirectional", mode="two_stream")
+    shared = model.loss(data)
+    grads = torch.autograd.grad(shared, list(model.parameters()), allow_unused=True)
+    calls = []
+    for block in model.blocks:
+        block.register_forward_hook(lambda *a: calls.append(1))
+    model.loss(data)
+    n_fields = len(model.target_fields)
+    assert len(calls) == 3 * n_fields + 2
+    run = strategies.two_stream
+    monkeypatch.setitem(strategies.STRATEGIES, "two_stream",
+                        lambda *a, stream=None, **k: run(*a, **k))  # a fresh stream per field
+    alone = model.loss(data)
+    torch.testing.assert_close(alone, shared, rtol=1e-12, atol=0)
+    for g, h in zip(grads, torch.autograd.grad(alone, list(model.parameters()),
+                                               allow_unused=True), strict=True):
+        if g is not None:
+            torch.testing.assert_close(g, h, rtol=1e-10, atol=1e-12)

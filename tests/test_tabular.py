@@ -175,6 +175,31 @@ def test_auto_mpg_and_car_loaders():
     assert set(tr.buying) == {"low", "med"} and set(te.buying) == {"high", "vhigh"}
 
 
+def test_ordered_levels_as_numbers_are_numeric_for_every_model():
+    from efa.baselines.tabular import CatBoostTable, FTTransformerTable, TabMTable
+    from efa.datasets.tabular import CAR_LEVELS, as_numbers
+
+    tr, te = car()
+    x = as_numbers(tr.drop(columns="deal"), CAR_LEVELS)
+    assert (x.dtypes == float).all()
+    assert x.buying.tolist() == [CAR_LEVELS["buying"].index(v) for v in tr.buying]
+    assert set(as_numbers(te.drop(columns="deal"), CAR_LEVELS).buying) == {2.0, 3.0}
+    with pytest.raises(ValueError, match="column 'buying' has 'cheap'.*ordered levels"):
+        as_numbers(tr.drop(columns="deal").assign(buying="cheap"), CAR_LEVELS)
+    # A float column is numeric for CatBoost, TabM and FT-Transformer, the others categorical:
+    # one table, one reading for every model.
+    mixed = tr.drop(columns="deal").assign(buying=x.buying)[:200]
+    y = tr.deal[:200]
+    for make in (lambda: CatBoostTable(max_iterations=5), lambda: TabMTable(max_epochs=1),
+                 lambda: FTTransformerTable(max_epochs=1)):
+        m = make().fit(mixed, y)
+        assert m.numeric_ == [c == "buying" for c in mixed]
+        proba = m.predict_proba(mixed.assign(buying=3.0))  # beyond the training range
+        assert proba.shape == (200, len(m.classes_)) and np.allclose(proba.sum(1), 1, atol=1e-5)
+    cats = CatBoostTable(max_iterations=5).fit(tr.drop(columns="deal")[:200], y)
+    assert not any(cats.numeric_)
+
+
 @pytest.mark.parametrize("name", ["tabular-simulation", "auto-mpg"])
 def test_quick_reproduce(tmp_path, name):
     result = CliRunner().invoke(app, ["reproduce", name, "--seeds", "1", "--quick", "--out",
@@ -182,7 +207,8 @@ def test_quick_reproduce(tmp_path, name):
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / name / "results.json").read_text())
     models = {r["model"] for r in doc["rows"]}
-    assert {"efa (linear block)", "LR", "CatBoost", "TabM"} <= models
+    assert {"efa (linear block)", "LR", "CatBoost", "TabM", "efa (linear block, numbers)",
+            "LR (numbers)", "TabM (numbers)"} <= models
     assert (tmp_path / name / "accuracy.png").exists()
     if name == "auto-mpg":
         lr = next(r for r in doc["rows"] if r["model"] == "LR" and r["metric"] ==

@@ -450,10 +450,12 @@ class EFA(ConditionalModel):
 
     # -- attend + read out ------------------------------------------------------------------
     def states(self, data: Sequences, target: str, at: Tensor, want_weights: bool = False,
-               head=None, content: Tensor | None = None):
+               head=None, content: Tensor | None = None, stream: list | None = None):
         """The last layer's state [P, d] that predicts ``target`` at each asked position of
         ``at`` [B, I] (``head(state)`` if given), and the masked queries' attention rows
-        [L, P, H, I] if ``want_weights``. ``content``: the unmasked tokens, if already encoded."""
+        [L, P, H, I] if ``want_weights``. ``content``: the unmasked tokens, if already encoded;
+        ``stream``: a list shared by the target fields of one batch, in which the two-stream
+        strategy keeps the content stream's layers (computed once, not once per field)."""
         if content is None:
             content = self.encode(data, self.hidden_for(data, None))
         query = self.encode(data, self.hidden_for(data, target))
@@ -464,6 +466,8 @@ class EFA(ConditionalModel):
             name = "copies"  # exact too, and cheaper for so few positions
         run = strategies.STRATEGIES[name]
         kw = {} if head is None else {"head": head}
+        if name == "two_stream" and stream is not None:
+            kw["stream"] = stream
         return run(self.blocks, content, query, self.allowed(data), at, want_weights,
                    chunk=self.config.chunk, **kw)
 
@@ -474,11 +478,11 @@ class EFA(ConditionalModel):
         return sum(terms) if terms else None
 
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
-        content = self.encode(data, self.hidden_for(data, None))
+        content, stream = self.encode(data, self.hidden_for(data, None)), []
         out = {}
         for name, m in at.items():
             eta, _ = self.states(data, self.target(name).name, m, head=self.readouts[name],
-                                 content=content)
+                                 content=content, stream=stream)
             if hasattr(self, "bags") and name in self.bags:
                 table = self.field(name).bag_table(self.bags[name])
                 eta = eta + context_bag(data, name, table, self.direction, m)
@@ -497,13 +501,13 @@ class EFA(ConditionalModel):
             return super().log_probs_at(data, at, base_measure)
         out = super().log_probs_at(data, {k: v for k, v in at.items() if k not in large},
                                    base_measure) if len(large) < len(at) else {}
-        content = self.encode(data, self.hidden_for(data, None))
+        content, stream = self.encode(data, self.hidden_for(data, None)), []
         for name in large:
             f, m = self.field(name), at[name]
             if f.bag:
                 raise ValueError(f"field {name!r} has bag=True, which needs the dense logits: "
                                  "train it without sampled_softmax")
-            h, _ = self.states(data, name, m, content=content)
+            h, _ = self.states(data, name, m, content=content, stream=stream)
             net = self.readouts[name].net
             y = data.fields[name][m]
             excluded = context_pairs(data, name, self.direction, m) if f.distinct else None

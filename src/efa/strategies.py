@@ -30,13 +30,21 @@ def _identity(h: Tensor) -> Tensor:
 
 
 def two_stream(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
-               want_weights: bool = False, chunk: int | None = None, head=_identity):
+               want_weights: bool = False, chunk: int | None = None, head=_identity,
+               stream: list | None = None):
+    """``stream``: a list shared by the calls for several target fields of one batch. The
+    content stream does not depend on the target, so each layer's content states are computed
+    by the first call and reused by the others (the list holds the input of every layer)."""
     b_idx, i_idx = at.nonzero(as_tuple=True)
     weights = []
+    stream = [] if stream is None else stream
+    if not stream:
+        stream.append(content)
     for layer, block in enumerate(blocks):
-        query, w = block(query, allowed, memory=content, own=True, need_weights=want_weights)
-        if layer + 1 < len(blocks):
-            content, _ = block(content, allowed, need_weights=False)
+        query, w = block(query, allowed, memory=stream[layer], own=True,
+                         need_weights=want_weights)
+        if layer + 1 == len(stream) < len(blocks):
+            stream.append(block(stream[layer], allowed, need_weights=False)[0])
         if want_weights:
             weights.append(w[b_idx, :, i_idx])
     # Every position is computed anyway; reading out before selecting keeps efa 0.1's float

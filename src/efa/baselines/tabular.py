@@ -8,7 +8,13 @@
   appears in both splits; where they do, the design matrices are identical).
 - Today's peers: CatBoost with its native categorical features (:class:`CatBoostTable`, an
   sklearn-clonable wrapper), TabM (:class:`TabMTable`) and FT-Transformer
-  (:class:`FTTransformerTable`), each tuned on a validation split of the training rows only.
+  (:class:`FTTransformerTable`), each tuned on a validation split of the training rows only,
+  and logistic regression on numeric features (:func:`numeric_lr`).
+
+Column kinds follow :class:`efa.tabular.AttentionTableClassifier`: floating-point columns are
+numeric (standardised on the training rows for the deep peers), every other column categorical.
+So one table gives every model the same reading of its columns; ordered levels read as numbers
+(``X.astype(float)``, or scikit-learn's ``OrdinalEncoder``) are numeric for all of them.
 """
 
 from __future__ import annotations
@@ -113,13 +119,33 @@ def _frame(X) -> pd.DataFrame:
         columns=str)
 
 
+def _numeric(X: pd.DataFrame) -> list[bool]:
+    """Which columns are numeric: the floating-point ones (as in efa.tabular)."""
+    return [X[c].dtype.kind == "f" for c in X]
+
+
+def numeric_lr(seed: int = 0):
+    """Multinomial logistic regression on standardised numeric features with its L2 strength
+    picked by 5-fold stratified CV on log loss over 1e-4..1e4 (9 values), fitted to convergence
+    (lbfgs, ``max_iter=10000``) — the convex peer for tables whose columns are numbers."""
+    from sklearn.linear_model import LogisticRegressionCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    cv = StratifiedKFold(n_splits=5, shuffle=True, random_state=seed)
+    return make_pipeline(StandardScaler(), LogisticRegressionCV(
+        Cs=np.logspace(-4, 4, 9), l1_ratios=(0.0,), cv=cv, scoring="neg_log_loss",
+        max_iter=10_000, use_legacy_attributes=False))
+
+
 class CatBoostTable(ClassifierMixin, BaseEstimator):
-    """CatBoost on a table of categorical columns (native categorical handling: ordered target
-    statistics), clonable by sklearn: ``cat_features`` is computed in ``fit`` from the column
-    dtypes instead of being a constructor argument (``sklearn.clone`` of a ``CatBoostClassifier``
-    with ``cat_features`` set fails). The number of trees is picked by early stopping (50
-    rounds) on the multiclass log loss of a stratified ``validation`` fraction of the training
-    rows; the early-stopped model is kept (no refit, to halve the cost)."""
+    """CatBoost on a table (native categorical handling of the non-float columns: ordered target
+    statistics; float columns numeric), clonable by sklearn: ``cat_features`` is computed in
+    ``fit`` from the column dtypes instead of being a constructor argument (``sklearn.clone`` of
+    a ``CatBoostClassifier`` with ``cat_features`` set fails). The number of trees is picked
+    by early stopping (50 rounds) on the multiclass log loss of a stratified ``validation``
+    fraction of the training rows; the early-stopped model is kept (no refit, to halve the
+    cost)."""
 
     def __init__(self, depth=6, learning_rate=0.1, l2_leaf_reg=3.0, max_iterations=500,
                  max_ctr_complexity=None, validation=0.2, random_state=0, thread_count=1):
@@ -142,15 +168,18 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
 
     def _prepare(self, X):
         X = _frame(X)
-        return X.astype(str)
+        for c, num in zip(list(X), self.numeric_, strict=True):
+            X[c] = X[c].astype(float if num else str)
+        return X
 
     def fit(self, X, y):
         from catboost import CatBoostClassifier
 
+        self.numeric_ = _numeric(_frame(X))
         X = self._prepare(X)
         y = np.asarray(y)
         self.classes_ = np.unique(y)
-        cats = list(range(X.shape[1]))
+        cats = [k for k, num in enumerate(self.numeric_) if not num]
         xtr, xva, ytr, yva = train_test_split(X, y, test_size=self.validation,
                                               random_state=self.random_state, stratify=y)
         self.model_ = CatBoostClassifier(**self._params(self.max_iterations), cat_features=cats,
@@ -186,14 +215,20 @@ def tune(make, grid: list[dict], X, y, validation: float = 0.2, seed: int = 0):
 
 class _TorchTable(ClassifierMixin, BaseEstimator):
     """Shared plumbing of the deep peers: ordinal-encode the categorical columns (levels seen in
-    ``fit``; an unseen level at predict time maps to an extra 'unknown' index), train with
-    AdamW on mini-batches, early-stop on a stratified validation split of the training rows by
-    its log loss, and keep the best weights."""
+    ``fit``; an unseen level at predict time maps to an extra 'unknown' index), standardise the
+    numeric (float) ones, train with AdamW on mini-batches, early-stop on a stratified
+    validation split of the training rows by its log loss, and keep the best weights. Inputs
+    are pairs (numeric [N, n_num] float or None, categorical [N, n_cat] long or None)."""
 
     def _encode_fit(self, X, y):
         X = _frame(X)
         self.columns_ = list(X.columns)
-        self.levels_ = [sorted(set(X[c].astype(str))) for c in X]
+        self.numeric_ = _numeric(X)
+        self.levels_ = [sorted(set(X[c].astype(str)))
+                        for c, num in zip(X, self.numeric_, strict=True) if not num]
+        num = X.loc[:, self.numeric_].to_numpy(dtype=float)
+        self.mean_ = num.mean(0)
+        self.scale_ = np.where(num.std(0) > 0, num.std(0), 1.0)
         self.classes_ = np.unique(np.asarray(y))
         return self._encode(X), np.searchsorted(self.classes_, np.asarray(y))
 
@@ -202,10 +237,17 @@ class _TorchTable(ClassifierMixin, BaseEstimator):
 
         X = _frame(X)
         cols = []
-        for c, levels in zip(X, self.levels_, strict=True):
+        cats = [c for c, num in zip(X, self.numeric_, strict=True) if not num]
+        for c, levels in zip(cats, self.levels_, strict=True):
             lookup = {v: k for k, v in enumerate(levels)}
             cols.append([lookup.get(v, len(levels)) for v in X[c].astype(str)])
-        return torch.tensor(np.array(cols).T, dtype=torch.long)
+        num = (X.loc[:, self.numeric_].to_numpy(dtype=float) - self.mean_) / self.scale_
+        return (torch.tensor(num, dtype=torch.float32) if num.shape[1] else None,
+                torch.tensor(np.array(cols).T, dtype=torch.long) if cols else None)
+
+    @staticmethod
+    def _rows(x, idx):
+        return tuple(None if part is None else part[idx] for part in x)
 
     def _train(self, net, forward, x, y):
         import torch
@@ -214,8 +256,8 @@ class _TorchTable(ClassifierMixin, BaseEstimator):
         idx = np.arange(len(y))
         tr, va = train_test_split(idx, test_size=self.validation, random_state=self.random_state,
                                   stratify=y)
-        xt, yt = x[tr], torch.tensor(y[tr])
-        xv, yv = x[va], torch.tensor(y[va])
+        xt, yt = self._rows(x, tr), torch.tensor(y[tr])
+        xv, yv = self._rows(x, va), torch.tensor(y[va])
         opt = torch.optim.AdamW(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         gen = torch.Generator().manual_seed(self.random_state)
         best, best_state, bad = np.inf, None, 0
@@ -224,7 +266,7 @@ class _TorchTable(ClassifierMixin, BaseEstimator):
             order = torch.randperm(len(yt), generator=gen)
             for s in range(0, len(yt), self.batch_size):
                 b = order[s:s + self.batch_size]
-                loss = forward(net, xt[b], yt[b])
+                loss = forward(net, self._rows(xt, b), yt[b])
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -248,8 +290,9 @@ class _TorchTable(ClassifierMixin, BaseEstimator):
 
 class TabMTable(_TorchTable):
     """TabM (Gorishniy et al. 2025, package ``tabm``): an efficient ensemble of ``k`` MLPs
-    sharing most weights, on one-hot categorical inputs; the loss is the mean of the ``k``
-    members' cross-entropies and the prediction the mean of their probabilities."""
+    sharing most weights, on one-hot categorical and standardised numeric inputs; the loss is
+    the mean of the ``k`` members' cross-entropies and the prediction the mean of their
+    probabilities."""
 
     def __init__(self, k=16, n_blocks=2, d_block=128, dropout=0.1, lr=2e-3, weight_decay=3e-4,
                  batch_size=128, max_epochs=100, patience=10, validation=0.2, random_state=0):
@@ -265,12 +308,12 @@ class TabMTable(_TorchTable):
         x, yy = self._encode_fit(X, y)
         torch.manual_seed(self.random_state)
         cards = [len(lv) + 1 for lv in self.levels_]  # + the 'unknown' level
-        self.net_ = tabm.TabM.make(n_num_features=0, cat_cardinalities=cards,
+        self.net_ = tabm.TabM.make(n_num_features=sum(self.numeric_), cat_cardinalities=cards,
                                    d_out=len(self.classes_), k=self.k, n_blocks=self.n_blocks,
                                    d_block=self.d_block, dropout=self.dropout)
 
         def forward(net, xb, yb):
-            logits = net(x_cat=xb)  # [B, k, C]
+            logits = net(x_num=xb[0], x_cat=xb[1])  # [B, k, C]
             return torch.nn.functional.cross_entropy(
                 logits.flatten(0, 1), yb.repeat_interleave(logits.shape[1]))
 
@@ -281,7 +324,8 @@ class TabMTable(_TorchTable):
         import torch
 
         with torch.no_grad():
-            return torch.softmax(self.net_(x_cat=self._encode(X)), -1).mean(1).numpy()
+            num, cat = self._encode(X)
+            return torch.softmax(self.net_(x_num=num, x_cat=cat), -1).mean(1).numpy()
 
 
 class FTTransformerTable(_TorchTable):
@@ -301,12 +345,12 @@ class FTTransformerTable(_TorchTable):
         x, yy = self._encode_fit(X, y)
         torch.manual_seed(self.random_state)
         cfg = rtdl.FTTransformer.get_default_kwargs(n_blocks=self.n_blocks)
-        self.net_ = rtdl.FTTransformer(n_cont_features=0,
+        self.net_ = rtdl.FTTransformer(n_cont_features=sum(self.numeric_),
                                        cat_cardinalities=[len(lv) + 1 for lv in self.levels_],
                                        d_out=len(self.classes_), **cfg)
 
         def forward(net, xb, yb):
-            return torch.nn.functional.cross_entropy(net(None, xb), yb)
+            return torch.nn.functional.cross_entropy(net(*xb), yb)
 
         self._train(self.net_, forward, x, yy)
         return self
@@ -315,4 +359,4 @@ class FTTransformerTable(_TorchTable):
         import torch
 
         with torch.no_grad():
-            return torch.softmax(self.net_(None, self._encode(X)), -1).numpy()
+            return torch.softmax(self.net_(*self._encode(X)), -1).numpy()

@@ -75,6 +75,25 @@ def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: i
     return tuple(t.apply(lambda c: pd.qcut(c, n_cat, labels=False)) for t in (train, test))
 
 
+def as_numbers(X: pd.DataFrame, levels: dict | None = None) -> pd.DataFrame:
+    """Ordered levels read as numbers: each column of ``levels`` becomes the position of its
+    value in ``levels[column]`` (the order of an ordered category); every other column its
+    values. All columns float, so efa and the peers read them as numeric. A value not among
+    its column's levels is an error naming column and value."""
+    out = {}
+    for c in X:
+        if levels is not None and c in levels:
+            rank = {v: float(k) for k, v in enumerate(levels[c])}
+            bad = ~X[c].isin(list(rank))
+            if bad.any():
+                raise ValueError(f"column {c!r} has {X[c][bad].iloc[0]!r}, which is not among "
+                                 f"its ordered levels {list(levels[c])}")
+            out[c] = X[c].map(rank).astype(float)
+        else:
+            out[c] = pd.to_numeric(X[c], errors="raise").astype(float)
+    return pd.DataFrame(out, index=X.index)
+
+
 AUTO_MPG_COLUMNS = ["cylinders", "displacement", "horsepower", "weight", "acceleration",
                     "model year"]
 

@@ -56,6 +56,18 @@ PAPER_MSE = {
     (5, 1.5, 0.9): (8.410, 10.409, 10.110, 9.966, 6.501),
 }
 EFA_NAME = "efa (linear block)"
+# The same models reading each bin as its index (a float column: efa's Gaussian value field,
+# standardised numeric features for the peers): the bins are ordered, and under the shift an
+# additive reading of ordered numbers extrapolates where one-hot levels cannot. Chosen on 5
+# development data sets per setting whose seeds are not among the 20 reported (docs/moe.md).
+
+
+def numbers_name(model: str) -> str:
+    """The row name of ``model`` run on ordered levels read as numbers."""
+    return model[:-1] + ", numbers)" if model.endswith(")") else model + " (numbers)"
+
+
+EFA_NUMBERS = numbers_name(EFA_NAME)
 
 
 @lru_cache(maxsize=1)
@@ -94,6 +106,7 @@ class Spec:
     # tables and as accurate on a pilot data set; the time budget needs it.
     catboost: dict = field(default_factory=lambda: dict(max_ctr_complexity=1))
     tabm: dict = field(default_factory=dict)
+    numbers: bool = True  # also run every model on the bins read as numbers
 
 
 SPEC = Spec()
@@ -113,7 +126,13 @@ def jobs(spec: Spec, seeds: int) -> list[dict]:
 
 
 def task(job: dict) -> dict:
-    from efa.baselines.tabular import CatBoostTable, TabMTable, class_metrics, reference_peers
+    from efa.baselines.tabular import (
+        CatBoostTable,
+        TabMTable,
+        class_metrics,
+        numeric_lr,
+        reference_peers,
+    )
     from efa.datasets.tabular import simulate
     from efa.tabular import AttentionTableClassifier
 
@@ -123,14 +142,15 @@ def task(job: dict) -> dict:
     out = {k: job[k] for k in ("setting", "index", "seed")}
     out["models"] = {}
 
-    def run(name, make):
+    def run(name, make, numbers=False):
         t0 = time.perf_counter()
-        est = make().fit(xtr, ytr)
-        res = class_metrics(yte, est.predict_proba(xte), est.classes_)
-        res["train accuracy"] = class_metrics(ytr, est.predict_proba(xtr),
+        a, b = (xtr.astype(float), xte.astype(float)) if numbers else (xtr, xte)
+        est = make().fit(a, ytr)
+        res = class_metrics(yte, est.predict_proba(b), est.classes_)
+        res["train accuracy"] = class_metrics(ytr, est.predict_proba(a),
                                               est.classes_)["accuracy"]
         res["seconds"] = time.perf_counter() - t0
-        out["models"][name] = res
+        out["models"][numbers_name(name) if numbers else name] = res
 
     run(EFA_NAME, lambda: AttentionTableClassifier(random_state=seed, **spec.estimator))
     lr = reference_peers(train, test, seed, names=("LR",))["LR"]
@@ -139,6 +159,13 @@ def task(job: dict) -> dict:
     run("CatBoost", lambda: CatBoostTable(random_state=seed, **spec.catboost))
     if job["tabm"]:
         run("TabM", lambda: TabMTable(random_state=seed, **spec.tabm))
+    if spec.numbers:
+        run(EFA_NAME, lambda: AttentionTableClassifier(random_state=seed, numeric="gaussian",
+                                                    **spec.estimator), numbers=True)
+        run("LR", lambda: numeric_lr(seed), numbers=True)
+        run("CatBoost", lambda: CatBoostTable(random_state=seed, **spec.catboost), numbers=True)
+        if job["tabm"]:
+            run("TabM", lambda: TabMTable(random_state=seed, **spec.tabm), numbers=True)
     out["seconds"] = sum(m["seconds"] for m in out["models"].values())
     return out
 
@@ -161,6 +188,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     for r in results:
         by.setdefault(tuple(r["setting"]), []).append(r)
     ours = [EFA_NAME, "LR", "CatBoost", "TabM"]
+    ours += [numbers_name(m) for m in ours]
     summary = {}  # (setting, model) -> (acc values, mse values)
     lr_worst = 0.0
     for s in spec.settings:
@@ -215,6 +243,14 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         "by early stopping on a stratified 20 % of the training rows. TabM: k=16, 2 blocks of "
         "128, dropout 0.1, AdamW 2e-3, epochs by early stopping (patience 10) on a stratified "
         f"20 % validation split; on the first {spec.tabm_seeds} data sets of each setting.",
+        "… numbers: the same data with each bin read as its index 0..9 (float "
+        f"columns): {EFA_NUMBERS} is the estimator above with numeric='gaussian' (every feature "
+        "a heteroscedastic Gaussian value field, standardised; the response stays a class); "
+        "LR: standardised features, multinomial logistic regression with L2 picked by 5-fold "
+        "stratified CV on log loss over 1e-4..1e4, fitted to convergence; CatBoost and TabM "
+        "as above with numeric features. The bins are ordered, so this is the reading a user "
+        "would try; it was chosen for efa on development data sets (seeds 1–5 of every "
+        "setting, not among the reported 20; docs/moe.md), not on these.",
         "RF / GB / MLP / ATN (quoted): the authors' per-seed CSV values (their runs), not rerun "
         "here; `efa reproduce tabular-simulation-grids` reruns the three grids on one data set "
         "per setting (below).",
@@ -250,25 +286,30 @@ def _paper_layout(report, spec, summary, used, full):
 
 
 def _claims(report, spec, summary, lr_worst):
-    beat = []
-    for s in spec.settings:
-        mine = float(np.mean(summary[s, EFA_NAME][0]))
-        beat.append((setting_name(s), mine, PAPER_ACC[tuple(s)][4], mine >= PAPER_ACC[tuple(s)][4]))
-    wins = sum(b[3] for b in beat)
     lr_cells = max(abs(float(np.mean(summary[s, "LR"][0])) - PAPER_ACC[tuple(s)][0])
                    for s in spec.settings)
     report.extra["claims"] = {
-        "efa_mean_accuracy_ge_paper_atn": wins,
-        "efa_vs_paper_atn": beat,
         "lr_max_abs_cell_difference": lr_cells,
         "lr_max_abs_per_seed_difference": lr_worst,
     }
-    lines = ["### Targets", "",
-             f"- efa's mean accuracy ≥ the paper's ATN in {wins} of {len(beat)} settings "
-             "(target ≥ 10): " + ", ".join(f"{n} {m:.3f} vs {p:.3f}{'' if ok else ' (loses)'}"
-                                             for n, m, p, ok in beat) + ".",
-             f"- LR: largest |mean accuracy − Table 1| = {lr_cells:.4f}; largest |per-seed "
-             f"accuracy − authors' CSV| = {lr_worst:.4f} (target ≤ 0.01)."]
+    lines = ["### Targets", ""]
+    for model, key in ((EFA_NUMBERS, "efa_numbers"), (EFA_NAME, "efa")):
+        if (spec.settings[0], model) not in summary:
+            continue
+        beat = []
+        for s in spec.settings:
+            mine = float(np.mean(summary[s, model][0]))
+            atn = PAPER_ACC[tuple(s)][4]
+            beat.append((setting_name(s), mine, atn, mine >= atn))
+        wins = sum(b[3] for b in beat)
+        report.extra["claims"] |= {f"{key}_mean_accuracy_ge_paper_atn": wins,
+                                   f"{key}_vs_paper_atn": beat}
+        lines.append(
+            f"- {model}: mean accuracy ≥ the paper's ATN in {wins} of {len(beat)} settings "
+            "(target ≥ 10): " + ", ".join(f"{n} {m:.3f} vs {p:.3f}{'' if ok else ' (loses)'}"
+                                            for n, m, p, ok in beat) + ".")
+    lines.append(f"- LR: largest |mean accuracy − Table 1| = {lr_cells:.4f}; largest |per-seed "
+                 f"accuracy − authors' CSV| = {lr_worst:.4f} (target ≤ 0.01).")
     grid = _grid_runs()
     if grid:
         ref = authors_values()
