@@ -90,7 +90,12 @@ def as_numbers(X: pd.DataFrame, levels: dict | None = None) -> pd.DataFrame:
                                  f"its ordered levels {list(levels[c])}")
             out[c] = X[c].map(rank).astype(float)
         else:
-            out[c] = pd.to_numeric(X[c], errors="raise").astype(float)
+            v = pd.to_numeric(X[c], errors="coerce")
+            bad = v.isna() & X[c].notna()
+            if bad.any():
+                raise ValueError(f"column {c!r} has {X[c][bad].iloc[0]!r}, which is not a "
+                                 "number: give its ordered levels in `levels`")
+            out[c] = v.astype(float)
     return pd.DataFrame(out, index=X.index)
 
 

@@ -4,7 +4,8 @@ features under covariate shift (``efa reproduce tabular-simulation``).
 12 settings (n_c, noise, corr) × the authors' 20 data-set seeds, drawn bit-for-bit by the
 reference generator (:func:`efa.datasets.tabular.simulate`). On every data set: the estimator
 (:class:`efa.tabular.AttentionTableClassifier`), the reference logistic regression, CatBoost;
-TabM on the first ``tabm_seeds`` data sets of every setting. The reference RF / GB / MLP grids
+TabM on the first ``tabm_seeds`` data sets of every setting; and the same four models with
+the bins read as numbers (``… numbers`` rows). The reference RF / GB / MLP grids
 are too costly for 240 data sets: their cells are the authors' per-seed CSV values (labelled
 "quoted"), and ``efa reproduce tabular-simulation-grids`` reruns them on one data set per
 setting, read back here from its committed results file.
