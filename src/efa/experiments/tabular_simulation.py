@@ -250,8 +250,8 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         "LR: standardised features, multinomial logistic regression with L2 picked by 5-fold "
         "stratified CV on log loss over 1e-4..1e4, fitted to convergence; CatBoost and TabM "
         "as above with numeric features. The bins are ordered, so this is the reading a user "
-        "would try; it was chosen for efa on development data sets (seeds 1–5 of every "
-        "setting, not among the reported 20; docs/moe.md), not on these.",
+        "would try; it was chosen for efa on development data sets (seeds 1–5, which are not "
+        "among the reported 20, in four n_c = 5 settings; docs/moe.md), not on these.",
         "RF / GB / MLP / ATN (quoted): the authors' per-seed CSV values (their runs), not rerun "
         "here; `efa reproduce tabular-simulation-grids` reruns the three grids on one data set "
         "per setting (below).",
