@@ -134,18 +134,19 @@ def task(job: dict) -> dict:
         numeric_lr,
         reference_peers,
     )
-    from efa.datasets.tabular import simulate
+    from efa.datasets.tabular import as_numbers, simulate
     from efa.tabular import AttentionTableClassifier
 
     spec, seed = job["spec"], job["seed"]
     train, test = simulate(*job["setting"], seed, n=spec.n, variant=spec.variant)
     xtr, ytr, xte, yte = train.drop(columns="y"), train.y, test.drop(columns="y"), test.y
+    as_read = {False: (xtr, xte), True: (as_numbers(xtr), as_numbers(xte))}
     out = {k: job[k] for k in ("setting", "index", "seed")}
     out["models"] = {}
 
     def run(name, make, numbers=False):
         t0 = time.perf_counter()
-        a, b = (xtr.astype(float), xte.astype(float)) if numbers else (xtr, xte)
+        a, b = as_read[numbers]
         est = make().fit(a, ytr)
         res = class_metrics(yte, est.predict_proba(b), est.classes_)
         res["train accuracy"] = class_metrics(ytr, est.predict_proba(a),
