@@ -393,3 +393,36 @@ def test_two_stream_computes_the_content_stream_once_for_all_fields(monkeypatch)
                                                allow_unused=True), strict=True):
         if g is not None:
             torch.testing.assert_close(g, h, rtol=1e-10, atol=1e-12)
+
+
+def test_a_field_hidden_everywhere_is_its_mask_vector_without_running_the_encoder():
+    """hidden_for marks the target fields of the query stream with True: encode then uses the
+    [MASK] vector without running the field's encoder. Tokens, loss and gradients (float64)
+    equal those of the explicit all-True mask. The last target field ("temp") is hidden in
+    every query stream: its encoder runs once per batch (the content stream), not four times."""
+    data = mixed_data(n=4)
+    model = make_model(num_layers=2, direction="unidirectional", mode="two_stream")
+    hidden = model.hidden_for(data, "item")
+    explicit = {k: torch.ones_like(data.valid()) if v is True else v for k, v in hidden.items()}
+    assert any(v is True for v in hidden.values())
+    torch.testing.assert_close(model.encode(data, hidden), model.encode(data, explicit),
+                               rtol=0, atol=0)
+    params = list(model.parameters())
+    fast = model.loss(data)
+    grads = torch.autograd.grad(fast, params, allow_unused=True)
+    calls = []
+    model.encoders["temp"].register_forward_hook(lambda *a: calls.append(1))
+    model.loss(data)
+    assert len(calls) == 1
+    plain = model.hidden_for
+
+    def tensors(d, target):
+        return {k: torch.ones_like(d.valid()) if v is True else v
+                for k, v in plain(d, target).items()}
+
+    model.hidden_for = tensors
+    slow = model.loss(data)
+    torch.testing.assert_close(fast, slow, rtol=1e-12, atol=0)
+    for g, h in zip(grads, torch.autograd.grad(slow, params, allow_unused=True), strict=True):
+        if g is not None:
+            torch.testing.assert_close(g, h, rtol=1e-10, atol=1e-12)

@@ -101,6 +101,12 @@ class TableEncoder(nn.Module):
             ids = torch.where(hidden, self.table.num_embeddings - 1, ids)
         return self.table(ids)
 
+    def masked(self, shape) -> Tensor:
+        """[*shape, dim] of the [MASK] embedding (looked up, so that its gradient is summed
+        as when some values are hidden: the same numbers)."""
+        return self.table(torch.full(shape, self.table.num_embeddings - 1,
+                                     device=self.table.weight.device))
+
 
 class MapEncoder(nn.Module):
     """A learned map (MLP, linear or identity) of standardised numbers, (x − loc) / scale, with
@@ -135,6 +141,10 @@ class MapEncoder(nn.Module):
         if hidden is not None:
             e = torch.where(hidden[..., None], self.mask, e)
         return e
+
+    def masked(self, shape) -> Tensor:
+        """[*shape, dim] of a value field's [MASK] vector (the map is not run)."""
+        return self.mask.expand(*shape, -1)
 
 
 class LinearReadout(nn.Module):

@@ -412,26 +412,28 @@ class EFA(ConditionalModel):
         return self
 
     # -- encode -----------------------------------------------------------------------------
-    def encode(self, data: Sequences, hidden: dict[str, Tensor]) -> Tensor:
-        """Token embeddings [B, I, d]; ``hidden[name]`` [B, I] marks values replaced by [MASK]."""
-        parts = [
-            self.encoders[f.name](data.fields[f.name], hidden.get(f.name)) for f in self.fields
-        ]
+    def encode(self, data: Sequences, hidden: dict[str, Tensor | bool]) -> Tensor:
+        """Token embeddings [B, I, d]; ``hidden[name]`` [B, I] marks values replaced by [MASK]
+        (``True``: every value of the field, whose encoder then need not run)."""
+        parts = []
+        for f in self.fields:
+            h, enc, x = hidden.get(f.name), self.encoders[f.name], data.fields[f.name]
+            parts.append(enc.masked(x.shape[:2]) if h is True else enc(x, h))
         x = self.mix(torch.cat(parts, dim=-1))
         if self.max_len is not None:
             x = x + self.pos.weight[: x.shape[1]].to(x.dtype)
         return x
 
-    def hidden_for(self, data: Sequences, target: str | None) -> dict[str, Tensor]:
+    def hidden_for(self, data: Sequences, target: str | None) -> dict[str, Tensor | bool]:
         """Masks of the tokens that predict ``target`` (None: the unmasked content tokens).
-        Missing values are always hidden; predicting target field k hides fields k, k+1, ...."""
+        Missing values are always hidden; predicting target field k hides fields k, k+1, ...
+        at every position (``True``: the query stream uses only the asked positions)."""
         hidden = {name: ~m for name, m in data.observed.items()}
         if target is None:
             return hidden
         names = [f.name for f in self.target_fields]
-        ones = torch.ones_like(data.valid())
         for name in names[names.index(target) :]:
-            hidden[name] = ones
+            hidden[name] = True
         return hidden
 
     def allowed(self, data: Sequences) -> Tensor:
