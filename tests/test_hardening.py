@@ -426,7 +426,7 @@ def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
     jobs = [{"x": i, "cost": i} for i in range(4)] + [{"x": 9, "fail": True, "cost": -1.0}]
     with pytest.raises(RuntimeError, match="interrupted"):  # the cheapest job runs last
         runner.run_jobs(_square, jobs, workers=1, journal=journal)
-    assert len(list(journal.glob("*.pkl"))) == 4
+    assert len(list(journal.glob("*.json"))) == 4  # JSON: the results round-trip
     calls = []
 
     def counting(job):
@@ -437,8 +437,15 @@ def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
     assert calls == [9]  # only the missing job ran
     assert [r["y"] for r in out] == [0, 1, 4, 9, 81]  # in job order
     parallel = runner.run_jobs(_square, jobs[:4], workers=2, journal=tmp_path / "j2")
-    assert parallel == out[:4] and len(list((tmp_path / "j2").glob("*.pkl"))) == 4
+    assert parallel == out[:4] and len(list((tmp_path / "j2").glob("*.json"))) == 4
     assert runner.job_key(jobs[0]) == runner.job_key(dict(reversed(list(jobs[0].items()))))
+    # a result JSON would change (a tuple, a NaN) is kept as a pickle, and read back exactly
+    odd = [{"x": 1.5, "cost": 1}]
+    kept = runner.run_jobs(lambda j: {"pair": (1, 2), "nan": float("nan")}, odd, workers=1,
+                           journal=tmp_path / "j3")
+    assert [p.suffix for p in (tmp_path / "j3").iterdir()] == [".pkl"]
+    again = runner.run_jobs(_square, odd, workers=1, journal=tmp_path / "j3")  # not rerun
+    assert again[0]["pair"] == (1, 2) and again[0] is not kept[0]
 
 
 def _two_fits(job):
@@ -481,7 +488,7 @@ def test_22_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monke
     assert resumed == clean  # the same numbers as a run never killed
     # the first fit was complete and the second had one epoch saved: 3 epochs ran, not 3 + 4
     assert len(saved) == 3
-    assert not (journal / f"{key}.fits").exists() and (journal / f"{key}.pkl").exists()
+    assert not (journal / f"{key}.fits").exists() and (journal / f"{key}.json").exists()
     # a job's checkpoint written for other settings (other code) is not an error: refit
     stale = tmp_path / "stale"
     efa.fit(make_model(seed=3, dtype=torch.float32, num_layers=1),

@@ -13,7 +13,10 @@ An experiment is a module (registered by name in :mod:`efa.experiments`) with
 and writes the results folder atomically. With a ``journal`` folder (``efa reproduce`` keeps
 one at ``OUT/.NAME.jobs/`` for full runs) every finished job's result is saved as it arrives,
 so an interrupted run started again with the same command runs only the jobs it lacks; the
-folder is removed once the results are written.
+folder is removed once the results are written. An entry is JSON (``KEY.json``) whenever the
+result survives a JSON round trip unchanged, else a pickle (``KEY.pkl``): a run longer than one
+machine's lifetime carries its finished jobs to the next machine by committing the JSON entries
+(never the ``KEY.fits`` checkpoints, which hold weights; docs/design.md).
 """
 
 from __future__ import annotations
@@ -141,13 +144,24 @@ def job_key(job: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+def _entry(journal: Path, key: str) -> Path | None:
+    """The journal's entry for job ``key`` (JSON or pickle), if it has one."""
+    for suffix in (".json", ".pkl"):
+        path = Path(journal) / f"{key}{suffix}"
+        if path.exists():
+            return path
+    return None
+
+
 def _load(journal: Path, key: str):
-    path = Path(journal) / f"{key}.pkl"
-    if not path.exists():
+    path = _entry(journal, key)
+    if path is None:
         return None
     try:
+        if path.suffix == ".json":
+            return json.loads(path.read_text())
         return pickle.loads(path.read_bytes())
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+    except (ValueError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
         return None  # a torn or stale entry: run the job again
 
 
@@ -155,8 +169,17 @@ def _save(journal: Path, key: str, result) -> None:
     journal = Path(journal)
     journal.mkdir(parents=True, exist_ok=True)
     tmp = journal / f".{key}.tmp-{os.getpid()}"
-    tmp.write_bytes(pickle.dumps(result))
-    os.replace(tmp, journal / f"{key}.pkl")
+    try:  # JSON only when it gives back exactly the result (no tuples, NaN or arrays)
+        text = json.dumps(result, allow_nan=False)
+        exact = json.loads(text) == result
+    except (TypeError, ValueError):
+        exact = False
+    if exact:
+        tmp.write_text(text)
+        os.replace(tmp, journal / f"{key}.json")
+    else:
+        tmp.write_bytes(pickle.dumps(result))
+        os.replace(tmp, journal / f"{key}.pkl")
 
 
 def _announce(result, progress: bool):
@@ -186,7 +209,7 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
     t0, cpu0 = time.perf_counter(), cpu_seconds()
     jobs = exp.jobs(spec, seeds)
     # Counted before the run (which adds entries); run_jobs unpickles the entries it reuses.
-    resumed = sum((Path(journal) / f"{job_key(j)}.pkl").exists() for j in jobs) if journal else 0
+    resumed = sum(_entry(journal, job_key(j)) is not None for j in jobs) if journal else 0
     results = run_jobs(exp.task, jobs, workers, threads, progress, device, journal)
     report = exp.tables(results, spec, seeds, command)
     report.wall_seconds = time.perf_counter() - t0
@@ -237,7 +260,7 @@ def run_only(name: str, seeds: int, only: list[str], journal: Path, workers: int
     torch.set_num_threads(threads)
     workers = default_workers(False) if workers is None else workers
     run_jobs(exp.task, select(jobs, only), workers, threads, progress, device, journal)
-    return sum((Path(journal) / f"{job_key(j)}.pkl").exists() for j in jobs), len(jobs)
+    return sum(_entry(journal, job_key(j)) is not None for j in jobs), len(jobs)
 
 
 def cpu_seconds() -> float:
