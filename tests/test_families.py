@@ -19,6 +19,7 @@ from efa.families import (
     HeteroscedasticGaussian,
     LearnedGaussian,
     NegativeBinomial,
+    Ordinal,
     Poisson,
     family_from_config,
 )
@@ -37,6 +38,22 @@ def _learned_gaussian():
     return family
 
 
+ORDINAL_STEPS, ORDINAL_BASE = np.array([0.4, 1.3, 0.7]), np.array([0.2, -0.5, 0.9, 0.1])
+
+
+def _ordinal():
+    family = Ordinal(4).double()
+    with torch.no_grad():  # softplus(u) = step: u = log(exp(step) - 1)
+        family.raw_steps.copy_(torch.from_numpy(np.log(np.expm1(ORDINAL_STEPS))))
+        family.base.copy_(torch.from_numpy(ORDINAL_BASE))
+    return family
+
+
+def _ordinal_ref(z):
+    scores = np.concatenate([[0.0], np.cumsum(ORDINAL_STEPS)])
+    return stats.rv_discrete(values=(np.arange(4), special.softmax(z[0] * scores + ORDINAL_BASE)))
+
+
 # Each case: a family and, independently written, the scipy distribution it should equal for a
 # single readout row z (numpy, shape [num_outputs]), in the classical parameterisation.
 CASES = {
@@ -44,6 +61,7 @@ CASES = {
         lambda: Categorical(4),
         lambda z: stats.rv_discrete(values=(np.arange(4), special.softmax(z))),
     ),
+    "ordinal": (_ordinal, _ordinal_ref),
     "bernoulli": (Bernoulli, lambda z: stats.bernoulli(special.expit(z[0]))),
     "gaussian": (lambda: Gaussian(sigma=2.0), lambda z: stats.norm(z[0], 2.0)),
     "learned_gaussian": (_learned_gaussian, lambda z: stats.norm(z[0], 0.7)),
@@ -88,7 +106,7 @@ def _draw(family, n=5, seed=0, dtype=F64):
 
 def _stat(family, k):
     """t_k as a numpy function, for scipy's ``expect``."""
-    return lambda y: family.sufficient_stat(torch.as_tensor(y, dtype=F64))[..., k].numpy()
+    return lambda y: family.sufficient_stat(torch.as_tensor(y, dtype=F64))[..., k].detach().numpy()
 
 
 def _ref_logp(frozen, y):
@@ -164,7 +182,7 @@ def test_grad_log_partition_is_expected_sufficient_stat(case):
 def test_mean_matches_reference(case):
     family, ref = case
     z, eta, _ = _draw(family)
-    got = family.mean(eta).numpy()
+    got = family.mean(eta).detach().numpy()
     if isinstance(family, Categorical):
         want = special.softmax(z.numpy(), axis=-1)
     else:
@@ -210,6 +228,31 @@ def test_gradcheck_learned_sigma():
         return family.log_prob(y, eta)
 
     assert torch.autograd.gradcheck(f, (family.log_sigma.detach().clone().requires_grad_(),))
+
+
+class _LogProb(torch.nn.Module):
+    def __init__(self, family):
+        super().__init__()
+        self.family = family
+
+    def forward(self, y, eta):
+        return self.family.log_prob(y, eta)
+
+
+def test_gradcheck_ordinal_scores_and_base_measure():
+    family = _ordinal()
+    _, eta, y = _draw(family, n=6)
+    inputs = (family.raw_steps.detach().clone().requires_grad_(),
+              family.base.detach().clone().requires_grad_())
+
+    def log_prob(raw_steps, base):
+        params = {"family.raw_steps": raw_steps, "family.base": base}
+        return torch.func.functional_call(_LogProb(family), params, (y, eta))
+
+    assert torch.autograd.gradcheck(log_prob, inputs)
+    # the logits are ordered: log p(k+1)/p(k) increases with η for every k
+    lo, hi = family.logits(eta[:1] - 1.0), family.logits(eta[:1] + 1.0)
+    assert (torch.diff(hi, dim=-1) > torch.diff(lo, dim=-1)).all()
 
 
 # -- sampling ---------------------------------------------------------------------------------
@@ -333,7 +376,8 @@ def test_constructor_arguments_are_checked():
 def test_config_round_trip(case):
     family, _ = case
     config = json.loads(json.dumps(family.config()))
-    rebuilt = family_from_config(config)
+    rebuilt = family_from_config(config).to(F64)
+    rebuilt.load_state_dict(family.state_dict())  # learned parameters travel in state_dict
     assert type(rebuilt) is type(family) and isinstance(rebuilt, Family)
     assert rebuilt.config() == family.config() and repr(rebuilt) == repr(family)
     _, eta, y = _draw(family)

@@ -41,8 +41,9 @@ EXPECTED_FAILED = {
 }
 
 
-def test_passes_sklearn_check_estimator():
-    est = AttentionTableClassifier(random_state=0, **FAST)
+@pytest.mark.parametrize("response", ["categorical", "ordinal"])
+def test_passes_sklearn_check_estimator(response):
+    est = AttentionTableClassifier(random_state=0, response=response, **FAST)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_estimator(est, expected_failed_checks=EXPECTED_FAILED)
@@ -105,6 +106,105 @@ def test_options_semi_supervised_impute_unknown_and_column_proba():
     assert est.predict(unseen).shape == (len(X),)  # [UNK]
     with pytest.raises(ValueError, match="column 'a' has the value 'purple'"):
         clone(est).set_params(handle_unknown="error").fit(X, y).predict(unseen)
+
+
+def test_ordinal_response_is_exact_and_ordered():
+    X, _ = table(60)
+    y = pd.Series(np.digitize(X["num"] + (X["a"] == "red"), [-0.5, 0.5, 1.2]))  # 4 ordered
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", response="ordinal",
+                                   **FAST).fit(X, y)
+    model = est.model_.double()
+    data = est._sequences(X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
+    fast = model.natural_params(data)
+    slow = naive_natural_params(model, data)  # one masked copy per cell, run in full
+    assert set(fast) == {"cat", "num", "resp"}
+    for name in fast:
+        m = data.predicted(name)
+        assert m.any(0).nonzero().flatten().tolist() == {"cat": [0, 1, 2], "num": [3],
+                                                         "resp": [4]}[name]
+        eta_slow = model.restrict(name, data, m, slow[name][m].to(torch.float64))
+        torch.testing.assert_close(fast[name][m], eta_slow, atol=1e-10, rtol=0)
+    # predict_proba is the family's p(y = k | η) at the masked response, in classes_ order
+    family = model.field("resp").family
+    eta = fast["resp"][data.predicted("resp")]
+    want = torch.softmax(eta * family.scores(torch.float64) + family.base.double(), -1)
+    model.float()
+    p = est.predict_proba(X)
+    np.testing.assert_allclose(p, want.detach().numpy(), atol=1e-5)
+    assert p.shape == (60, 4) and list(est.classes_) == [0, 1, 2, 3]
+    assert est.gates(X).shape == (60, 2, 5)
+    assert est.predict_column_proba(X, "a", y=y).shape == (60, 3)  # the response as context
+    with pytest.raises(ValueError, match="response='categorical'"):
+        est.experts(X)
+    with pytest.raises(ValueError, match="response must be one of"):
+        AttentionTableClassifier(response="ordered").fit(X, y)
+
+
+@pytest.mark.parametrize("response", ["categorical", "ordinal"])
+def test_additive_term_contains_the_glm(response):
+    """With the attention's read-out at 0 and the GLM weights set, the estimator is exactly the
+    logistic regression on one-hot levels + numeric columns (categorical response) or the
+    adjacent-categories ordinal logit (ordinal), in the loss and in predict_proba (float64)."""
+    X, _ = table(50)
+    y = pd.Series(np.digitize(X["num"] + (X["a"] == "red"), [-0.5, 0.5, 1.2]))
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", response=response,
+                                   additive=True, **FAST).fit(X, y)
+    model = est.model_.double()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        model.level_effect.copy_(torch.randn(model.level_effect.shape, generator=g))
+        model.slope.copy_(torch.randn(model.slope.shape, generator=g))
+        read = model.readouts["resp" if response == "ordinal" else "cat"].net
+        ids = est.offsets_.get(est._target, 0) + np.arange(len(est.classes_))
+        rows = slice(None) if response == "ordinal" else torch.as_tensor(ids)
+        read.weight[rows] = 0.0
+        read.bias[rows] = 0.0
+    codes = np.searchsorted(est.classes_, y.to_numpy())
+    data = est._sequences(X, codes).to(torch.float64)
+    # the GLM, written out: Σ over feature cells of the level's effect / the column's slope
+    cat, num = data.fields["cat"][:, :-1], data.fields["num"][:, :-1]
+    is_cat = data.observed["cat"][:, :-1]
+    eta = (model.level_effect[torch.arange(est.n_positions_ - 1), cat]
+           * is_cat[..., None]).sum(1) + \
+        (torch.where(data.observed["num"][:, :-1], num, 0) @ model.slope[:-1])
+    if response == "ordinal":
+        family = model.field("resp").family
+        eta = eta * family.scores(torch.float64) + family.base.double()
+    want = torch.log_softmax(eta, -1)
+    at = torch.zeros(len(X), est.n_positions_, dtype=torch.bool)
+    at[:, -1] = True
+    scored = data.with_scored(at)
+    model.eval()
+    nll = model.loss(scored)
+    torch.testing.assert_close(nll, -want[torch.arange(len(X)), codes].mean(), atol=1e-10,
+                               rtol=0)
+    model.float()
+    np.testing.assert_allclose(est.predict_proba(X), want.exp().detach().numpy(), atol=1e-5)
+
+
+def test_ordered_logit_peer_recovers_a_proportional_odds_model():
+    from scipy.special import expit
+
+    from efa.baselines.tabular import OrderedLogit
+
+    rng = np.random.RandomState(0)
+    n, beta, theta = 4000, np.array([1.5, -0.8]), np.array([-1.0, 0.3, 1.7])
+    x = rng.normal(size=(n, 2))
+    cdf = expit(theta[None] - (x @ beta)[:, None])  # p(y ≤ k | x)
+    y = (rng.uniform(size=(n, 1)) > cdf).sum(1)  # 0..3
+    X = pd.DataFrame({"u": x[:, 0] * 3 + 1, "v": x[:, 1]})  # standardised inside
+    m = OrderedLogit().fit(X, y)
+    assert m.converged_ and list(m.classes_) == [0, 1, 2, 3]
+    # on the standardised design (≈ x: its columns are x shifted and scaled) the MLE is close
+    # to the true (β, θ), and predict_proba is the model's closed form at the fitted values
+    z = (X - X.mean()) / X.std(ddof=0)
+    b = m.result_.params[:2]
+    th = m.model_.transform_threshold_params(m.result_.params)[1:-1]
+    np.testing.assert_allclose(b, beta, atol=0.15)
+    np.testing.assert_allclose(th, theta, atol=0.2)
+    cdf_fit = np.column_stack([expit(t - z.to_numpy() @ b) for t in th] + [np.ones(n)])
+    want = np.diff(np.column_stack([np.zeros(n), cdf_fit]), axis=1)
+    np.testing.assert_allclose(m.predict_proba(X), want, atol=1e-10)
 
 
 def test_without_early_stopping_every_row_trains_for_max_epochs(monkeypatch):

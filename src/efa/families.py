@@ -40,6 +40,7 @@ __all__ = [
     "HeteroscedasticGaussian",
     "LearnedGaussian",
     "NegativeBinomial",
+    "Ordinal",
     "Poisson",
     "family_from_config",
 ]
@@ -280,6 +281,68 @@ class Categorical(Family):
 
     def _check_support(self, y: Tensor, where: str) -> None:
         K = self.num_categories
+        self._reject(where, y, (y < 0) | (y >= K), "are out of range", f"class indices in [0, {K})")
+
+
+class Ordinal(Family):
+    """Ordered classes y in {0, ..., K-1}: a one-parameter family with learned scores,
+    p(y = k | η) ∝ exp(η·s_k + b_k), t(y) = s_y, log h(y) = b_y, A = logsumexp_k(η s_k + b_k).
+
+    The scores are increasing (s_0 = 0, steps softplus(u) > 0, initialised to s_k = k) and the
+    base measure b is learned: the adjacent-categories logit with learned spacing (Anderson's
+    ordered stereotype model). Against ``Categorical`` it ties the K logits to one direction of
+    the read-out, ordered: log p(k+1)/p(k) increases with η for every k, so a readout that is
+    additive in its inputs moves every class boundary the same way, which is how a binned
+    continuous response behaves. ``mean`` is E[y] (the expected class index); ``probabilities``
+    gives the class probabilities. Scores and base measure are learned parameters (in
+    ``state_dict``); for fixed values it is an exponential family in η.
+    """
+
+    name, args, is_discrete = "ordinal", ("num_classes",), True
+
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.num_classes = _integer("num_classes", num_classes, 2)
+        self.raw_steps = nn.Parameter(torch.full((self.num_classes - 1,), math.log(math.e - 1)))
+        self.base = nn.Parameter(torch.zeros(self.num_classes))
+
+    def scores(self, dtype: torch.dtype | None = None) -> Tensor:
+        """s [K]: 0, then the cumulative sum of the positive steps."""
+        steps = F.softplus(self.raw_steps if dtype is None else self.raw_steps.to(dtype))
+        return torch.cat([steps.new_zeros(1), steps.cumsum(0)])
+
+    def logits(self, eta: Tensor) -> Tensor:
+        """η s + b [..., K]: the class logits."""
+        _check_last_dim(eta, 1, "eta", self)
+        return eta * self.scores(eta.dtype) + self.base.to(eta.dtype)
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        dtype = y.dtype if y.is_floating_point() else torch.get_default_dtype()
+        return self.scores(dtype)[y.long()].unsqueeze(-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        return torch.logsumexp(self.logits(eta), dim=-1)
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        dtype = y.dtype if y.is_floating_point() else torch.get_default_dtype()
+        return self.base.to(dtype)[y.long()]
+
+    def probabilities(self, eta: Tensor) -> Tensor:
+        return torch.softmax(self.logits(eta), dim=-1)
+
+    def mean(self, eta: Tensor) -> Tensor:
+        k = torch.arange(self.num_classes, dtype=eta.dtype, device=eta.device)
+        return self.probabilities(eta) @ k
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        probs = self.probabilities(eta.detach()).reshape(-1, self.num_classes)
+        return torch.multinomial(probs, 1, generator=generator).reshape(eta.shape[:-1])
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Categorical:
+        return torch.distributions.Categorical(logits=self.logits(eta))
+
+    def _check_support(self, y: Tensor, where: str) -> None:
+        K = self.num_classes
         self._reject(where, y, (y < 0) | (y >= K), "are out of range", f"class indices in [0, {K})")
 
 
@@ -651,6 +714,7 @@ FAMILIES: dict[str, type[Family]] = {
     cls.name: cls
     for cls in (
         Categorical,
+        Ordinal,
         Bernoulli,
         Gaussian,
         LearnedGaussian,

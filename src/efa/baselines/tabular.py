@@ -9,7 +9,8 @@
 - Today's peers: CatBoost with its native categorical features (:class:`CatBoostTable`, an
   sklearn-clonable wrapper), TabM (:class:`TabMTable`) and FT-Transformer
   (:class:`FTTransformerTable`), each tuned on a validation split of the training rows only,
-  and logistic regression on numeric features (:func:`numeric_lr`).
+  logistic regression on numeric features (:func:`numeric_lr`) and, for an ordered response,
+  the proportional-odds model (:class:`OrderedLogit`).
 
 Column kinds follow :class:`efa.tabular.AttentionTableClassifier`: floating-point columns are
 numeric (standardised on the training rows for the deep peers), every other column categorical.
@@ -136,6 +137,60 @@ def numeric_lr(seed: int = 0):
     return make_pipeline(StandardScaler(), LogisticRegressionCV(
         Cs=np.logspace(-4, 4, 9), l1_ratios=(0.0,), cv=cv, scoring="neg_log_loss",
         max_iter=10_000, use_legacy_attributes=False))
+
+
+class OrderedLogit(ClassifierMixin, BaseEstimator):
+    """The proportional-odds model (cumulative logit), p(y ≤ k | x) = σ(θ_k − wᵀx), by
+    statsmodels' ``OrderedModel`` fitted by maximum likelihood to convergence (BFGS; the flag
+    is kept in ``converged_``): the plain convex peer for an ordered response. Classes are
+    ordered as sorted labels (``classes_``); float columns are standardised on the training
+    rows, the other columns one-hot with the first training level dropped (a level unseen in
+    fit gets zeros, i.e. the first level's effect)."""
+
+    def __init__(self, max_iter=10_000):
+        self.max_iter = max_iter
+
+    def _design(self, X) -> np.ndarray:
+        X = _frame(X)
+        cols = []
+        for c, numeric in zip(X.columns, self.numeric_, strict=True):
+            if numeric:
+                mu, sd = self.stats_[c]
+                cols.append(((X[c].to_numpy(float) - mu) / sd)[:, None])
+            else:
+                levels = self.levels_[c][1:]
+                cols.append((X[c].to_numpy()[:, None] == np.asarray(levels)[None]).astype(float))
+        return np.concatenate(cols, 1)
+
+    def fit(self, X, y):
+        import warnings
+
+        from statsmodels.miscmodels.ordinal_model import OrderedModel
+
+        X = _frame(X)
+        self.numeric_ = _numeric(X)
+        self.stats_, self.levels_ = {}, {}
+        for c, numeric in zip(X.columns, self.numeric_, strict=True):
+            if numeric:
+                v = X[c].to_numpy(float)
+                self.stats_[c] = (v.mean(), v.std() if v.std() > 0 else 1.0)
+            else:
+                self.levels_[c] = sorted(pd.unique(X[c]))
+        y = np.asarray(y)
+        self.classes_ = np.unique(y)
+        codes = np.searchsorted(self.classes_, y)
+        self.model_ = OrderedModel(codes, self._design(X), distr="logit")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # convergence is recorded, not printed
+            self.result_ = self.model_.fit(method="bfgs", maxiter=self.max_iter, disp=False)
+        self.converged_ = bool(self.result_.mle_retvals["converged"])
+        return self
+
+    def predict_proba(self, X):
+        return np.asarray(self.model_.predict(self.result_.params, exog=self._design(X)))
+
+    def predict(self, X):
+        return self.classes_[self.predict_proba(X).argmax(1)]
 
 
 class CatBoostTable(ClassifierMixin, BaseEstimator):
