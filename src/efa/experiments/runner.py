@@ -208,7 +208,7 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
     torch.set_num_threads(threads)
     t0, cpu0 = time.perf_counter(), cpu_seconds()
     jobs = exp.jobs(spec, seeds)
-    # Counted before the run (which adds entries); run_jobs unpickles the entries it reuses.
+    # Counted before the run (which adds entries); run_jobs reads the entries it reuses.
     resumed = sum(_entry(journal, job_key(j)) is not None for j in jobs) if journal else 0
     results = run_jobs(exp.task, jobs, workers, threads, progress, device, journal)
     report = exp.tables(results, spec, seeds, command)
