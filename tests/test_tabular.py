@@ -275,6 +275,18 @@ def test_auto_mpg_and_car_loaders():
     assert set(tr.buying) == {"low", "med"} and set(te.buying) == {"high", "vhigh"}
 
 
+def test_class_mse_of_ordered_labels_follows_their_order():
+    from efa.baselines.tabular import class_metrics
+
+    order = ["unacc", "acc", "good", "vgood"]
+    y = pd.Series(pd.Categorical(["unacc", "vgood", "acc"], categories=order))
+    classes = np.array(sorted(order))  # a model's classes_: acc, good, unacc, vgood
+    proba = np.eye(4)[[1, 2, 0]]  # predicts good, unacc, acc
+    m = class_metrics(y, proba, classes)
+    assert m["accuracy"] == pytest.approx(1 / 3)
+    assert m["class MSE"] == pytest.approx((2**2 + 3**2 + 0) / 3)  # unacc→good, vgood→unacc
+
+
 def test_ordered_levels_as_numbers_are_numeric_for_every_model():
     from efa.baselines.tabular import CatBoostTable, FTTransformerTable, TabMTable
     from efa.datasets.tabular import CAR_LEVELS, as_numbers

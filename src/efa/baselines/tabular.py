@@ -70,7 +70,11 @@ def reference_estimator(name: str, seed: int, grid: dict | None = None):
 
 
 def class_metrics(y_true, proba, classes) -> dict[str, float]:
-    """Accuracy, MSE of the predicted class index (the paper's "MSE") and log loss."""
+    """Accuracy, MSE of the predicted class index (the paper's "MSE") and log loss. The class
+    index is the label itself for numeric labels, the position among ``y_true``'s categories
+    for a pandas Categorical (its order, e.g. unacc < acc < good < vgood), else the position
+    in ``classes``."""
+    order = getattr(getattr(y_true, "cat", None), "categories", None)
     y_true = np.asarray(y_true)
     classes = np.asarray(classes)
     proba = np.asarray(proba, dtype=float)
@@ -81,7 +85,11 @@ def class_metrics(y_true, proba, classes) -> dict[str, float]:
     out = {"accuracy": float((pred == y_true).mean()), "log loss": float(-np.log(p).mean())}
     if np.issubdtype(classes.dtype, np.number):
         out["class MSE"] = float(((pred - y_true) ** 2).mean())
-    else:  # ordered categorical labels: the MSE of their level indices
+    elif order is not None:  # ordered categorical labels: the MSE of their level indices
+        rank = {c: k for k, c in enumerate(order)}
+        ranks = np.array([rank[v] for v in pred]) - np.array([rank[v] for v in y_true])
+        out["class MSE"] = float((ranks ** 2).mean())
+    else:  # unordered labels: their positions in ``classes``
         out["class MSE"] = float(((proba.argmax(1) - truth) ** 2).mean())
     return out
 
@@ -99,11 +107,11 @@ def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
     for name in names:
         t0 = time.perf_counter()
         model = reference_estimator(name, seed, (grids or {}).get(name)).fit(xtr, ytr)
-        res = class_metrics(yte, model.predict_proba(xte), model.classes_)
+        res = class_metrics(test[target], model.predict_proba(xte), model.classes_)
         # The reference scores predict(), which is the argmax of predict_proba here.
         assert res["accuracy"] == float((model.predict(xte) == yte).mean())
         res |= {f"train {k}": v for k, v in
-                class_metrics(ytr, model.predict_proba(xtr), model.classes_).items()}
+                class_metrics(train[target], model.predict_proba(xtr), model.classes_).items()}
         if name != "LR":
             res["best_params"] = {k: (list(v) if isinstance(v, tuple) else v)
                                   for k, v in model.best_params_.items()}
@@ -143,9 +151,10 @@ class OrderedLogit(ClassifierMixin, BaseEstimator):
     """The proportional-odds model (cumulative logit), p(y ≤ k | x) = σ(θ_k − wᵀx), by
     statsmodels' ``OrderedModel`` fitted by maximum likelihood to convergence (BFGS; the flag
     is kept in ``converged_``): the plain convex peer for an ordered response. Classes are
-    ordered as sorted labels (``classes_``); float columns are standardised on the training
-    rows, the other columns one-hot with the first training level dropped (a level unseen in
-    fit gets zeros, i.e. the first level's effect)."""
+    ordered as ``y``'s categories when it is a pandas Categorical (e.g. unacc < acc < good <
+    vgood), else as sorted labels; ``classes_`` holds them in that order. Float columns are
+    standardised on the training rows, the other columns one-hot with the first training
+    level dropped (a level unseen in fit gets zeros, i.e. the first level's effect)."""
 
     def __init__(self, max_iter=10_000):
         self.max_iter = max_iter
@@ -176,9 +185,11 @@ class OrderedLogit(ClassifierMixin, BaseEstimator):
                 self.stats_[c] = (v.mean(), v.std() if v.std() > 0 else 1.0)
             else:
                 self.levels_[c] = sorted(pd.unique(X[c]))
+        order = getattr(getattr(y, "cat", None), "categories", None)
         y = np.asarray(y)
-        self.classes_ = np.unique(y)
-        codes = np.searchsorted(self.classes_, y)
+        self.classes_ = (np.unique(y) if order is None else
+                         np.asarray([c for c in order if c in set(y.tolist())], dtype=object))
+        codes = np.array([list(self.classes_).index(v) for v in y])
         self.model_ = OrderedModel(codes, self._design(X), distr="logit")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # convergence is recorded, not printed
