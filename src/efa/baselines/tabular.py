@@ -187,9 +187,10 @@ class OrderedLogit(ClassifierMixin, BaseEstimator):
                 self.levels_[c] = sorted(pd.unique(X[c]))
         order = getattr(getattr(y, "cat", None), "categories", None)
         y = np.asarray(y)
+        present = set(y.tolist())
         self.classes_ = (np.unique(y) if order is None else
-                         np.asarray([c for c in order if c in set(y.tolist())], dtype=object))
-        codes = np.array([list(self.classes_).index(v) for v in y])
+                         np.asarray([c for c in order if c in present], dtype=object))
+        codes = pd.Categorical(y, categories=self.classes_).codes
         self.model_ = OrderedModel(codes, self._design(X), distr="logit")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # convergence is recorded, not printed
