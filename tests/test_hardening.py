@@ -438,6 +438,11 @@ def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
     assert [r["y"] for r in out] == [0, 1, 4, 9, 81]  # in job order
     parallel = runner.run_jobs(_square, jobs[:4], workers=2, journal=tmp_path / "j2")
     assert parallel == out[:4] and len(list((tmp_path / "j2").glob("*.json"))) == 4
+    # in worker processes, a job that fails first does not cost the others their results
+    first = [{**jobs[4], "cost": 9.0}, *jobs[:4]]
+    with pytest.raises(RuntimeError, match="interrupted"):
+        runner.run_jobs(_square, first, workers=2, journal=tmp_path / "j4")
+    assert len(list((tmp_path / "j4").glob("*.json"))) == 4
     assert runner.job_key(jobs[0]) == runner.job_key(dict(reversed(list(jobs[0].items()))))
     # a result JSON would change (a tuple, a NaN) is kept as a pickle, and read back exactly
     odd = [{"x": 1.5, "cost": 1}]

@@ -140,20 +140,47 @@ def test_ordinal_response_is_exact_and_ordered():
         AttentionTableClassifier(response="ordered").fit(X, y)
 
 
-@pytest.mark.parametrize("response", ["categorical", "ordinal"])
-def test_additive_term_contains_the_glm(response):
+def test_ordinal_response_follows_a_categorical_labels_order():
+    """Labels whose sorted order is not their order (acc < good < unacc would be alphabetical):
+    the ordinal response uses the pandas Categorical's order, so it is the same model as on the
+    level codes; the categorical response keeps scikit-learn's sorted classes_."""
+    X, _ = table(60)
+    codes = np.digitize(X["num"] + (X["a"] == "red"), [-0.5, 0.5, 1.2])
+    order = ["unacc", "acc", "good", "vgood"]
+    y = pd.Series(pd.Categorical.from_codes(codes, order))
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", response="ordinal",
+                                   **FAST)
+    by_label = clone(est).fit(X, y)
+    by_code = clone(est).fit(X, codes)
+    assert list(by_label.classes_) == order
+    np.testing.assert_array_equal(by_label.predict_proba(X), by_code.predict_proba(X))
+    np.testing.assert_array_equal(by_label.predict(X), np.asarray(order)[by_code.predict(X)])
+    cat = AttentionTableClassifier(random_state=0, **FAST).fit(X, y)
+    assert list(cat.classes_) == sorted(order)
+
+
+@pytest.mark.parametrize("response, additive", [("categorical", True), ("ordinal", True),
+                                                ("categorical", "ordinal")])
+def test_additive_term_contains_the_glm(response, additive):
     """With the attention's read-out at 0 and the GLM weights set, the estimator is exactly the
     logistic regression on one-hot levels + numeric columns (categorical response) or the
-    adjacent-categories ordinal logit (ordinal), in the loss and in predict_proba (float64)."""
+    adjacent-categories ordinal logit (ordinal response, or the ordered GLM term of a
+    categorical response), in the loss and in predict_proba (float64)."""
     X, _ = table(50)
     y = pd.Series(np.digitize(X["num"] + (X["a"] == "red"), [-0.5, 0.5, 1.2]))
     est = AttentionTableClassifier(random_state=0, numeric="gaussian", response=response,
-                                   additive=True, **FAST).fit(X, y)
+                                   additive=additive, **FAST).fit(X, y)
     model = est.model_.double()
     g = torch.Generator().manual_seed(0)
+    ordered = model.field("resp").family if response == "ordinal" else getattr(
+        model, "glm_family", None)
+    assert (ordered is None) == (additive is True and response == "categorical")
     with torch.no_grad():
         model.level_effect.copy_(torch.randn(model.level_effect.shape, generator=g))
         model.slope.copy_(torch.randn(model.slope.shape, generator=g))
+        if ordered is not None:
+            for p in ordered.parameters():
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
         read = model.readouts["resp" if response == "ordinal" else "cat"].net
         ids = est.offsets_.get(est._target, 0) + np.arange(len(est.classes_))
         rows = slice(None) if response == "ordinal" else torch.as_tensor(ids)
@@ -167,9 +194,8 @@ def test_additive_term_contains_the_glm(response):
     eta = (model.level_effect[torch.arange(est.n_positions_ - 1), cat]
            * is_cat[..., None]).sum(1) + \
         (torch.where(data.observed["num"][:, :-1], num, 0) @ model.slope[:-1])
-    if response == "ordinal":
-        family = model.field("resp").family
-        eta = eta * family.scores(torch.float64) + family.base.double()
+    if ordered is not None:
+        eta = eta * ordered.scores(torch.float64) + ordered.base.double()
     want = torch.log_softmax(eta, -1)
     at = torch.zeros(len(X), est.n_positions_, dtype=torch.bool)
     at[:, -1] = True
@@ -180,6 +206,93 @@ def test_additive_term_contains_the_glm(response):
                                rtol=0)
     model.float()
     np.testing.assert_allclose(est.predict_proba(X), want.exp().detach().numpy(), atol=1e-5)
+
+
+def test_init_glm_fits_the_glm_first_then_everything():
+    from efa.train import TrainConfig
+
+    X, _ = table(80)
+    y = pd.Series(np.digitize(X["num"] + (X["a"] == "red"), [-0.5, 0.5, 1.2]))
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", additive="ordinal",
+                                   init="glm", **FAST).fit(X, y)
+    assert est.n_iter_ == est.glm_history_.epochs_run + est.history_.epochs_run
+    assert all(p.requires_grad for p in est.model_.parameters())
+    # the first stage alone: only the GLM's parameters and the read-outs' biases move, the
+    # read-outs' weights stay at 0 (the plain GLM), and every parameter trains again afterwards
+    model = est.model_ = est._build()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    data = est._sequences(X, y.to_numpy())
+    hist = est._fit_glm(data, None, TrainConfig(lr=5e-2, max_epochs=3, seed=0, progress=False))
+    assert hist.epochs_run == 3
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert {"level_effect", "slope", "glm_family.raw_steps", "glm_family.base"} <= moved
+    readouts = {n for n in moved if n.startswith("readouts.")}
+    assert any(n.endswith("bias") for n in readouts)  # the weights were set to 0
+    assert not moved - readouts - {"level_effect", "slope", "glm_family.raw_steps",
+                                   "glm_family.base"}
+    assert all(float(p.detach().abs().max()) == 0 for n, p in model.readouts.named_parameters()
+               if not n.endswith("bias"))
+    assert all(p.requires_grad for p in model.parameters())
+    with pytest.raises(ValueError, match="needs additive"):
+        AttentionTableClassifier(init="glm").fit(X, y)
+    with pytest.raises(ValueError, match="use additive=True"):
+        AttentionTableClassifier(response="ordinal", additive="ordinal").fit(X, y)
+
+
+def test_glm_term_on_a_table_of_numbers_only():
+    """No categorical feature: the response's GLM term is slopes only (the categorical field's
+    ids at numeric cells are placeholders and must not be looked up: it was an IndexError on
+    car read as numbers)."""
+    X, _ = table(60)
+    X = X[["num"]].assign(other=np.linspace(-1, 1, 60))
+    y = pd.Series(pd.Categorical.from_codes(np.digitize(X["num"], [-0.5, 0.5]),
+                                            ["low", "mid", "high"]))
+    for response, additive in (("ordinal", True), ("categorical", "ordinal"),
+                               ("categorical", True)):
+        est = AttentionTableClassifier(random_state=0, numeric="gaussian", response=response,
+                                       additive=additive, init="glm", **FAST).fit(X, y)
+        assert np.isfinite(est.predict_proba(X)).all()
+
+
+@pytest.mark.parametrize("response, additive", [("ordinal", True), ("categorical", "ordinal")])
+def test_glm_stage_skips_the_attention_without_changing_the_loss(response, additive):
+    """While init="glm" fits the GLM part, every read-out weight is 0, and the model uses a zero
+    state instead of running the attention: loss and gradients are the same (float64), for the
+    categorical cells, the Gaussian value cells and the response."""
+    X, _ = table(40)
+    y = pd.Series(np.digitize(X["num"] + (X["a"] == "red"), [-0.5, 0.5, 1.2]))
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", response=response,
+                                   additive=additive, **FAST).fit(X, y)
+    model = est.model_.double().train()
+    model.cell_dropout = 0.0
+    data = est._sequences(X, y.to_numpy()).to(torch.float64)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.glm_parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+        for readout in model.readouts.values():
+            for n, p in readout.named_parameters():
+                if not n.endswith("bias"):
+                    p.zero_()
+    for blk in model.modules():  # no dropout: both runs must see the same function
+        if isinstance(blk, torch.nn.Dropout):
+            blk.p = 0.0
+    calls = []
+    hook = model.blocks[0].register_forward_hook(lambda *_: calls.append(1))
+    results = []
+    for glm_only in (False, True):
+        model.glm_only = glm_only
+        model.zero_grad()
+        calls.clear()
+        loss = model.loss(data)
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.glm_parameters()]))
+        assert bool(calls) != glm_only  # the attention runs only outside the GLM stage
+    hook.remove()
+    model.glm_only = False
+    torch.testing.assert_close(results[0][0], results[1][0], atol=0, rtol=0)
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
 def test_ordered_logit_peer_recovers_a_proportional_odds_model():
@@ -205,6 +318,13 @@ def test_ordered_logit_peer_recovers_a_proportional_odds_model():
     cdf_fit = np.column_stack([expit(t - z.to_numpy() @ b) for t in th] + [np.ones(n)])
     want = np.diff(np.column_stack([np.zeros(n), cdf_fit]), axis=1)
     np.testing.assert_allclose(m.predict_proba(X), want, atol=1e-10)
+    # the analytic score the fit uses is the gradient of statsmodels' own log-likelihood
+    from statsmodels.tools.numdiff import approx_fprime
+
+    for params in rng.normal(size=(2, len(m.result_.params))):
+        numeric = approx_fprime(params, m.model_.loglike, centered=True)
+        np.testing.assert_allclose(m.model_.score(params), numeric, rtol=1e-6,
+                                   atol=1e-6 * np.abs(numeric).max())
 
 
 def test_without_early_stopping_every_row_trains_for_max_epochs(monkeypatch):
@@ -321,8 +441,9 @@ def test_quick_reproduce(tmp_path, name):
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / name / "results.json").read_text())
     models = {r["model"] for r in doc["rows"]}
-    assert {"efa (linear block)", "LR", "CatBoost", "TabM", "efa (linear block, numbers)",
-            "LR (numbers)", "TabM (numbers)"} <= models
+    assert {"efa (linear block)", "efa (linear block, ordinal GLM)", "LR", "CatBoost", "TabM",
+            "Ordered logit", "efa (linear block, numbers)", "LR (numbers)", "TabM (numbers)",
+            "Ordered logit (numbers)"} <= models
     assert (tmp_path / name / "accuracy.png").exists()
     if name == "auto-mpg":
         lr = next(r for r in doc["rows"] if r["model"] == "LR" and r["metric"] ==
@@ -350,3 +471,16 @@ def test_quick_grids_and_car(tmp_path):
         assert result.exit_code == 0, result.output
         doc = json.loads((tmp_path / name / "results.json").read_text())
         assert doc["rows"] and all(np.isfinite(r["mean"]) for r in doc["rows"])
+
+
+def test_car_per_row_log_loss_follows_the_classes_order():
+    """Ordered logit on car keeps the response's order (unacc < acc < good < vgood), not sorted
+    labels: each row's log loss must be looked up at its own class, so the rows' mean is the
+    reported log loss (the bootstrap intervals and paired differences use the rows)."""
+    from efa.experiments import auto_mpg as experiment
+    from efa.experiments import car as car_experiment
+
+    out = experiment.task({"kind": "Ordered logit (numbers)", "spec": car_experiment.QUICK,
+                           "seed": 0})
+    assert np.mean(out["row_log_loss"]) == pytest.approx(out["log loss"], rel=1e-9)
+    assert np.mean(out["correct"]) == pytest.approx(out["accuracy"], rel=1e-12)

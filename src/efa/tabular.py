@@ -50,10 +50,11 @@ class TableEFA(EFA):
     at the cost of the column's size instead of the whole vocabulary's)."""
 
     def __init__(self, config: EFAConfig, support: torch.Tensor, cell_dropout: float = 0.0,
-                 additive: int = 0, response: str = "cat"):
+                 additive: int = 0, response: str = "cat", ordered_classes: int = 0):
         super().__init__(config)
         self.register_buffer("support", support)
         self.cell_dropout = cell_dropout
+        self.glm_only = False  # set while init="glm" fits the GLM part (see states)
         self.response = response
         if additive:
             # The response's GLM term (AttentionTableClassifier(additive=True)): an effect per
@@ -62,6 +63,11 @@ class TableEFA(EFA):
             # vocabulary gives the same id to level k of every column.
             self.level_effect = nn.Parameter(torch.zeros(*support.shape, additive))
             self.slope = nn.Parameter(torch.zeros(support.shape[0], additive))
+        if ordered_classes:
+            # additive="ordinal": one GLM term g enters the classes' logits as g s_k + b_k
+            # (the adjacent-categories logit's form, learned increasing scores s), so the GLM
+            # part is the ordinal logit while the attention still adds free class logits.
+            self.glm_family = Ordinal(ordered_classes)
         width = max(1, int(support.sum(1).max()))
         local = torch.zeros(support.shape[0], width, dtype=torch.long)
         for k in range(support.shape[0]):
@@ -79,13 +85,44 @@ class TableEFA(EFA):
         width = batch.fields["cat"].shape[1]
         feats = torch.arange(width, device=rows.device) < width - 1
         cat = batch.observed["cat"] & feats
-        effect = self.level_effect[torch.arange(width, device=rows.device), batch.fields["cat"]]
+        # a cell that is not an observed level (numeric, hidden, the response) may hold any id
+        ids = torch.where(cat, batch.fields["cat"], 0)
+        effect = self.level_effect[torch.arange(width, device=rows.device), ids]
         term = (effect * cat[..., None]).sum(1)
         if "num" in batch.fields:
             num = batch.observed["num"] & feats
             x = torch.where(num, batch.fields["num"], 0).to(term.dtype)
             term = term + x @ self.slope
         return term
+
+    def glm_logits(self, data: Sequences, rows: torch.Tensor) -> torch.Tensor:
+        """What the GLM term adds to the response's natural parameter at rows ``rows``."""
+        term = self.additive_term(data, rows)
+        return self.glm_family.logits(term) if hasattr(self, "glm_family") else term
+
+    def glm_parameters(self) -> list[nn.Parameter]:
+        """The GLM's parameters: the term's effects and slopes, the ordered response's (or the
+        ordered term's) scores and base measure, and the read-out's biases (the classes'
+        intercepts for a categorical response)."""
+        out = [self.level_effect, self.slope]
+        if hasattr(self, "glm_family"):
+            out += list(self.glm_family.parameters())
+        if self.response != "cat":
+            out += list(self.field(self.response).family.parameters())
+        bias = self.readouts[self.response].net.bias
+        return out + ([bias] if bias is not None else [])
+
+    def states(self, data, target, at, want_weights=False, head=None, content=None,
+               stream=None):
+        if not self.glm_only:
+            return super().states(data, target, at, want_weights, head, content, stream)
+        # The first stage of init="glm" holds every read-out weight at 0, so the state a
+        # read-out reads does not matter: a zero state gives the same outputs bit for bit
+        # without running the attention (test).
+        if content is None:
+            content = self.encode(data, self.hidden_for(data, None))
+        h = content.new_zeros(int(at.sum()), content.shape[-1])
+        return (h if head is None else head(h)), None
 
     def natural_params_at(self, data, at):
         out = super().natural_params_at(data, at)
@@ -96,7 +133,7 @@ class TableEFA(EFA):
         if last.any():
             rows = m.nonzero()[:, 0][last]
             eta = out[self.response].clone()
-            term = self.additive_term(data, rows)
+            term = self.glm_logits(data, rows)
             if self.response == "cat":  # the classes' ids in the shared vocabulary
                 ids = self.local_ids[-1][self.local_ok[-1]]
                 eta[last.nonzero()[:, :1], ids[None]] += term
@@ -143,7 +180,7 @@ class TableEFA(EFA):
                 logits = logits + read.bias[ids]
             last = cols == m.shape[1] - 1
             if hasattr(self, "level_effect") and self.response == "cat" and last.any():
-                term = self.additive_term(data, m.nonzero()[:, 0][last])
+                term = self.glm_logits(data, m.nonzero()[:, 0][last])
                 extra = torch.zeros_like(logits)  # local index k of the response = class k
                 extra[last, : term.shape[1]] = term
                 logits = logits + extra
@@ -168,16 +205,25 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     categorical : column names (or indices) to treat as categorical; default: every column that
         is not floating point (integers, strings, booleans, pandas categoricals).
     response : ``"categorical"`` (a softmax over the classes, the paper's model) or
-        ``"ordinal"`` (ordered classes, in the order of ``classes_``, i.e. sorted labels:
+        ``"ordinal"`` (ordered classes, in the order of ``classes_``: a pandas Categorical
+        ``y``'s categories (e.g. unacc < acc < good < vgood), else sorted labels;
         :class:`efa.families.Ordinal`, p(y = k) ∝ exp(η s_k + b_k) with one natural parameter
         η read out at the response and learned increasing scores s; for a binned continuous
-        response, or any ordered label coded so that it sorts in order).
+        response, or any ordered label).
     additive : add a GLM term to the response's natural parameter: an effect per feature
         level and a slope per numeric column, summed over the row's observed cells (learned
         with the network, from 0). The model class then contains the logistic regression on
         the one-hot / numeric features (categorical response) or the adjacent-categories
         ordinal logit (ordinal response): with the attention's read-out at 0 it is exactly
-        that GLM (tests/test_tabular.py).
+        that GLM (tests/test_tabular.py). ``"ordinal"`` (categorical response): one GLM term
+        g enters the class logits as g s_k + b_k with learned increasing scores s, so the GLM
+        part is the adjacent-categories ordinal logit while the attention adds free logits
+        per class (the classes ordered as for ``response="ordinal"``).
+    init : ``None`` (every parameter from its initialisation, the GLM term from 0), or ``"glm"``
+        (needs ``additive``): fit the GLM part first, with the network's read-out held at 0
+        (its biases free), then every parameter from there; both stages stop early as set
+        below. The model starts from the plain GLM's fit instead of from 0, and
+        ``glm_history_`` holds the first stage.
     handle_unknown : ``"error"`` (a level unseen in fit is an error naming column and value) or
         ``"unk"`` (it is treated as unobserved: the [MASK] embedding stands for [UNK]).
     missing : ``"error"`` (NaN in X is an error naming the column) or ``"mask"`` (a missing
@@ -199,7 +245,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, backbone="paper", embedding_dim=20, num_heads=5, ffn_hidden=5,
                  dropout=0.1, num_layers=1, numeric="quantile", n_bins=10, categorical=None,
-                 response="categorical", additive=False, handle_unknown="error",
+                 response="categorical", additive=False, init=None,
+                 handle_unknown="error",
                  missing="error", lr=1e-2, batch_size=128,
                  max_epochs=200, patience=10, weight_decay=0.0, validation_fraction=0.15,
                  shared_vocabulary=False, cell_dropout=0.0, early_stopping=True,
@@ -215,6 +262,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.categorical = categorical
         self.response = response
         self.additive = additive
+        self.init = init
         self.handle_unknown = handle_unknown
         self.missing = missing
         self.lr = lr
@@ -254,8 +302,17 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"missing must be 'error' or 'mask', got {self.missing!r}")
         if not isinstance(self.n_bins, numbers.Integral) or self.n_bins < 2:
             raise ValueError(f"n_bins must be an integer >= 2, got {self.n_bins!r}")
-        if not isinstance(self.additive, bool | np.bool_):
-            raise ValueError(f"additive must be True or False, got {self.additive!r}")
+        if not (isinstance(self.additive, bool | np.bool_) or self.additive == "ordinal"):
+            raise ValueError(f"additive must be True, False or 'ordinal', got "
+                             f"{self.additive!r}")
+        if self.additive == "ordinal" and self.response != "categorical":
+            raise ValueError("additive='ordinal' orders the GLM term of a categorical response; "
+                             "with response='ordinal' use additive=True")
+        if self.init not in (None, "glm"):
+            raise ValueError(f"init must be None or 'glm', got {self.init!r}")
+        if self.init == "glm" and not self.additive:
+            raise ValueError("init='glm' fits the GLM term first: it needs additive=True "
+                             "or 'ordinal'")
         if not isinstance(self.early_stopping, bool | np.bool_):
             raise ValueError(f"early_stopping must be True or False, got {self.early_stopping!r}")
         if not 0 < self.validation_fraction < 1:
@@ -437,9 +494,11 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                 lo = self.offsets_[c]
                 support[pos, lo : lo + len(self.levels_[c])] = True
         ordinal = self.response == "ordinal"
-        out = (1 if ordinal else len(self.classes_)) if self.additive else 0
+        ordered = self.additive == "ordinal"
+        out = (1 if ordinal or ordered else len(self.classes_)) if self.additive else 0
         return TableEFA(cfg, support, self.cell_dropout, additive=out,
-                        response="resp" if ordinal else "cat")
+                        response="resp" if ordinal else "cat",
+                        ordered_classes=len(self.classes_) if ordered else 0)
 
     def fit(self, X, y):
         """Fit on a DataFrame or 2-D array ``X`` and labels ``y`` (NaN/None: unlabelled rows)."""
@@ -456,6 +515,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         if len(X) == 0:
             raise ValueError(f"Found array with 0 sample(s) (shape=(0, {X.shape[1]})) while a "
                              "minimum of 1 is required.")
+        order = getattr(getattr(y, "cat", None), "categories", None)
         y = _as_1d(y)
         if len(y) != len(X):
             raise ValueError(f"X has {len(X)} rows but y has {len(y)} labels")
@@ -464,6 +524,10 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError("y has no label (every entry is missing)")
         check_classification_targets(y[labelled])
         self.classes_ = np.unique(y[labelled])
+        if order is not None and (self.response == "ordinal" or self.additive == "ordinal"):
+            present = set(self.classes_.tolist())
+            self.classes_ = np.asarray([c for c in order if c in present],
+                                       dtype=self.classes_.dtype)
         if len(self.classes_) < 2:
             raise ValueError(f"y has one class only ({self.classes_[0]!r}): a classifier needs "
                              "at least 2 classes")
@@ -496,8 +560,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.vocab_size_ = start
         self.lookup_ = {c: _lookup(self.levels_[c]) for c in self.offsets_}
         self.lookup_[self._target] = _lookup(self.classes_)
-        y_codes = np.full(len(y), -1)
-        y_codes[labelled] = np.searchsorted(self.classes_, y[labelled])
+        y_codes = self._y_codes(y, len(y))
 
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(2**31 - 1))
@@ -511,10 +574,38 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                           schedule="constant", seed=seed, progress=False, grad_clip=1.0,
                           min_delta=1e-6)  # the stopping threshold of the committed tables
         val = data[torch.as_tensor(val_idx)] if len(val_idx) else None
-        self.history_ = fit(self.model_, data[torch.as_tensor(train_idx)], val, cfg)
+        train = data[torch.as_tensor(train_idx)]
+        if self.init == "glm":
+            self.glm_history_ = self._fit_glm(train, val, cfg)
+        self.history_ = fit(self.model_, train, val, cfg)
         self.model_.eval()
-        self.n_iter_ = self.history_.epochs_run
+        self.n_iter_ = self.history_.epochs_run + (self.glm_history_.epochs_run
+                                                   if self.init == "glm" else 0)
         return self
+
+    def _fit_glm(self, train, val, cfg):
+        """The first stage of init="glm": only the GLM's parameters move, with the
+        network's read-outs (weights) at 0, so the model is the plain GLM on the response
+        (the features' cells keep a context-free prediction meanwhile)."""
+        model = self.model_
+        with torch.no_grad():
+            for readout in model.readouts.values():
+                for name, p in readout.named_parameters():
+                    if not name.endswith("bias"):
+                        p.zero_()
+        glm = {id(p) for p in model.glm_parameters()}
+        for readout in model.readouts.values():  # the features' intercepts too
+            glm |= {id(p) for n, p in readout.named_parameters() if n.endswith("bias")}
+        frozen = [p for p in model.parameters() if id(p) not in glm]
+        for p in frozen:
+            p.requires_grad_(False)
+        model.glm_only = True
+        try:
+            return fit(model, train, val, cfg)
+        finally:
+            model.glm_only = False
+            for p in frozen:
+                p.requires_grad_(True)
 
     # ------------------------------------------------------------------ predict
     def _check_X(self, X):

@@ -30,6 +30,7 @@ import os
 import pickle
 import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -121,8 +122,22 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
                                     initargs=(threads, device)) as pool, \
                 _terminate_on_sigterm(pool):
             futures = {pool.submit(_run, task, jobs[i], fits[keys[i]]): i for i in todo}
+            # A failed job must not stop the others' results from reaching the journal:
+            # leaving this block waits for every queued job anyway. Each failure is printed
+            # when it happens and the first is raised once the rest have finished.
+            failed = []
             for f in cf.as_completed(futures):
-                finished(futures[f], f.result())
+                try:
+                    result = f.result()
+                except Exception as e:
+                    failed.append(e)
+                    what = {k: v for k, v in jobs[futures[f]].items()
+                            if k not in ("spec", "cost")}
+                    print(f"  job {what} failed: {e!r}", file=sys.stderr, flush=True)
+                    continue
+                finished(futures[f], result)
+            if failed:
+                raise failed[0]
     results = [done[k] for k in keys]
     return [r for rs in results for r in (rs if isinstance(rs, list) else [rs])]
 
