@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import time
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -79,10 +80,8 @@ def class_metrics(y_true, proba, classes) -> dict[str, float]:
     classes = np.asarray(classes)
     proba = np.asarray(proba, dtype=float)
     pred = classes[proba.argmax(1)]
-    idx = {c: k for k, c in enumerate(classes)}
-    truth = np.array([idx[v] for v in y_true])
-    p = np.clip(proba[np.arange(len(truth)), truth], 1e-15, 1)
-    out = {"accuracy": float((pred == y_true).mean()), "log loss": float(-np.log(p).mean())}
+    out = {"accuracy": float((pred == y_true).mean()),
+           "log loss": float(row_log_loss(y_true, proba, classes).mean())}
     if np.issubdtype(classes.dtype, np.number):
         out["class MSE"] = float(((pred - y_true) ** 2).mean())
     elif order is not None:  # ordered categorical labels: the MSE of their level indices
@@ -90,8 +89,21 @@ def class_metrics(y_true, proba, classes) -> dict[str, float]:
         ranks = np.array([rank[v] for v in pred]) - np.array([rank[v] for v in y_true])
         out["class MSE"] = float((ranks ** 2).mean())
     else:  # unordered labels: their positions in ``classes``
-        out["class MSE"] = float(((proba.argmax(1) - truth) ** 2).mean())
+        out["class MSE"] = float(((proba.argmax(1) - _positions(y_true, classes)) ** 2).mean())
     return out
+
+
+def _positions(y_true, classes) -> np.ndarray:
+    """Each label's column in ``classes`` (which need not be sorted: ordered labels)."""
+    idx = {c: k for k, c in enumerate(np.asarray(classes))}
+    return np.array([idx[v] for v in np.asarray(y_true)])
+
+
+def row_log_loss(y_true, proba, classes) -> np.ndarray:
+    """−log p(y_i) of every row (probabilities clipped at 1e-15, as scikit-learn's log_loss)."""
+    proba = np.asarray(proba, dtype=float)
+    p = proba[np.arange(len(proba)), _positions(y_true, classes)]
+    return -np.log(np.clip(p, 1e-15, 1))
 
 
 def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
@@ -147,13 +159,16 @@ def numeric_lr(seed: int = 0):
         max_iter=10_000, use_legacy_attributes=False))
 
 
-def _ordered_model(codes, design):
-    """statsmodels' ``OrderedModel`` (logit) with the analytic score of its log-likelihood: its
-    own gradient is numerical, one likelihood pass per parameter, which made the one-hot fit
-    ~50 parameters × slower (tests: equal to statsmodels' numerical score)."""
+@lru_cache(maxsize=1)
+def _analytic_ordered_model():
+    """statsmodels' ``OrderedModel`` with the analytic score of its log-likelihood: its own
+    gradient is numerical, one likelihood pass per parameter, which made the one-hot fit ~50
+    parameters × slower (tests: equal to statsmodels' numerical score). Built on first use
+    (statsmodels is an optional extra) and reachable as a module attribute, so fitted models
+    pickle."""
     from statsmodels.miscmodels.ordinal_model import OrderedModel
 
-    class Model(OrderedModel):
+    class AnalyticOrderedModel(OrderedModel):
         def score(self, params):
             low, upp = self._bounds(params)
             # d log(P + 1e-20) / d bound, as statsmodels' loglikeobs (P = F(upp) − F(low))
@@ -169,7 +184,15 @@ def _ordered_model(codes, design):
             d_th = np.concatenate([tail[:1], np.exp(th[1:]) * tail[1:]])
             return np.concatenate([d_beta, d_th])
 
-    return Model(codes, design, distr="logit")
+    AnalyticOrderedModel.__module__ = __name__
+    AnalyticOrderedModel.__qualname__ = "AnalyticOrderedModel"
+    return AnalyticOrderedModel
+
+
+def __getattr__(name):  # pickle finds the lazily built class by its name
+    if name == "AnalyticOrderedModel":
+        return _analytic_ordered_model()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class OrderedLogit(ClassifierMixin, BaseEstimator):
@@ -214,7 +237,7 @@ class OrderedLogit(ClassifierMixin, BaseEstimator):
         self.classes_ = (np.unique(y) if order is None else
                          np.asarray([c for c in order if c in present], dtype=object))
         codes = pd.Categorical(y, categories=self.classes_).codes
-        self.model_ = _ordered_model(codes, self._design(X))
+        self.model_ = _analytic_ordered_model()(codes, self._design(X), distr="logit")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # convergence is recorded, not printed
             self.result_ = self.model_.fit(method="bfgs", maxiter=self.max_iter, disp=False)

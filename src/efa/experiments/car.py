@@ -8,17 +8,12 @@ from dataclasses import replace
 
 from efa.experiments import auto_mpg
 from efa.experiments.auto_mpg import jobs, plots, tables, task
-from efa.experiments.tabular_simulation import GLM_NAME, GLM_OPTIONS
 
 # Per-column vocabularies (the columns' levels differ); the test rows' buying levels were never
 # seen, so they are [UNK] (= [MASK]) and training hides 20 % of the cells at random as well
 # (cell_dropout), so that rows with a [MASK] in them are not out of distribution.
-SPEC = replace(auto_mpg.SPEC, dataset="car", estimators={
-    name: dict(backbone=bb, cell_dropout=0.2, lr=1e-2, batch_size=128, patience=20,
-               max_epochs=200)
-    for name, bb in ((auto_mpg.PAPER_BACKBONE, "paper"), (auto_mpg.LINEAR_BACKBONE, "linear"))}
-    | {GLM_NAME: dict(backbone="linear", cell_dropout=0.2, lr=1e-2, batch_size=128, patience=20,
-                      max_epochs=200, **GLM_OPTIONS)})
+SPEC = replace(auto_mpg.SPEC, dataset="car", estimators=auto_mpg.estimators(
+    cell_dropout=0.2, lr=1e-2, batch_size=128, patience=20, max_epochs=200))
 QUICK = replace(auto_mpg.QUICK, dataset="car")
 
 __all__ = ["QUICK", "SPEC", "jobs", "plots", "tables", "task"]
