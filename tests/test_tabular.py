@@ -254,6 +254,33 @@ def test_glm_term_on_a_table_of_numbers_only():
         assert np.isfinite(est.predict_proba(X)).all()
 
 
+@pytest.mark.parametrize("response", ["categorical", "ordinal"])
+def test_loss_is_the_pseudo_likelihood_from_one_query_stream(response):
+    """One attention pass per batch serves every field (one query stream hiding every field:
+    in a table each position holds one field), and the training loss is still the definition:
+    the mean negative log-likelihood per field of masked copies run in full (float64)."""
+    X, _ = table(40)
+    y = pd.Series(np.digitize(X["num"] + (X["a"] == "red"), [-0.5, 0.5, 1.2]))
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", response=response,
+                                   **FAST).fit(X, y)
+    model = est.model_.double().eval()
+    data = est._sequences(X, y.to_numpy()).to(torch.float64)
+    calls = []
+    hook = model.blocks[0].register_forward_hook(lambda *_: calls.append(1))
+    loss = model.loss(data)
+    hook.remove()
+    assert len(calls) == 1  # the query stream, once (one layer: no content layer is needed)
+    slow = naive_natural_params(model, data)  # one masked copy per cell, run in full
+    want = 0.0
+    for f in model.target_fields:
+        m = data.predicted(f.name)
+        eta = model.restrict(f.name, data, m, slow[f.name][m].to(torch.float64))
+        want = want - f.family.log_prob(data.fields[f.name][m], eta).mean()
+    assert len(model.target_fields) == (2 if response == "categorical" else 3)
+    torch.testing.assert_close(loss, want, atol=1e-10, rtol=0)
+    model.float()
+
+
 @pytest.mark.parametrize("response, additive", [("ordinal", True), ("categorical", "ordinal")])
 def test_glm_stage_skips_the_attention_without_changing_the_loss(response, additive):
     """While init="glm" fits the GLM part, every read-out weight is 0, and the model uses a zero

@@ -112,6 +112,15 @@ class TableEFA(EFA):
         bias = self.readouts[self.response].net.bias
         return out + ([bias] if bias is not None else [])
 
+    def hidden_for(self, data, target):
+        # A query token hides every field. In a table each position holds one field and the
+        # others are unobserved (so hidden) there, and the two-stream query of position i reads
+        # only its own token: this is the query of i's own field. One query stream then serves
+        # every field of a batch (field_states) instead of one per field (test, float64).
+        if target is None:
+            return super().hidden_for(data, None)
+        return {f.name: True for f in self.fields}
+
     def states(self, data, target, at, want_weights=False, head=None, content=None,
                stream=None):
         if not self.glm_only:
@@ -124,8 +133,19 @@ class TableEFA(EFA):
         h = content.new_zeros(int(at.sum()), content.shape[-1])
         return (h if head is None else head(h)), None
 
+    def field_states(self, data: Sequences, at: dict[str, torch.Tensor]) -> dict:
+        """The last layer's state [P_f, d] at the positions ``at[f]`` of every field f, from
+        one pass over the union of the positions (see hidden_for)."""
+        union = torch.stack(list(at.values())).any(0)
+        h, _ = self.states(data, next(iter(at)), union)
+        return {name: h[m[union]] for name, m in at.items()}
+
     def natural_params_at(self, data, at):
-        out = super().natural_params_at(data, at)
+        return self._natural_params(data, at, self.field_states(data, at))
+
+    def _natural_params(self, data, at, states):
+        out = {name: self.restrict(name, data, m, self.readouts[name](states[name]))
+               for name, m in at.items()}
         if not hasattr(self, "level_effect") or self.response not in at:
             return out
         m = at[self.response]
@@ -160,35 +180,37 @@ class TableEFA(EFA):
             keep = {k: m & (torch.rand(m.shape) >= self.cell_dropout)
                     for k, m in data.observed.items()}
             data = Sequences(data.fields, data.lengths, keep, data.scored)
-        content = self.encode(data, self.hidden_for(data, None))
+        at = {f.name: data.predicted(f.name) for f in self.target_fields}
+        at = {name: m for name, m in at.items() if m.any()}
         total = 0.0
-        for f in self.target_fields:
-            m = data.predicted(f.name)
-            if not m.any():
-                continue
-            if f.name != "cat":
-                eta = self.natural_params_at(data, {f.name: m})[f.name]
-                ll = f.family.log_prob(data.fields[f.name][m], eta)
-                total = total - ll.mean()
-                continue
-            h, _ = self.states(data, "cat", m, content=content)  # [P, d]
-            cols = m.nonzero()[:, 1]
-            ids = self.local_ids[cols]  # [P, width]
-            read = self.readouts["cat"].net
-            logits = torch.einsum("pd,pld->pl", h, read.weight[ids])
-            if read.bias is not None:
-                logits = logits + read.bias[ids]
-            last = cols == m.shape[1] - 1
-            if hasattr(self, "level_effect") and self.response == "cat" and last.any():
-                term = self.glm_logits(data, m.nonzero()[:, 0][last])
-                extra = torch.zeros_like(logits)  # local index k of the response = class k
-                extra[last, : term.shape[1]] = term
-                logits = logits + extra
-            logits = logits.masked_fill(~self.local_ok[cols], float("-inf"))
-            y = data.fields["cat"][m]
-            target = self.local_rank[cols, y]
-            total = total + torch.nn.functional.cross_entropy(logits, target)
-        return total
+        if not at:
+            return total
+        states = self.field_states(data, at)  # one pass for every field
+        others = {name: m for name, m in at.items() if name != "cat"}
+        etas = self._natural_params(data, others, states)
+        for name, eta in etas.items():
+            ll = self.field(name).family.log_prob(data.fields[name][at[name]], eta)
+            total = total - ll.mean()
+        if "cat" not in at:
+            return total
+        # The categorical cells' softmax runs over each cell's own column's levels only.
+        m = at["cat"]
+        h = states["cat"]  # [P, d]
+        cols = m.nonzero()[:, 1]
+        ids = self.local_ids[cols]  # [P, width]
+        read = self.readouts["cat"].net
+        logits = torch.einsum("pd,pld->pl", h, read.weight[ids])
+        if read.bias is not None:
+            logits = logits + read.bias[ids]
+        last = cols == m.shape[1] - 1
+        if hasattr(self, "level_effect") and self.response == "cat" and last.any():
+            term = self.glm_logits(data, m.nonzero()[:, 0][last])
+            extra = torch.zeros_like(logits)  # local index k of the response = class k
+            extra[last, : term.shape[1]] = term
+            logits = logits + extra
+        logits = logits.masked_fill(~self.local_ok[cols], float("-inf"))
+        target = self.local_rank[cols, data.fields["cat"][m]]
+        return total + torch.nn.functional.cross_entropy(logits, target)
 
 
 class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
