@@ -516,3 +516,14 @@ def test_car_per_row_log_loss_follows_the_classes_order():
                            "seed": 0})
     assert np.mean(out["row_log_loss"]) == pytest.approx(out["log loss"], rel=1e-9)
     assert np.mean(out["correct"]) == pytest.approx(out["accuracy"], rel=1e-12)
+
+
+def test_scikit_learn_calibration_wraps_the_estimator():
+    """Probability calibration is scikit-learn's (e.g. temperature scaling), not efa's own."""
+    from sklearn.calibration import CalibratedClassifierCV
+
+    X, y = table(120)
+    cal = CalibratedClassifierCV(AttentionTableClassifier(random_state=0, **FAST),
+                                 method="temperature", cv=2).fit(X, y)
+    p = cal.predict_proba(X)
+    assert p.shape == (120, 2) and np.allclose(p.sum(1), 1) and list(cal.classes_) == ["no", "yes"]
