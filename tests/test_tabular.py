@@ -477,6 +477,10 @@ def test_quick_reproduce(tmp_path, name):
             "Ordered logit", "efa (linear block, numbers)", "LR (numbers)", "TabM (numbers)",
             "Ordered logit (numbers)"} <= models
     assert (tmp_path / name / "accuracy.png").exists()
+    if name == "tabular-simulation":  # the GLM-first row set against the plain ordered logit
+        versus = doc["claims"]["efa_glm_vs_ordered_logit"]
+        assert versus["settings"] == 2 and 0 <= versus["settings at least as accurate"] <= 2
+        assert any(n.startswith("Fit and prediction time summed") for n in doc["notes"])
     if name == "auto-mpg":
         lr = next(r for r in doc["rows"] if r["model"] == "LR" and r["metric"] ==
                   "test accuracy")
