@@ -453,6 +453,14 @@ def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
     assert again[0]["pair"] == (1, 2) and again[0] is not kept[0]
 
 
+def test_22_a_resumed_run_says_its_wall_time_covers_only_the_jobs_it_ran():
+    from efa.experiments.summary import _wall
+
+    doc = {"wall_seconds": 3113.4}
+    assert _wall(doc) == "3113 s"
+    assert _wall({**doc, "resumed_jobs": [58, 78]}).startswith("3113 s for the last 20 of 78 jobs")
+
+
 def _two_fits(job):
     """A job with two fits in it (the second warm from the first), scored at the end."""
     model = make_model(seed=job["seed"], dtype=torch.float32, num_layers=1)

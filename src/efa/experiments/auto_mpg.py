@@ -183,9 +183,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         report.add(setting, m, "train accuracy", [r["train accuracy"] for r in rs])
         if not ref:
             correct = np.mean([r["correct"] for r in rs], 0)
-            ll = (np.mean([r["row_log_loss"] for r in rs], 0)
-                  if all(r["row_log_loss"] is not None for r in rs) else None)
-            per_row[m] = (correct, ll)
+            per_row[m] = (correct, np.mean([r["row_log_loss"] for r in rs], 0))
     # Deterministic reference peers: per-row correctness from their single run is not stored,
     # so their intervals use the accuracy's binomial bootstrap on the test size.
     n_test = len(next(iter(per_row.values()))[0]) if per_row else 0
@@ -200,8 +198,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         mse = np.mean([r["class MSE"] for r in rs])
         if m in per_row:
             a_lo, a_hi = _bootstrap(per_row[m][0], spec.bootstrap)
-            ll_ci = (_bootstrap(per_row[m][1], spec.bootstrap) if per_row[m][1] is not None
-                     else None)
+            ll_ci = _bootstrap(per_row[m][1], spec.bootstrap)
         else:
             k = int(round(acc * n_test))
             a_lo, a_hi = _bootstrap(np.r_[np.ones(k), np.zeros(n_test - k)], spec.bootstrap)

@@ -229,6 +229,8 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
     report = exp.tables(results, spec, seeds, command)
     report.wall_seconds = time.perf_counter() - t0
     report.extra["cpu_seconds"] = round(cpu_seconds() - cpu0, 1)
+    if resumed:  # the wall and CPU totals cover only the jobs this invocation ran
+        report.extra["resumed_jobs"] = [resumed, len(jobs)]
     report.environment = {"python": platform.python_version(), "torch": torch.__version__,
                           "threads": threads, "workers": workers, "device": device or "cpu"}
     report.notes.append(

@@ -43,6 +43,15 @@ def headline(doc: dict) -> list[str]:
     return table(doc)
 
 
+def _wall(doc: dict) -> str:
+    wall = f"{doc['wall_seconds']:.0f} s"
+    if doc.get("resumed_jobs"):
+        done, total = doc["resumed_jobs"]
+        wall += (f" for the last {total - done} of {total} jobs; the others were run by an "
+                 "earlier invocation and resumed from its journal")
+    return wall
+
+
 def tables(results: Path) -> str:
     parts = []
     for path in sorted(Path(results).glob("*/results.json")):
@@ -55,7 +64,7 @@ def tables(results: Path) -> str:
         parts += [
             f"**{doc['experiment']}** — `{doc['command']}` ({len(doc['seeds'])} "
             f"seed{'s' * (len(doc['seeds']) != 1)}, "
-            f"{doc['wall_seconds']:.0f} s; all metrics in `results/{path.parent.name}/results.md`)",
+            f"{_wall(doc)}; all metrics in `results/{path.parent.name}/results.md`)",
             "",
             *headline(doc),
             "",
