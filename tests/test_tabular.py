@@ -305,7 +305,8 @@ def test_glm_stage_skips_the_attention_without_changing_the_loss(response, addit
         if isinstance(blk, torch.nn.Dropout):
             blk.p = 0.0
     calls = []
-    hook = model.blocks[0].register_forward_hook(lambda *_: calls.append(1))
+    hooks = [m.register_forward_hook(lambda *_: calls.append(1))
+             for m in [model.blocks[0], *model.encoders.values()]]
     results = []
     for glm_only in (False, True):
         model.glm_only = glm_only
@@ -314,8 +315,9 @@ def test_glm_stage_skips_the_attention_without_changing_the_loss(response, addit
         loss = model.loss(data)
         loss.backward()
         results.append((loss.detach(), [p.grad.clone() for p in model.glm_parameters()]))
-        assert bool(calls) != glm_only  # the attention runs only outside the GLM stage
-    hook.remove()
+        assert bool(calls) != glm_only  # attention and encoders run only outside the GLM stage
+    for hook in hooks:
+        hook.remove()
     model.glm_only = False
     torch.testing.assert_close(results[0][0], results[1][0], atol=0, rtol=0)
     for a, b in zip(results[0][1], results[1][1], strict=True):
@@ -375,6 +377,29 @@ def test_without_early_stopping_every_row_trains_for_max_epochs(monkeypatch):
     assert seen[-1][0] < 80 and seen[-1][1] is not None
     with pytest.raises(ValueError, match="early_stopping must be True or False, got 'no'"):
         AttentionTableClassifier(early_stopping="no").fit(X, y)
+
+
+@pytest.mark.parametrize("numeric, response", [("quantile", "categorical"),
+                                                ("gaussian", "ordinal")])
+def test_stop_on_response_stops_on_the_classifiers_log_loss(numeric, response):
+    """stop_on="response": the validation loss early stopping reads is the log loss of
+    predict_proba on the held-out rows (the feature cells are trained, not watched)."""
+    from sklearn.metrics import log_loss
+    from sklearn.utils import check_random_state
+
+    from efa.tabular import _split
+
+    X, y = table(120)
+    kw = dict(random_state=0, numeric=numeric, response=response, **{**FAST, "max_epochs": 1})
+    est = AttentionTableClassifier(stop_on="response", **kw).fit(X, y)
+    codes = np.searchsorted(est.classes_, y.to_numpy())
+    _, val = _split(codes, est.validation_fraction, int(check_random_state(0).randint(2**31 - 1)))
+    want = log_loss(y.iloc[val], est.predict_proba(X.iloc[val]), labels=est.classes_)
+    assert est.history_.best_val == pytest.approx(want, abs=1e-5)
+    joint = AttentionTableClassifier(**kw).fit(X, y)
+    assert joint.history_.best_val > want + 0.1  # the joint adds the features' cells
+    with pytest.raises(ValueError, match="stop_on must be 'joint' or 'response'"):
+        AttentionTableClassifier(stop_on="y").fit(X, y)
 
 
 def test_bad_input_names_the_column():

@@ -173,3 +173,21 @@ def test_fit_standardises_a_copy_not_the_users_fields():
     other = make_model(dtype=torch.float32, fields=fields, num_layers=1)
     efa.fit(other, _data(seed=4), None, max_epochs=1, progress=False)
     assert other.field("temp").loc != temp.loc  # standardised on its own training data
+
+
+def test_monitor_stops_on_the_named_fields_only():
+    """monitor=(f,): the validation loss that early stopping reads is f's mean negative
+    log-likelihood alone (training still fits every field); unknown names are refused."""
+    model = _model()
+    names = [f.name for f in model.target_fields]
+    assert len(names) > 1
+    val = _data(seed=1)
+    hist = efa.fit(model, _data(), val, max_epochs=1, progress=False, monitor=(names[0],))
+    lls = efa.evaluate(model, val)
+    assert hist.best_val == pytest.approx(-lls[names[0]], abs=1e-6)
+    assert hist.best_val != pytest.approx(-sum(lls.values()), abs=1e-3)
+    assert set(efa.evaluate(model, val, fields=(names[0],))) == {names[0]}
+    with pytest.raises(ValueError, match="not target fields"):
+        efa.fit(_model(), _data(), val, max_epochs=1, progress=False, monitor=("nope",))
+    with pytest.raises(ValueError, match="tuple of field names"):
+        efa.TrainConfig(monitor=names[0])

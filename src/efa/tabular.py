@@ -127,10 +127,9 @@ class TableEFA(EFA):
             return super().states(data, target, at, want_weights, head, content, stream)
         # The first stage of init="glm" holds every read-out weight at 0, so the state a
         # read-out reads does not matter: a zero state gives the same outputs bit for bit
-        # without running the attention (test).
-        if content is None:
-            content = self.encode(data, self.hidden_for(data, None))
-        h = content.new_zeros(int(at.sum()), content.shape[-1])
+        # without running the attention or the encoders (test).
+        width = self.config.d_model or sum(f.dim for f in self.fields)
+        h = at.new_zeros(int(at.sum()), width, dtype=self.level_effect.dtype)
         return (h if head is None else head(h)), None
 
     def field_states(self, data: Sequences, at: dict[str, torch.Tensor]) -> dict:
@@ -256,6 +255,9 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         rows, stratified by label), best weights restored.
     early_stopping : False trains on every row for ``max_epochs`` and keeps the last weights
         (the paper's protocol; scikit-learn's MLP default), True holds out the split above.
+    stop_on : what the validation split scores for early stopping: ``"joint"`` (the joint
+        pseudo-likelihood of every cell, as trained) or ``"response"`` (the response's log
+        likelihood only, the classifier's own loss).
     shared_vocabulary : one embedding table and one read-out for every categorical column
         (the paper's model, whose columns are all bins 0..C−1 of one scale); needs every
         categorical column and the response to have the same levels.
@@ -272,7 +274,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                  missing="error", lr=1e-2, batch_size=128,
                  max_epochs=200, patience=10, weight_decay=0.0, validation_fraction=0.15,
                  shared_vocabulary=False, cell_dropout=0.0, early_stopping=True,
-                 random_state=None):
+                 stop_on="joint", random_state=None):
         self.backbone = backbone
         self.embedding_dim = embedding_dim
         self.num_heads = num_heads
@@ -296,6 +298,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.shared_vocabulary = shared_vocabulary
         self.cell_dropout = cell_dropout
         self.early_stopping = early_stopping
+        self.stop_on = stop_on
         self.random_state = random_state
 
     def __sklearn_tags__(self):
@@ -337,6 +340,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                              "or 'ordinal'")
         if not isinstance(self.early_stopping, bool | np.bool_):
             raise ValueError(f"early_stopping must be True or False, got {self.early_stopping!r}")
+        if self.stop_on not in ("joint", "response"):
+            raise ValueError(f"stop_on must be 'joint' or 'response', got {self.stop_on!r}")
         if not 0 < self.validation_fraction < 1:
             raise ValueError(f"validation_fraction must be in (0, 1), got "
                              f"{self.validation_fraction!r}")
@@ -594,8 +599,14 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         cfg = TrainConfig(lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
                           max_epochs=self.max_epochs, patience=self.patience,
                           schedule="constant", seed=seed, progress=False, grad_clip=1.0,
-                          min_delta=1e-6)  # the stopping threshold of the committed tables
+                          min_delta=1e-6,  # the stopping threshold of the committed tables
+                          monitor=(self.model_.response,) if self.stop_on == "response"
+                          else None)
         val = data[torch.as_tensor(val_idx)] if len(val_idx) else None
+        if val is not None and self.stop_on == "response":  # score the response cells only
+            last = torch.zeros(val.fields["cat"].shape, dtype=torch.bool)
+            last[:, -1] = True
+            val = val.with_scored(last)
         train = data[torch.as_tensor(train_idx)]
         if self.init == "glm":
             self.glm_history_ = self._fit_glm(train, val, cfg)

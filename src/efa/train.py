@@ -83,6 +83,9 @@ class TrainConfig:
     sampled_softmax: k > 0 trains category read-outs by the sampled softmax with k negatives
       per batch from the ``proposal`` ("unigram": training frequencies, or "uniform"), with
       the log-Q correction (large vocabularies; evaluation stays exact).
+    monitor: the target fields whose summed validation log-likelihood decides early stopping
+      and the schedule (None: every target field), e.g. only the response of a classifier
+      trained on the joint pseudo-likelihood; training still fits every field.
     """
 
     lr: float = 6e-3
@@ -106,8 +109,15 @@ class TrainConfig:
     drop_last: bool = False
     sampled_softmax: int | None = None
     proposal: str = "unigram"
+    monitor: tuple[str, ...] | None = None
 
     def __post_init__(self):
+        if self.monitor is not None:
+            if isinstance(self.monitor, str) or not all(isinstance(m, str) for m in self.monitor) \
+                    or not self.monitor:
+                raise ValueError("monitor must be None or a non-empty tuple of field names, got "
+                                 f"{self.monitor!r}")
+            self.monitor = tuple(self.monitor)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         for name in ("batch_size", "max_epochs", "patience", "eval_batch_size"):
@@ -200,15 +210,19 @@ def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 
 
 @torch.no_grad()
 def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
-             base_measure: bool = True) -> dict[str, float]:
-    """Mean log-likelihood per target field over all predicted positions of ``data``. A field
-    with no predicted position gets NaN and a warning; a non-finite log-likelihood is an error
-    naming the field, sequence and position."""
-    sums: dict[str, float] = {f.name: 0.0 for f in model.target_fields}
-    counts: dict[str, int] = {f.name: 0 for f in model.target_fields}
+             base_measure: bool = True, fields: tuple[str, ...] | None = None
+             ) -> dict[str, float]:
+    """Mean log-likelihood per target field (of ``fields`` only, if given) over all predicted
+    positions of ``data``. A field with no predicted position gets NaN and a warning; a
+    non-finite log-likelihood is an error naming the field, sequence and position."""
+    names = [f.name for f in model.target_fields if fields is None or f.name in fields]
+    sums: dict[str, float] = dict.fromkeys(names, 0.0)
+    counts: dict[str, int] = dict.fromkeys(names, 0)
     with _scoring(model, data):
         for idx, batch in _batches(data, batch_size, model.device):
             for name, (s, n) in model.log_likelihood(batch, base_measure, check=False).items():
+                if name not in sums:
+                    continue
                 if not torch.isfinite(s):
                     _raise_non_finite(model, batch, idx, "evaluate")
                 sums[name] += float(s)
@@ -276,20 +290,22 @@ def mean_squared_error(model: ConditionalModel, data: Sequences, name: str) -> f
     return float(((y.to(mu.dtype) - mu) ** 2).mean())
 
 
-def _val_loss(model, data, batch_size) -> float:
+def _val_loss(model, data, batch_size, monitor=None) -> float:
     rank, size = distributed.world()
     if size == 1:
-        return -sum(evaluate(model, data, batch_size).values())
+        return -sum(evaluate(model, data, batch_size, fields=monitor).values())
     # Each rank scores its shard; the all-reduced sums make the same decision everywhere.
     shard = data[torch.arange(rank, len(data), size)] if rank < len(data) else None
-    sums = {f.name: [0.0, 0] for f in model.target_fields}
+    sums = {f.name: [0.0, 0] for f in model.target_fields
+            if monitor is None or f.name in monitor}
     if shard is not None:
         with torch.no_grad():
             model.eval()
             for _, batch in _batches(shard, batch_size, model.device):
                 for name, (s, n) in model.log_likelihood(batch, check=False).items():
-                    sums[name][0] += float(s)
-                    sums[name][1] += n
+                    if name in sums:
+                        sums[name][0] += float(s)
+                        sums[name][1] += n
             model.train()
     flat = distributed.all_sum([v for pair in sums.values() for v in pair])
     return -sum(flat[2 * k] / max(flat[2 * k + 1], 1) for k in range(len(sums)))
@@ -325,6 +341,12 @@ def fit(
     cfg = config or TrainConfig()
     if overrides:
         cfg = TrainConfig(**{**asdict(cfg), **overrides})
+    if cfg.monitor is not None:
+        targets = [f.name for f in model.target_fields]
+        unknown = [m for m in cfg.monitor if m not in targets]
+        if unknown:
+            raise ValueError(f"monitor names {unknown}, which are not target fields of the "
+                             f"model; its target fields are {targets}")
     if cfg.positions is not None and cfg.positions > train.max_len:
         raise ValueError(
             f"positions={cfg.positions} is more than the sequences hold ({train.max_len}); "
@@ -334,7 +356,9 @@ def fit(
         if data is None:
             continue
         model.check(data)
-        empty = [f.name for f in model.target_fields if not data.predicted(f.name).any()]
+        watched = [f.name for f in model.target_fields if what == "training"
+                   or cfg.monitor is None or f.name in cfg.monitor]
+        empty = [name for name in watched if not data.predicted(name).any()]
         if empty:
             raise ValueError(
                 f"the {what} data have no predicted position for field(s) {empty} (all values "
@@ -458,7 +482,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                 total += float(loss.detach()) / size
             hist.train_loss.append(distributed.all_sum([total])[0] / n_batches)
             if val is not None:
-                v = _val_loss(model, val, cfg.eval_batch_size)
+                v = _val_loss(model, val, cfg.eval_batch_size, cfg.monitor)
                 hist.val_loss.append(v)
                 if plateau is not None:
                     plateau.step(v)
