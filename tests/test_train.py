@@ -189,5 +189,7 @@ def test_monitor_stops_on_the_named_fields_only():
     assert set(efa.evaluate(model, val, fields=(names[0],))) == {names[0]}
     with pytest.raises(ValueError, match="not target fields"):
         efa.fit(_model(), _data(), val, max_epochs=1, progress=False, monitor=("nope",))
+    with pytest.raises(ValueError, match=r"\['nope'\] are not target fields"):
+        efa.evaluate(model, val, fields=("nope",))
     with pytest.raises(ValueError, match="tuple of field names"):
         efa.TrainConfig(monitor=names[0])

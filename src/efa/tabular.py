@@ -128,7 +128,7 @@ class TableEFA(EFA):
         # The first stage of init="glm" holds every read-out weight at 0, so the state a
         # read-out reads does not matter: a zero state gives the same outputs bit for bit
         # without running the attention or the encoders (test).
-        width = self.config.d_model or sum(f.dim for f in self.fields)
+        width = self.blocks[-1].d_out  # the read-outs' input width
         h = at.new_zeros(int(at.sum()), width, dtype=self.level_effect.dtype)
         return (h if head is None else head(h)), None
 
@@ -604,7 +604,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                           else None)
         val = data[torch.as_tensor(val_idx)] if len(val_idx) else None
         if val is not None and self.stop_on == "response":  # score the response cells only
-            last = torch.zeros(val.fields["cat"].shape, dtype=torch.bool)
+            last = torch.zeros_like(val.valid())
             last[:, -1] = True
             val = val.with_scored(last)
         train = data[torch.as_tensor(train_idx)]

@@ -215,6 +215,8 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
     """Mean log-likelihood per target field (of ``fields`` only, if given) over all predicted
     positions of ``data``. A field with no predicted position gets NaN and a warning; a
     non-finite log-likelihood is an error naming the field, sequence and position."""
+    if fields is not None:
+        _check_targets(model, fields)
     names = [f.name for f in model.target_fields if fields is None or f.name in fields]
     sums: dict[str, float] = dict.fromkeys(names, 0.0)
     counts: dict[str, int] = dict.fromkeys(names, 0)
@@ -236,6 +238,14 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
         else:
             out[name] = sums[name] / counts[name]
     return out
+
+
+def _check_targets(model: ConditionalModel, names) -> None:
+    targets = [f.name for f in model.target_fields]
+    unknown = [n for n in names if n not in targets]
+    if unknown:
+        raise ValueError(f"{unknown} are not target fields of the model; its target fields "
+                         f"are {targets}")
 
 
 def _raise_non_finite(model, batch: Sequences, idx: torch.Tensor, where: str, extra: str = ""):
@@ -342,11 +352,7 @@ def fit(
     if overrides:
         cfg = TrainConfig(**{**asdict(cfg), **overrides})
     if cfg.monitor is not None:
-        targets = [f.name for f in model.target_fields]
-        unknown = [m for m in cfg.monitor if m not in targets]
-        if unknown:
-            raise ValueError(f"monitor names {unknown}, which are not target fields of the "
-                             f"model; its target fields are {targets}")
+        _check_targets(model, cfg.monitor)
     if cfg.positions is not None and cfg.positions > train.max_len:
         raise ValueError(
             f"positions={cfg.positions} is more than the sequences hold ({train.max_len}); "
