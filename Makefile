@@ -1,14 +1,18 @@
-# The two set-up commands of the README: `make demo` and `make test`.
+# The two set-up commands of the README: `make demo` and `make test`. Both install exactly the
+# versions (and file hashes) of requirements.lock; `make lock` refreshes it (docs/reproducibility.md).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check
+LOCK_VENV := .lock-venv
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install lock clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,experiments]'
+	$(PIP) --require-hashes -r requirements.lock
+	$(PIP) --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -23,5 +27,14 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest
 
+# Resolve pyproject's ranges (with the dev and experiments extras) afresh to the newest
+# versions and write them, with their hashes, to requirements.lock.
+lock:
+	test -x $(LOCK_VENV)/bin/python || $(PY) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet --disable-pip-version-check pip-tools==7.6.2
+	$(LOCK_VENV)/bin/pip-compile --quiet --upgrade --generate-hashes --allow-unsafe \
+		--strip-extras --extra dev --extra experiments --no-emit-index-url \
+		--no-emit-find-links --output-file requirements.lock pyproject.toml
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(LOCK_VENV) runs .pytest_cache

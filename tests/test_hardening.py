@@ -297,11 +297,6 @@ def test_13_save_keeps_foreign_files_and_follows_the_umask(tmp_path):
         assert stat.S_IMODE((path / name).stat().st_mode) == 0o644
 
 
-def test_14_python_versions():
-    text = (ROOT / "pyproject.toml").read_text()
-    assert 'requires-python = ">=3.11,<3.14"' in text
-
-
 def test_15_version_and_fast_listing():
     r = _efa("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"efa {efa.__version__}"

@@ -154,13 +154,19 @@ def train(
 
 
 @app.command()
-def replot(folder: Path = typer.Argument(..., help="a results folder, e.g. results/synthetic")):
+def replot(folder: Path = typer.Argument(..., help="a results folder, e.g. results/synthetic"),
+           tables: bool = typer.Option(False, help="also recompute the tables, notes and claims "
+                                       "from the runs stored in results.json")):
     """Redraw the plots and results.md of a results folder from its results.json."""
     from efa.experiments import get
     from efa.experiments.report import Report
+    from efa.experiments.runner import retable, write_atomically
 
     try:
         report = Report.read(folder)
+        if tables:
+            report = retable(folder)
+            write_atomically(report, folder, get(report.experiment).plots)
         (folder / "results.md").write_text(report.markdown())
         get(report.experiment).plots(report, folder)
     except Exception as err:  # one line for the user; the traceback with --debug

@@ -1,9 +1,9 @@
 """Categorical tables of the attention-as-mixture-of-experts paper (Wibisono & Wang, UAI 2023).
 
-- :func:`simulate`: the covariate-shift simulation of Section 3.2.1 / Appendix D, drawn exactly
-  as the authors' ``generate_data`` (NumPy's legacy global-state generator, the same call order,
-  the sign flip of the first D//2 columns on *both* splits, pooled quantile bins), or the paper's
-  text (``variant="paper"``: sign flip on the training split only, bins per split).
+- :func:`simulate`: the covariate-shift simulation of Section 3.2.1 / Appendix D: the model of
+  the authors' ``generate_data`` (the sign flip of the first D//2 columns on *both* splits,
+  pooled quantile bins), or the paper's text (``variant="paper"``: sign flip on the training
+  split only, bins per split), drawn the same on every machine (see :func:`equicorrelated`).
 - :func:`auto_mpg`: UCI auto-mpg with the reference preprocessing and the origin split.
 - :func:`car`: UCI Car Evaluation with a split by one feature (a second covariate shift case).
 
@@ -11,6 +11,8 @@ Every loader returns ``(train, test)`` pandas DataFrames with the response in th
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -35,35 +37,60 @@ def simulation_seeds() -> tuple[int, ...]:
         np.random.set_state(state)
 
 
+def equicorrelated(rng: np.random.Generator, rho: float, n: int, d: int) -> np.ndarray:
+    """``n`` rows of N(0, Σ) with Σ = (1 − ρ) I + ρ 11ᵀ (unit variances, correlation ``rho`` in
+    [0, 1]), as one shared standard normal times √ρ plus an independent one times √(1 − ρ).
+
+    Why not ``multivariate_normal``: it factors Σ by SVD, and this Σ has one eigenvalue repeated
+    d − 1 times, so the basis LAPACK returns inside that eigenspace is not unique and changes
+    with the BLAS kernel, and so did the data. This closed form is element-wise (no BLAS, no
+    reduction), so the same seed gives the same bits on every CPU."""
+    if not 0.0 <= rho <= 1.0:
+        raise ValueError(f"the correlation must be in [0, 1], got {rho!r}")
+    z = rng.standard_normal((n, d + 1))
+    return math.sqrt(rho) * z[:, :1] + math.sqrt(1.0 - rho) * z[:, 1:]
+
+
 def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: int = 5,
              y_noise: float = 2.0, n_cat: int = 10, shift: bool = True,
              variant: str = "code") -> tuple[pd.DataFrame, pd.DataFrame]:
     """One simulated data set: ``train``, ``test`` with integer bins in columns x0..x{d-1}, y.
 
-    The draws use NumPy's legacy generator in the reference order (train x, test x, train
-    noise, test noise, coefficients, train y noise, test y noise), so ``variant="code"`` is
-    bit-for-bit the authors' data. The global NumPy state is restored afterwards.
+    The model of the authors' generator: x ~ N(0, Σ) with correlation ``corr`` in training and
+    1 − ``corr`` in test (the covariate shift), the first d//2 columns' signs flipped, features
+    observed with noise, y = x[:, :n_c] @ coef + N(0, ``y_noise``²) with coef ~ U(0, 10), then
+    every column in ``n_cat`` quantile bins. Draws come from ``np.random.default_rng(seed)`` in
+    the reference order (train x, test x, train noise, test noise, coefficients, train y noise,
+    test y noise), by the closed form of :func:`equicorrelated` and element-wise arithmetic
+    only, so a seed gives the same table on every machine. It is not the authors' data: theirs
+    went through ``multivariate_normal``'s SVD, whose result depends on the CPU's BLAS kernel.
     """
     if variant not in ("code", "paper"):
         raise ValueError(f"variant must be 'code' (the authors' generator) or 'paper', got "
                          f"{variant!r}")
     if not 1 <= n_c <= d:
         raise ValueError(f"n_c must be in 1..{d}, got {n_c}")
-    rng = np.random.RandomState(seed)  # same stream as np.random.seed(seed) + np.random.*
-    mean = np.zeros(d)
-    train_cov = np.full((d, d), corr) + np.eye(d) * (1 - corr)
-    test_cov = np.full((d, d), 1 - corr) + np.eye(d) * corr if shift else train_cov
+    if not 0.0 <= corr <= 1.0:
+        raise ValueError(f"corr must be in [0, 1], got {corr!r}")
+    rng = np.random.default_rng(seed)
     flip = np.concatenate([-np.ones(d // 2), np.ones(d - d // 2)])
-    train_true = rng.multivariate_normal(mean, train_cov, size=n) * flip
-    test_true = rng.multivariate_normal(mean, test_cov, size=n)
+    train_true = equicorrelated(rng, corr, n, d) * flip
+    test_true = equicorrelated(rng, 1.0 - corr if shift else corr, n, d)
     if variant == "code":  # the reference flips the test split too (the paper says train only)
         test_true = test_true * flip
     scale = np.array([0.4] * n_c + [0.3] * (d - n_c)) * noise
-    train_x = train_true + scale * rng.normal(size=[n, d])
-    test_x = test_true + scale * rng.normal(size=[n, d])
+    train_x = train_true + scale * rng.standard_normal((n, d))
+    test_x = test_true + scale * rng.standard_normal((n, d))
     coef = rng.uniform(size=n_c) * 10
-    train_y = train_true[:, :n_c] @ coef + y_noise * rng.normal(size=n)
-    test_y = test_true[:, :n_c] @ coef + y_noise * rng.normal(size=n)
+
+    def linear(true):  # a fixed left-to-right sum: `@` would go through BLAS
+        out = true[:, 0] * coef[0]
+        for j in range(1, n_c):
+            out = out + true[:, j] * coef[j]
+        return out
+
+    train_y = linear(train_true) + y_noise * rng.standard_normal(n)
+    test_y = linear(test_true) + y_noise * rng.standard_normal(n)
     cols = [f"x{i}" for i in range(d)]
     train = pd.DataFrame(train_x, columns=cols).assign(y=train_y)
     test = pd.DataFrame(test_x, columns=cols).assign(y=test_y)

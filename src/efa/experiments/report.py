@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -55,11 +54,9 @@ class Report:
     def to_json(self) -> dict:
         import torch
 
-        env = self.environment or {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-        }
+        from efa.experiments.provenance import environment
+
+        env = self.environment or environment(torch.get_num_threads())
         return {
             "experiment": self.experiment,
             "command": self.command,
@@ -115,6 +112,7 @@ class Report:
             lines += ["", *[f"- {n}" for n in self.notes]]
         for section in self.sections:
             lines += ["", section.rstrip()]
+        lines += ["", "## Environment", "", provenance(self.to_json()["environment"])]
         return "\n".join(lines) + "\n"
 
     def write(self, folder: Path) -> Path:
@@ -124,6 +122,22 @@ class Report:
         (folder / "results.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
         (folder / "results.md").write_text(self.markdown())
         return folder
+
+
+def provenance(env: dict) -> str:
+    """One line of what made the numbers: versions, CPU, BLAS kernels, threads (files written
+    before efa recorded more than python, torch and threads say only those)."""
+    skip = {"blas", "cpu", "cpus", "threads", "workers", "device", "OPENBLAS_CORETYPE"}
+    parts = [f"{k} {v}" for k, v in env.items() if k not in skip and v is not None]
+    if env.get("cpu"):
+        parts.append(f"CPU {env['cpu']} ({env.get('cpus')} cores)")
+    parts += [f"{b['used by']}'s BLAS {b['library']} {b.get('version') or ''} kernel "
+              f"{b['kernel']}".replace("  ", " ") for b in env.get("blas", [])]
+    if env.get("OPENBLAS_CORETYPE"):
+        parts.append(f"OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}")
+    parts.append(f"{env.get('threads')} torch thread(s) × {env.get('workers', 1)} worker(s) "
+                 f"on {env.get('device', 'cpu')}")
+    return "; ".join(parts) + "."
 
 
 def fmt(mean: float, std: float) -> str:

@@ -211,11 +211,10 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
               device: str | None = None, journal: Path | None = None) -> Report:
     """Run experiment ``name`` for seeds 0..seeds-1 and return its report (``journal``: see
     :func:`run_jobs`)."""
-    import platform
-
     import torch
 
     from efa.experiments import get
+    from efa.experiments.provenance import environment
 
     exp = get(name)
     spec = exp.QUICK if quick else exp.SPEC
@@ -231,8 +230,7 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
     report.extra["cpu_seconds"] = round(cpu_seconds() - cpu0, 1)
     if resumed:  # the wall and CPU totals cover only the jobs this invocation ran
         report.extra["resumed_jobs"] = [resumed, len(jobs)]
-    report.environment = {"python": platform.python_version(), "torch": torch.__version__,
-                          "threads": threads, "workers": workers, "device": device or "cpu"}
+    report.environment = environment(threads, workers, device)
     report.notes.append(
         f"Ran on {workers} worker process(es) × {threads} torch thread(s) each (EFA_WORKERS "
         "overrides the number of workers; numbers depend on the thread count): wall "
@@ -241,6 +239,28 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
            "same command (interrupted, or with --only), whose time is not in these totals "
            "(each job's own seconds are in the rows)." if resumed else "")
     )
+    return report
+
+
+def retable(folder: Path) -> Report:
+    """The report of ``folder`` with its tables, notes and claims computed again from the runs
+    its results.json stores (after a change to the experiment's tables, or to a results file
+    they read: tabular-simulation reads tabular-simulation-grids'). What the run measured of
+    itself (wall and CPU time, resumed jobs, environment, its "Ran on" note) is kept."""
+    from efa.experiments import get
+
+    old = Report.read(folder)
+    runs = old.extra.get("runs")
+    if not runs:
+        raise ValueError(f"{folder}/results.json stores no runs to recompute the tables from")
+    exp = get(old.experiment)
+    spec = exp.QUICK if "--quick" in old.command.split() else exp.SPEC
+    report = exp.tables(runs, spec, len(old.seeds), old.command)
+    report.wall_seconds, report.environment = old.wall_seconds, old.environment
+    for key in ("cpu_seconds", "resumed_jobs"):
+        if key in old.extra:
+            report.extra[key] = old.extra[key]
+    report.notes += [n for n in old.notes if n.startswith("Ran on ")]
     return report
 
 

@@ -138,7 +138,15 @@ def _replace(text: str, start: str, end: str, body: str, readme) -> str:
 
 
 def update_readme(readme: Path, results: Path) -> bool:
-    """Rewrite the blocks between the results markers; True if the file changed."""
+    """Rewrite the blocks between the results markers, and each results.md from its
+    results.json (so each shows its environment); True if README changed."""
+    from efa.experiments.report import Report
+
+    for path in sorted(Path(results).glob("*/results.json")):
+        md = path.with_name("results.md")
+        text = Report.read(path.parent).markdown()
+        if not md.exists() or md.read_text() != text:
+            md.write_text(text)
     text = Path(readme).read_text()
     new = _replace(text, START, END, tables(results), readme)
     if SCALE_START in new:

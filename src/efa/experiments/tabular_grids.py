@@ -4,7 +4,8 @@ UAI 2023), run on the first ``--seeds`` data sets of every setting.
 Each grid is 18–27 parameter sets × 5 stratified folds (GB: 135 fits of up to 200 × 10 trees
 per data set), so all 240 data sets would take about a day on two cores. This experiment runs
 them once on a subset (committed; ``efa reproduce tabular-simulation`` reuses its results file)
-and compares every number with the authors' per-seed CSV values for the same data sets.
+and sets every number against the authors' spread over their 20 data sets of the same setting
+(the data are drawn the same on every machine, so they are not the authors'; nothing is paired).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from efa.experiments.report import Report
 
 MODELS = ("RF", "GB", "MLP")
 COST = {"RF": 1.0, "GB": 6.0, "MLP": 3.0}
-TOLERANCE = 0.02
 
 
 @dataclass(frozen=True)
@@ -66,53 +68,75 @@ def setting_name(s) -> str:
     return f"({n_c},{noise:g},{corr:g})"
 
 
-def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
+def authors_spread(setting, model: str) -> tuple[float, float]:
+    """Mean and sd of the authors' test accuracy of ``model`` over their 20 data sets of
+    ``setting`` (their per-seed CSV)."""
+    from efa.datasets.tabular import SIMULATION_SEEDS
     from efa.experiments.tabular_simulation import authors_values
 
     ref = authors_values()
+    v = np.array([ref[tuple(setting), sd][f"acc_test_{model.lower()}"]
+                  for sd in SIMULATION_SEEDS])
+    return float(v.mean()), float(v.std(ddof=1))
+
+
+def against_authors(runs: list[dict]) -> tuple[list[tuple], dict]:
+    """Each rerun (n = 2000) against the authors' spread: rows (data set, model, accuracy,
+    their mean, their sd) and {model: (reruns inside mean ± 2 sd, reruns)}."""
+    rows, within = [], {}
+    for r in runs:
+        mu, sd = authors_spread(r["setting"], r["model"])
+        rows.append((f"{setting_name(r['setting'])} seed {r['seed']}", r["model"],
+                     r["accuracy"], mu, sd))
+        k, n = within.get(r["model"], (0, 0))
+        within[r["model"]] = (k + (abs(r["accuracy"] - mu) <= 2 * sd), n + 1)
+    return rows, within
+
+
+def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     report = Report("tabular-simulation-grids", command, list(range(seeds)))
-    worst = {}
+    full = spec.grids is None and spec.n == 2000
     for r in results:
-        name = setting_name(r["setting"])
-        full = r["n"] == 2000 and spec.grids is None
-        quoted = ref.get((tuple(r["setting"]), r["seed"]), {}) if full else {}
-        for metric, key in (("test accuracy", "acc_test"), ("test class MSE", "mse_test")):
-            m = "accuracy" if metric == "test accuracy" else "class MSE"
-            paper = quoted.get(f"{key}_{r['model'].lower()}")
-            report.add(f"{name} seed {r['seed']}", r["model"], metric, [r[m]], paper)
-            if paper is not None and metric == "test accuracy":
-                worst[r["model"]] = max(worst.get(r["model"], 0.0), abs(r[m] - paper))
-        report.add(f"{name} seed {r['seed']}", r["model"], "test log loss", [r["log loss"]])
+        name = f"{setting_name(r['setting'])} seed {r['seed']}"
+        paper = authors_spread(r["setting"], r["model"])[0] if full else None
+        report.add(name, r["model"], "test accuracy", [r["accuracy"]], paper)
+        report.add(name, r["model"], "test class MSE", [r["class MSE"]])
+        report.add(name, r["model"], "test log loss", [r["log loss"]])
     report.extra["runs"] = results
-    report.extra["max_abs_accuracy_difference"] = worst
-    report.notes += [
+    report.notes.append(
         "Reference peers exactly as the authors' baseline_results.py (one-hot, drop first level; "
         "GridSearchCV(scoring='accuracy', StratifiedKFold(5, shuffle=True, random_state=seed)); "
-        "MLP max_iter=2000, learning_rate_init=0.01), single process. 'paper' = the authors' "
-        "per-seed CSV value for the same data set (repository yixinw-lab/attention-uai).",
-        "Largest |accuracy − authors'| per model: "
-        + ", ".join(f"{m} {v:.4f}" for m, v in worst.items())
-        + f" (target ≤ {TOLERANCE}; sklearn versions differ).",
-    ]
+        "MLP max_iter=2000, learning_rate_init=0.01), single process. The data set is drawn from "
+        "the authors' model the same on every machine, so it is not theirs: 'paper' = the "
+        "authors' mean accuracy over their 20 data sets of the setting (per-seed CSVs, "
+        "repository yixinw-lab/attention-uai).")
+    if full:
+        rows, within = against_authors(results)
+        report.extra["within_authors_2sd"] = within
+        report.notes.append(
+            "Inside the authors' spread (their mean ± 2 sd over 20 data sets): "
+            + ", ".join(f"{m} {k} of {n}" for m, (k, n) in within.items()) + ".")
     return report
 
 
 def plots(report: Report, folder) -> None:
     from efa.experiments.plots import figure, save
 
-    rows = [r for r in report.rows if r.metric == "test accuracy" and r.paper is not None]
-    if not rows:
+    runs = [r for r in report.extra.get("runs", []) if r["n"] == 2000]
+    if not runs or "within_authors_2sd" not in report.extra:
         return
+    rows = against_authors(runs)[0]
     fig, ax = figure(figsize=(5, 5))
     for k, m in enumerate(MODELS):
-        mine = [r for r in rows if r.model == m]
-        ax.plot([r.paper for r in mine], [r.mean for r in mine], "o", color=f"C{k}", label=m)
-    lo = min(min(r.paper, r.mean) for r in rows)
-    hi = max(max(r.paper, r.mean) for r in rows)
+        mine = [r for r in rows if r[1] == m]
+        ax.errorbar([r[3] for r in mine], [r[2] for r in mine], xerr=[2 * r[4] for r in mine],
+                    fmt="o", color=f"C{k}", label=m, capsize=2)
+    lo = min(min(r[2], r[3]) for r in rows)
+    hi = max(max(r[2], r[3]) for r in rows)
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-    ax.set_xlabel("authors' test accuracy (per-seed CSV)")
-    ax.set_ylabel("efa's rerun of the reference grid")
-    ax.set_title("Reference grids: rerun vs the authors' values")
+    ax.set_xlabel("authors' mean test accuracy over 20 data sets (± 2 sd)")
+    ax.set_ylabel("efa's rerun of the reference grid (one data set)")
+    ax.set_title("Reference grids: rerun vs the authors' spread")
     ax.legend()
     fig.tight_layout()
     save(fig, Path(folder) / "grids_vs_authors.png")

@@ -1,15 +1,18 @@
 """Table 1 of Wibisono & Wang (UAI 2023): classifying a binned response from five binned
 features under covariate shift (``efa reproduce tabular-simulation``).
 
-12 settings (n_c, noise, corr) × the authors' 20 data-set seeds, drawn bit-for-bit by the
-reference generator (:func:`efa.datasets.tabular.simulate`). On every data set: the estimator
+12 settings (n_c, noise, corr) × the authors' 20 data-set seeds, drawn from the model of the
+reference generator the same on every machine (:func:`efa.datasets.tabular.simulate`; not the
+authors' data, which depended on their CPU's BLAS kernel). On every data set: the estimator
 (:class:`efa.tabular.AttentionTableClassifier`; also with an ordinal response and a GLM term
 fitted first), the reference logistic regression, CatBoost, the ordered logit; TabM on the
 first ``tabm_seeds`` data sets of every setting; and the estimator, LR, CatBoost, the ordered
 logit and TabM with the bins read as numbers (``… numbers`` rows). The reference RF / GB / MLP
-grids are too costly for 240 data sets: their cells are the authors' per-seed CSV values
-(labelled "quoted"), and ``efa reproduce tabular-simulation-grids`` reruns them on one data
-set per setting, read back here from its committed results file.
+grids are too costly for 240 data sets: their cells are the authors' per-seed CSV values on
+their data (labelled "quoted"), and ``efa reproduce tabular-simulation-grids`` reruns them on
+one data set per setting, read back here from its committed results file. Every comparison
+with the authors' numbers is statistical: a mean over 20 data sets against theirs, with
+standard errors.
 """
 
 from __future__ import annotations
@@ -212,7 +215,6 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     ours += [numbers_name(m) for m in ours]
     ours.insert(1, GLM_NAME)
     summary = {}  # (setting, model) -> (acc values, mse values)
-    lr_worst = 0.0
     for s in spec.settings:
         rs = sorted(by[tuple(s)], key=lambda r: r["index"])
         name = setting_name(s)
@@ -241,18 +243,19 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                 report.add(name, label, "test accuracy", acc, acc_paper[model])
                 report.add(name, label, "test class MSE", mse, mse_paper[model])
                 summary[s, label] = (acc, mse)
-            for r in rs:
-                lr_worst = max(lr_worst, abs(r["models"]["LR"]["accuracy"]
-                                             - ref[tuple(s), r["seed"]]["acc_test_lr"]))
     report.extra["runs"] = results
     _paper_layout(report, spec, summary, used, full)
     _against_ordered_logit(report, spec, summary)
     if full:
-        _claims(report, spec, summary, lr_worst)
+        _claims(report, spec, summary, used)
     est = spec.estimator
     report.notes += [
-        f"Data: the authors' generator bit for bit (seeds {used[:3]}…, np.random.seed(2023); "
-        f"randint(10000, size=20)), n = {spec.n} train and test rows, 10 pooled quantile bins.",
+        f"Data: the model of the authors' generator, drawn the same on every machine (closed-"
+        f"form equicorrelated normals from np.random.default_rng(seed); seeds {used[:3]}…, the "
+        "authors' np.random.seed(2023); randint(10000, size=20)), n = "
+        f"{spec.n} train and test rows, 10 pooled quantile bins. Not the authors' data: theirs "
+        "went through multivariate_normal's SVD, whose result depends on the BLAS kernel "
+        "(docs/reproducibility.md), so every comparison with their numbers is statistical.",
         f"{EFA_NAME}: efa.tabular.AttentionTableClassifier("
         + ", ".join(f"{k}={v!r}" for k, v in est.items())
         + "): one residual_linear attention layer (5 heads × 4 dims, width 20, "
@@ -285,9 +288,9 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         "as above with numeric features. The bins are ordered, so this is the reading a user "
         "would try; it was chosen for efa on development data sets (seeds 1–5, which are not "
         "among the reported 20, in four n_c = 5 settings; docs/moe.md), not on these.",
-        "RF / GB / MLP / ATN (quoted): the authors' per-seed CSV values (their runs), not rerun "
-        "here; `efa reproduce tabular-simulation-grids` reruns the three grids on one data set "
-        "per setting (below).",
+        "RF / GB / MLP / ATN (quoted): the authors' per-seed CSV values (their runs on their "
+        "data), not rerun here; `efa reproduce tabular-simulation-grids` reruns the three grids "
+        "on one data set per setting (below).",
         "Class MSE = mean squared difference of predicted and true bin index (the paper's MSE). "
         "Log loss only for the models run here (the authors' CSVs have none).",
     ]
@@ -346,49 +349,60 @@ def _paper_layout(report, spec, summary, used, full):
         report.sections.append("\n".join(lines))
 
 
-def _claims(report, spec, summary, lr_worst):
-    lr_cells = max(abs(float(np.mean(summary[s, "LR"][0])) - PAPER_ACC[tuple(s)][0])
-                   for s in spec.settings)
+def _se(values) -> float:
+    v = np.asarray(values, dtype=float)
+    return float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+
+
+def _claims(report, spec, summary, used):
+    """The targets, each a mean over the data sets against the paper's, with standard errors:
+    the data are not the authors' (drawn the same on every machine), so nothing is paired."""
+    ref = authors_values()
+    lines = ["### Targets (means over data sets against the paper's; SE = standard error)", ""]
+    lr = []
+    for s in spec.settings:
+        acc = summary[s, "LR"][0]
+        lr.append((setting_name(s), float(np.mean(acc)), _se(acc), PAPER_ACC[tuple(s)][0]))
+    inside = sum(abs(m - p) <= 2 * se for _, m, se, p in lr)
     report.extra.setdefault("claims", {}).update({
-        "lr_max_abs_cell_difference": lr_cells,
-        "lr_max_abs_per_seed_difference": lr_worst,
-    })
-    lines = ["### Targets", ""]
+        "lr_within_2se_of_table_1": inside, "lr_vs_table_1": lr})
     for model, key in ((EFA_NUMBERS, "efa_numbers"), (GLM_NAME, "efa_glm"), (EFA_NAME, "efa")):
         if (spec.settings[0], model) not in summary:
             continue
         beat = []
         for s in spec.settings:
-            mine = float(np.mean(summary[s, model][0]))
-            atn = PAPER_ACC[tuple(s)][4]
-            beat.append((setting_name(s), mine, atn, mine >= atn))
+            mine = summary[s, model][0]
+            theirs = [ref[tuple(s), sd]["acc_test_at"] for sd in used]
+            diff = float(np.mean(mine)) - PAPER_ACC[tuple(s)][4]
+            se = float(np.hypot(_se(mine), _se(theirs)))
+            beat.append((setting_name(s), float(np.mean(mine)), PAPER_ACC[tuple(s)][4],
+                         diff >= 0, diff, se))
         wins = sum(b[3] for b in beat)
+        behind = [b for b in beat if b[4] < -2 * b[5]]
         report.extra["claims"] |= {f"{key}_mean_accuracy_ge_paper_atn": wins,
-                                   f"{key}_vs_paper_atn": beat}
+                                   f"{key}_vs_paper_atn": beat,
+                                   f"{key}_behind_paper_atn_beyond_2se": len(behind)}
         lines.append(
             f"- {model}: mean accuracy ≥ the paper's ATN in {wins} of {len(beat)} settings "
-            "(target ≥ 10): " + ", ".join(f"{n} {m:.3f} vs {p:.3f}{'' if ok else ' (loses)'}"
-                                            for n, m, p, ok in beat) + ".")
-    lines.append(f"- LR: largest |mean accuracy − Table 1| = {lr_cells:.4f}; largest |per-seed "
-                 f"accuracy − authors' CSV| = {lr_worst:.4f} (target ≤ 0.01).")
-    grid = _grid_runs()
+            f"(target ≥ 10); behind by more than 2 SE in {len(behind)}: "
+            + ", ".join(f"{n} {m:.3f} vs {p:.3f} ({d:+.3f} ± {e:.3f}){'' if ok else ' (loses)'}"
+                        for n, m, p, ok, d, e in beat) + ".")
+    lines.append(f"- LR (the reference's, untuned): mean accuracy within 2 SE of Table 1 in "
+                 f"{inside} of {len(lr)} settings: "
+                 + ", ".join(f"{n} {m:.3f} ± {se:.3f} vs {p:.3f}" for n, m, se, p in lr) + ".")
+    grid = [g for g in _grid_runs() if g["n"] == 2000]
     if grid:
-        ref = authors_values()
-        diffs = []
-        for g in grid:
-            q = ref.get((tuple(g["setting"]), g["seed"]))
-            if q is None or g["n"] != 2000:
-                continue
-            diffs.append((setting_name(g["setting"]), g["model"], g["accuracy"],
-                          q[f"acc_test_{g['model'].lower()}"]))
-        worst = max(abs(a - b) for *_, a, b in diffs)
-        lines.append(f"- Reference grids rerun on {len(diffs)} (data set, model) pairs "
-                     f"(results/tabular-simulation-grids): largest |accuracy − authors'| = "
-                     f"{worst:.4f} (target ≤ 0.02).")
-        lines += ["", "| data set | model | rerun accuracy | authors' accuracy |",
+        from efa.experiments.tabular_grids import against_authors
+
+        rows, within = against_authors(grid)
+        lines.append(f"- Reference grids rerun on {len(rows)} (data set, model) pairs "
+                     "(results/tabular-simulation-grids), one data set per setting: inside the "
+                     "authors' spread over their 20 data sets (mean ± 2 sd) in "
+                     + ", ".join(f"{m} {k} of {n}" for m, (k, n) in within.items()) + ".")
+        lines += ["", "| data set | model | rerun accuracy | authors' mean ± sd (20 data sets) |",
                   "|---|---|---|---|"]
-        lines += [f"| {n} | {m} | {a:.4f} | {b:.4f} |" for n, m, a, b in diffs]
-        report.extra["claims"]["grid_max_abs_difference"] = worst
+        lines += [f"| {n} | {m} | {a:.4f} | {mu:.4f} ± {sd:.4f} |" for n, m, a, mu, sd in rows]
+        report.extra["claims"]["grids_within_authors_2sd"] = within
     else:
         lines.append("- Reference grids: not rerun yet (`efa reproduce tabular-simulation-grids "
                      "--seeds 1`).")
