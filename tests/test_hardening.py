@@ -439,13 +439,39 @@ def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
         runner.run_jobs(_square, first, workers=2, journal=tmp_path / "j4")
     assert len(list((tmp_path / "j4").glob("*.json"))) == 4
     assert runner.job_key(jobs[0]) == runner.job_key(dict(reversed(list(jobs[0].items()))))
-    # a result JSON would change (a tuple, a NaN) is kept as a pickle, and read back exactly
+    # what plain JSON would change (a tuple, a NaN, an array) is tagged, and read back exactly
     odd = [{"x": 1.5, "cost": 1}]
-    kept = runner.run_jobs(lambda j: {"pair": (1, 2), "nan": float("nan")}, odd, workers=1,
+    kept = runner.run_jobs(lambda j: {"pair": (1, 2), "nan": float("nan"), "a": np.arange(3.0),
+                                      (1, "b"): [np.int64(2)]}, odd, workers=1,
                            journal=tmp_path / "j3")
-    assert [p.suffix for p in (tmp_path / "j3").iterdir()] == [".pkl"]
+    assert sorted(p.suffix for p in (tmp_path / "j3").iterdir()) == [".json", ".safetensors"]
     again = runner.run_jobs(_square, odd, workers=1, journal=tmp_path / "j3")  # not rerun
-    assert again[0]["pair"] == (1, 2) and again[0] is not kept[0]
+    assert again[0] is not kept[0] and again[0]["pair"] == (1, 2)
+    assert np.isnan(again[0]["nan"]) and again[0][1, "b"] == [2]
+    np.testing.assert_array_equal(again[0]["a"], np.arange(3.0))
+
+
+def test_32_1_a_pickle_in_a_journal_is_refused_not_loaded(tmp_path):
+    """A planted KEY.pkl (the key is a public hash of the job) would run code if unpickled."""
+    from efa.experiments import runner
+
+    jobs = [{"x": 3, "cost": 1}]
+    journal = tmp_path / "j"
+    journal.mkdir()
+    marker = tmp_path / "ran"
+    (journal / f"{runner.job_key(jobs[0])}.pkl").write_bytes(
+        pickle.dumps(_Planted(str(marker))))
+    with pytest.raises(ValueError, match="never loads pickles"):
+        runner.run_jobs(_square, jobs, workers=1, journal=journal)
+    assert not marker.exists()
+
+
+class _Planted:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
 
 
 def test_22_a_resumed_run_says_its_wall_time_covers_only_the_jobs_it_ran():

@@ -58,34 +58,39 @@ def load_questions(path: str | Path | None = None, lowercase: bool = True) -> pd
     if not path.is_file():
         raise FileNotFoundError(f"analogy question file {path} does not exist")
     rows, category = [], None
-    with open(path, encoding="utf-8") as fh:
-        for number, raw in enumerate(fh, start=1):
-            line = raw.strip()
-            if not line:
-                continue
-            if line.startswith(":"):
-                category = line[1:].strip()
-                if not category or len(category.split()) != 1:
-                    raise ValueError(
-                        f"{path}, line {number}: a category header must be ': name' with one "
-                        f"word as the name, got {line!r}"
-                    )
-                continue
-            if category is None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[:err.start].count(b"\n") + 1
+        raise ValueError(f"{path}, line {line}: not UTF-8 (byte {err.object[err.start]:#04x}); "
+                         "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith(":"):
+            category = line[1:].strip()
+            if not category or len(category.split()) != 1:
                 raise ValueError(
-                    f"{path}, line {number}: question {line!r} comes before any ': category' "
-                    "header line"
+                    f"{path}, line {number}: a category header must be ': name' with one "
+                    f"word as the name, got {line!r}"
                 )
-            words = line.split()
-            if len(words) != 4:
-                raise ValueError(
-                    f"{path}, line {number}: expected four words 'a b c d' (a is to b as c is "
-                    f"to d), got {len(words)}: {line!r}"
-                )
-            if lowercase:
-                words = [w.lower() for w in words]
-            group = "syntactic" if category.startswith("gram") else "semantic"
-            rows.append((category, group, *words, number))
+            continue
+        if category is None:
+            raise ValueError(
+                f"{path}, line {number}: question {line!r} comes before any ': category' "
+                "header line"
+            )
+        words = line.split()
+        if len(words) != 4:
+            raise ValueError(
+                f"{path}, line {number}: expected four words 'a b c d' (a is to b as c is "
+                f"to d), got {len(words)}: {line!r}"
+            )
+        if lowercase:
+            words = [w.lower() for w in words]
+        group = "syntactic" if category.startswith("gram") else "semantic"
+        rows.append((category, group, *words, number))
     if not rows:
         raise ValueError(f"{path} holds no analogy questions")
     return pd.DataFrame(rows, columns=["category", "group", "a", "b", "c", "d", "line"])
@@ -130,7 +135,7 @@ def restrict(questions: pd.DataFrame, *vocabularies: Iterable[str],
     19,544 for BERT ∩ GloVe ∩ word2vec ∩ BART). Duplicate questions are kept."""
     keep = np.ones(len(questions), dtype=bool)
     for vocab in vocabularies:
-        words = {w.lower() if lowercase else w for w in vocab}
+        words = set(vocabulary_index(list(vocab), lowercase))
         for col in "abcd":
             keep &= questions[col].isin(words).to_numpy()
     return questions[keep].reset_index(drop=True)
@@ -171,7 +176,8 @@ def answer(vectors, vocab: Sequence[str], questions: pd.DataFrame,
            candidates: str | Callable[[str], bool] | Collection[str] = "all",
            normalize: bool = False, lowercase: bool = True, chunk: int = 512) -> pd.DataFrame:
     """3CosAdd on every question: the questions frame with ``predicted``, ``correct``, ``rank``
-    (1 = the correct d is the best candidate; NaN if d is not a candidate) and ``cosine``
+    (1 = the correct d scores strictly above every other candidate, ties count against it;
+    NaN if d is not a candidate) and ``cosine``
     (cos(x_b + x_c − x_a, x_d)). Every question word must be in the vocabulary
     (:func:`restrict` first)."""
     x = check_embeddings(vectors, vocab)
@@ -184,6 +190,8 @@ def answer(vectors, vocab: Sequence[str], questions: pd.DataFrame,
         )
     if len(questions) == 0:
         raise ValueError("no questions to answer")
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise ValueError(f"chunk must be a positive number of questions, got {chunk!r}")
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     unit = x / np.where(norms > 0, norms, 1.0)  # a zero vector has cosine 0 with everything
     base = unit if normalize else x
@@ -208,7 +216,9 @@ def answer(vectors, vocab: Sequence[str], questions: pd.DataFrame,
         predicted.append(rows[best])
         pd_ = position[d]
         target = np.where(pd_ >= 0, scores[q, np.maximum(pd_, 0)], np.nan)
-        r = 1 + (scores > target[:, None]).sum(1)
+        # Pessimistic rank: every other candidate scoring at least d's counts against it, so a
+        # tie (identical or collapsed vectors) is never a hit.
+        r = (scores >= target[:, None]).sum(1)
         rank.append(np.where(pd_ >= 0, r, np.nan))
         cosine.append((f * unit[d]).sum(1))
     out = questions.reset_index(drop=True).copy()

@@ -107,6 +107,21 @@ def reproduce(
     typer.echo(f"wrote {folder}/", err=True)
 
 
+def _train_settings(path: Path) -> dict:
+    """TrainConfig fields from a JSON file (fit refuses names TrainConfig does not know)."""
+    import json
+
+    try:
+        settings = json.loads(path.read_text())
+    except ValueError as err:
+        raise ValueError(f"--config {path} is not valid JSON: {err}") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"--config {path} must hold a JSON object of TrainConfig fields "
+                         f'(e.g. {{"lr": 0.001, "max_epochs": 20}}), got a '
+                         f"{type(settings).__name__}")
+    return settings
+
+
 @app.command()
 def train(
     data: Path = typer.Argument(..., help="training sequences (written by Sequences.save)"),
@@ -122,7 +137,6 @@ def train(
 ):
     """Train a saved model on saved sequences; under torchrun, data-parallel (one process per
     device: `torchrun --nproc_per_node 2 -m efa.cli train DATA --model M --out OUT`)."""
-    import json
     import os
 
     import efa
@@ -131,7 +145,7 @@ def train(
     try:
         if out.exists() and any(out.iterdir()) and not force:
             raise FileExistsError(f"{out} is not empty; pass --force to replace its model")
-        settings = json.loads(config.read_text()) if config else {}
+        settings = _train_settings(config) if config else {}
         if device == "cuda" and "LOCAL_RANK" in os.environ:
             device = f"cuda:{os.environ['LOCAL_RANK']}"
         distributed.init_from_environment(device)

@@ -140,11 +140,16 @@ class Sequences:
     def device(self) -> torch.device:
         return self.lengths.device
 
-    def save(self, path) -> Path:
-        """Write the sequences to one safetensors file (for ``efa train`` and torchrun)."""
+    def save(self, path, overwrite: bool = False) -> Path:
+        """Write the sequences to one safetensors file (for ``efa train`` and torchrun). An
+        existing file is refused unless ``overwrite`` (as :func:`efa.save` refuses)."""
         from safetensors.torch import save_file
 
         path = Path(path)
+        if path.is_dir():
+            raise IsADirectoryError(f"{path} is a folder: Sequences.save writes one file")
+        if path.exists() and not overwrite:
+            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
         tensors = {"lengths": self.lengths}
         tensors |= {f"field/{k}": v for k, v in self.fields.items()}
         tensors |= {f"observed/{k}": v for k, v in self.observed.items()}

@@ -399,9 +399,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                 if not ok.any():
                     raise ValueError(f"column {c!r} has no finite value")
                 if self.numeric == "quantile":
-                    edges = np.unique(np.quantile(v[ok], np.linspace(0, 1, self.n_bins + 1)))
-                    self.bins_[c] = edges[1:-1]  # interior edges
-                    self.levels_[c] = list(range(len(edges) - 1 if len(edges) > 1 else 1))
+                    self.bins_[c] = _bin_edges(v[ok], self.n_bins, c)
+                    self.levels_[c] = list(range(len(self.bins_[c]) + 1))
                 else:
                     mu, sd = float(v[ok].mean()), float(v[ok].std())
                     self.stats_[c] = (mu, sd if sd > 0 else 1.0)
@@ -811,6 +810,27 @@ def _lookup(levels) -> dict:
         if isinstance(v, np.generic):
             out[v.item()] = k
     return out
+
+
+def _bin_edges(v: np.ndarray, n_bins: int, column) -> np.ndarray:
+    """Interior edges of at most ``n_bins`` bins of the values ``v`` (a cell goes to the bin
+    ``searchsorted(edges, x, "right")``). Every edge lies halfway between two distinct training
+    values, so no bin is empty and no value straddles an edge. A column with at most
+    ``n_bins`` distinct values keeps each apart; one with more gets quantile bins, and a
+    warning names it if ties leave it fewer than ``n_bins``."""
+    u = np.unique(v)
+    if len(u) <= n_bins:
+        gaps = np.arange(1, len(u))
+    else:
+        q = np.quantile(v, np.linspace(0, 1, n_bins + 1)[1:-1])
+        gaps = np.unique(np.clip(np.searchsorted(u, q, "right"), 1, len(u) - 1))
+    lo, hi = u[gaps - 1], u[gaps]
+    mid = lo + (hi - lo) / 2
+    edges = np.where(mid > lo, mid, hi)  # adjacent floats: the upper value opens its bin
+    if len(u) > n_bins and len(edges) + 1 < n_bins:
+        warnings.warn(f"column {column!r}: ties leave {len(edges) + 1} quantile bins of the "
+                      f"{n_bins} asked for, so some bins merge several values", stacklevel=4)
+    return edges
 
 
 def _check_scalars(values: pd.Series, column) -> None:

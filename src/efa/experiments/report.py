@@ -74,7 +74,23 @@ class Report:
         }
 
     @classmethod
-    def from_json(cls, doc: dict) -> Report:
+    def from_json(cls, doc: dict, source: str = "results.json") -> Report:
+        """The report a results file holds; a file missing what a report needs is an error
+        naming what is missing (``source``: where it came from, for that message)."""
+        if not isinstance(doc, dict):
+            raise ValueError(f"{source} must hold a JSON object, got a {type(doc).__name__}")
+        missing = [k for k in ("experiment", "command", "seeds", "rows") if k not in doc]
+        if missing:
+            raise ValueError(f"{source} is incomplete: it has no {missing}")
+        row_keys = ("setting", "model", "metric", "values", "paper")
+        for k, r in enumerate(doc["rows"]):
+            lacking = [key for key in row_keys if not isinstance(r, dict) or key not in r]
+            if lacking:
+                raise ValueError(f"{source} is incomplete: row {k} has no {lacking}")
+        return cls._from_json(doc)
+
+    @classmethod
+    def _from_json(cls, doc: dict) -> Report:
         known = {"experiment", "command", "seeds", "wall_seconds", "rows", "notes",
                  "environment", "sections", "figures"}
         report = cls(doc["experiment"], doc["command"], doc["seeds"],
@@ -88,7 +104,14 @@ class Report:
 
     @classmethod
     def read(cls, folder: Path) -> Report:
-        return cls.from_json(json.loads((Path(folder) / "results.json").read_text()))
+        path = Path(folder) / "results.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist")
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError as err:
+            raise ValueError(f"{path} is not valid JSON: {err}") from None
+        return cls.from_json(doc, str(path))
 
     def markdown(self) -> str:
         threads = self.to_json()["environment"].get("threads")

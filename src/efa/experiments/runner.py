@@ -13,10 +13,10 @@ An experiment is a module (registered by name in :mod:`efa.experiments`) with
 and writes the results folder atomically. With a ``journal`` folder (``efa reproduce`` keeps
 one at ``OUT/.NAME.jobs/`` for full runs) every finished job's result is saved as it arrives,
 so an interrupted run started again with the same command runs only the jobs it lacks; the
-folder is removed once the results are written. An entry is JSON (``KEY.json``) whenever the
-result survives a JSON round trip unchanged, else a pickle (``KEY.pkl``): a run longer than one
-machine's lifetime carries its finished jobs to the next machine by committing the JSON entries
-(never the ``KEY.fits`` checkpoints, which hold weights; docs/design.md).
+folder is removed once the results are written. Entries are JSON plus safetensors, never
+pickles (:mod:`efa.experiments.journal`): a run longer than one machine's lifetime carries its
+finished jobs to the next machine by committing them (never the ``KEY.fits`` checkpoints,
+which hold weights; docs/design.md).
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
-import pickle
 import shutil
 import signal
 import sys
 import time
 from pathlib import Path
 
+from efa.experiments.journal import entry as _entry
+from efa.experiments.journal import load as _load
+from efa.experiments.journal import save as _journal_save
 from efa.experiments.report import Report
 
 
@@ -109,8 +111,11 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
     def finished(i, result):
         _announce(result, progress)
         if journal is not None:
-            _save(journal, keys[i], result)
-            shutil.rmtree(fits[keys[i]], ignore_errors=True)
+            if _journal_save(journal, keys[i], result):
+                shutil.rmtree(fits[keys[i]], ignore_errors=True)
+            else:
+                print(f"  job {keys[i]}: its result cannot be journaled (kept in memory only)",
+                      file=sys.stderr, flush=True)
         done[keys[i]] = result
 
     if workers <= 1 or len(todo) <= 1:
@@ -157,44 +162,6 @@ def job_key(job: dict) -> str:
     """A stable name for a job: a hash of its settings (specs by their dataclass repr)."""
     text = json.dumps(job, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-def _entry(journal: Path, key: str) -> Path | None:
-    """The journal's entry for job ``key`` (JSON or pickle), if it has one."""
-    for suffix in (".json", ".pkl"):
-        path = Path(journal) / f"{key}{suffix}"
-        if path.exists():
-            return path
-    return None
-
-
-def _load(journal: Path, key: str):
-    path = _entry(journal, key)
-    if path is None:
-        return None
-    try:
-        if path.suffix == ".json":
-            return json.loads(path.read_text())
-        return pickle.loads(path.read_bytes())
-    except (ValueError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        return None  # a torn or stale entry: run the job again
-
-
-def _save(journal: Path, key: str, result) -> None:
-    journal = Path(journal)
-    journal.mkdir(parents=True, exist_ok=True)
-    tmp = journal / f".{key}.tmp-{os.getpid()}"
-    try:  # JSON only when it gives back exactly the result (no tuples, NaN or arrays)
-        text = json.dumps(result, allow_nan=False)
-        exact = json.loads(text) == result
-    except (TypeError, ValueError):
-        exact = False
-    if exact:
-        tmp.write_text(text)
-        os.replace(tmp, journal / f"{key}.json")
-    else:
-        tmp.write_bytes(pickle.dumps(result))
-        os.replace(tmp, journal / f"{key}.pkl")
 
 
 def _announce(result, progress: bool):

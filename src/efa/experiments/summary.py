@@ -142,6 +142,11 @@ def update_readme(readme: Path, results: Path) -> bool:
     results.json (so each shows its environment); True if README changed."""
     from efa.experiments.report import Report
 
+    if not Path(results).is_dir():
+        raise FileNotFoundError(f"results folder {results} does not exist; README is unchanged")
+    if not any(Path(results).glob("*/results.json")):
+        raise FileNotFoundError(f"results folder {results} holds no NAME/results.json; README "
+                                "is unchanged")
     for path in sorted(Path(results).glob("*/results.json")):
         md = path.with_name("results.md")
         text = Report.read(path.parent).markdown()

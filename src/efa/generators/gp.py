@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from efa.data import Sequences
+from efa.generators.latent import positive_int
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,7 @@ def covariance(spec: NoteGP, x: Tensor, k: Tensor) -> Tensor:
 def sample_note(spec: NoteGP, num: int, seed: int) -> Sequences:
     """``num`` sequences of ``spec.length`` points: fields ``x`` [num, N, 1] (an attribute),
     ``y`` [num, N] and ``channel`` [num, N] (0/1); the first position is not scored."""
-    if num < 1:
-        raise ValueError(f"num must be >= 1, got {num}")
+    positive_int("num", num)
     g = torch.Generator().manual_seed(seed)
     n = spec.length
     x = spec.x_low + (spec.x_high - spec.x_low) * torch.rand(num, n, generator=g,
@@ -131,6 +131,19 @@ class TNPGP:
     max_scale: float = 1.0
     noise: float = 0.02
 
+    def __post_init__(self):
+        positive_int("batch_size", self.batch_size)
+        if positive_int("max_num_points", self.max_num_points) < 7:
+            # sizes are drawn as randint(3, m - 3) context and randint(3, m - nc) targets
+            raise ValueError(f"max_num_points must be >= 7, got {self.max_num_points}")
+        if not self.x_low < self.x_high:
+            raise ValueError(f"need x_low < x_high, got {self.x_low}, {self.x_high}")
+        for name in ("max_length", "max_scale"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if not self.noise >= 0:
+            raise ValueError(f"noise must be >= 0, got {self.noise!r}")
+
 
 @dataclass
 class TNPData:
@@ -158,6 +171,12 @@ def sample_tnp(spec: TNPGP, num_batches: int, seed: int,
     """``num_batches`` batches of ``spec.batch_size`` functions, drawn as the reference's
     ``GPSampler(RBFKernel()).sample`` does (sizes per batch, then x, then the kernel, then y);
     ``sizes`` = (context, targets) fixes the sizes instead (e.g. training functions)."""
+    positive_int("num_batches", num_batches)
+    if sizes is not None:
+        if len(sizes) != 2:
+            raise ValueError(f"sizes must be (context, targets), got {sizes!r}")
+        positive_int("sizes[0] (context points)", sizes[0])
+        positive_int("sizes[1] (target points)", sizes[1])
     g = torch.Generator().manual_seed(seed)
     m, b = spec.max_num_points, spec.batch_size
     xs, ys, n_ctx, ells, scales = [], [], [], [], []

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -85,8 +86,7 @@ def _generator(seed: int) -> torch.Generator:
 
 def _check_size(n: int, length: int, min_length: int | None) -> int:
     for name, v in (("n", n), ("length", length)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        positive_int(name, v)
     lo = length if min_length is None else min_length
     if not isinstance(lo, int) or not 1 <= lo <= length:
         raise ValueError(f"min_length must be an integer in 1..{length}, got {min_length!r}")
@@ -161,13 +161,34 @@ def _context(data: Sequences, direction: str) -> tuple[Tensor, Tensor]:
     return pred, ctx
 
 
-def _check_data(data: Sequences, dim: int) -> tuple[Tensor, Tensor]:
+def positive_int(name: str, v) -> int:
+    """``v`` if it is an integer >= 1, else an error naming ``name``."""
+    if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def _check_data(data: Sequences, dim: int, support=None) -> tuple[Tensor, Tensor]:
+    """Covariates and responses as float64, after checking their shapes and that every real,
+    observed value is finite (and in ``support``: (test, description), if given)."""
     for name in ("c", "y"):
         if name not in data.fields:
             raise KeyError(f"the sequences need fields 'c' and 'y' (have {list(data.fields)})")
     c, y = data.fields["c"].double(), data.fields["y"].double()
     if c.dim() != 3 or c.shape[-1] != dim:
         raise ValueError(f"field 'c' must have shape [N, I, {dim}], got {tuple(c.shape)}")
+    seen = data.valid() & data.observed.get("y", data.valid())
+    checks = [("c", ~torch.isfinite(c).all(-1) & data.valid(), "a finite vector"),
+              ("y", ~torch.isfinite(y) & seen, "a finite number")]
+    if support is not None:
+        ok, what = support
+        checks.append(("y", torch.isfinite(y) & ~ok(y) & seen, what))
+    for name, bad, what in checks:
+        if bad.any():
+            n, i = (int(v) for v in bad.nonzero()[0])
+            value = (c if name == "c" else y)[n, i]
+            raise ValueError(f"field {name!r}, sequence {n}, position {i}: expected {what}, got "
+                             f"{value.tolist()}")
     return c, y
 
 
@@ -410,7 +431,10 @@ class ExpFamilyLatent:
         E[sigmoid], for Poisson E[exp(η)] exactly under it; log-density by 1-D quadrature)."""
         if method not in ("importance", "laplace"):
             raise ValueError(f"method must be 'importance' or 'laplace', got {method!r}")
-        c, y = _check_data(data, self.dim)
+        support = ((lambda v: (v == 0) | (v == 1), "0 or 1 (Bernoulli)")
+                   if self.family == "bernoulli" else
+                   (lambda v: (v >= 0) & (v == v.round()), "a count 0, 1, 2, … (Poisson)"))
+        c, y = _check_data(data, self.dim, support)
         pred, ctx = _context(data, direction)
         g = _generator(seed)
         # Chunks of sequences: the sampler holds [chunk, I, samples, I] numbers.

@@ -19,12 +19,14 @@ an estimate of its KL divergence from the truth).
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from torch import nn
 
 from efa.data import Sequences
 from efa.fields import Attribute, Category, Field, Value
+from efa.generators.latent import positive_int
 from efa.model import EFA, EFAConfig
 from efa.train import evaluate
 
@@ -43,6 +45,14 @@ def attention_teacher(fields: list[Field], max_len: int, *, num_layers: int = 1,
     Bayes NLL).
     Every weight is drawn from ``seed`` alone, so the same arguments give the same teacher.
     """
+    for name, v in (("max_len", max_len), ("num_layers", num_layers),
+                    ("num_heads", num_heads), ("dim", dim)):
+        positive_int(name, v)
+    for name, v in (("strength", strength), ("value_scale", value_scale)):
+        if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+    if not fields:
+        raise ValueError("the teacher needs at least one field")
     own = []
     for f in fields:
         if isinstance(f, Category):
@@ -97,7 +107,9 @@ def sample(teacher: EFA, n: int, length: int | None = None, seed: int = 0,
     if teacher.direction != "unidirectional":
         raise ValueError("sampling needs a unidirectional teacher (each position given the "
                          "previous ones); bidirectional conditionals do not define a joint")
-    length = length or teacher.max_len
+    positive_int("n", n)
+    positive_int("batch_size", batch_size)
+    length = teacher.max_len if length is None else positive_int("length", length)
     if teacher.max_len is not None and length > teacher.max_len:
         raise ValueError(f"length {length} exceeds the teacher's max_len {teacher.max_len}")
     g = torch.Generator().manual_seed(seed)

@@ -44,7 +44,14 @@ def check_cost(M, where: str = "cost matrix M") -> Tensor:
     """M as a tensor if it is square, symmetric, non-negative, NaN-free and each diagonal
     entry is the smallest of its column (Paper A, footnote 11, non-strictly: its own synonym
     example has M = 0 inside a group); otherwise a ValueError saying which entry is wrong."""
-    M = torch.as_tensor(M, dtype=torch.float64 if not torch.is_tensor(M) else None)
+    if not torch.is_tensor(M):
+        try:
+            M = torch.as_tensor(M, dtype=torch.float64)
+        except (ValueError, TypeError, RuntimeError) as err:
+            rows = [len(r) if hasattr(r, "__len__") else None for r in M] \
+                if hasattr(M, "__iter__") else None
+            raise ValueError(f"{where} must be a square matrix of numbers; got rows of lengths "
+                             f"{rows} ({err})") from None
     if M.dim() < 2 or M.shape[-1] != M.shape[-2]:
         raise ValueError(f"{where} must be square, got shape {tuple(M.shape)}")
     if torch.isnan(M).any():

@@ -1,0 +1,188 @@
+"""Issue #32, the second round of hostile probes: each test fails on the code before it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from efa import analogy
+
+VOCAB = ["man", "woman", "king", "queen", "boy", "girl"]
+QUESTIONS = pd.DataFrame({"category": ["c"] * 2, "group": ["semantic"] * 2,
+                          "a": ["man", "boy"], "b": ["woman", "girl"], "c": ["king", "king"],
+                          "d": ["queen", "queen"], "line": [1, 2]})
+
+
+@pytest.mark.parametrize("vectors", [np.zeros((6, 3)), np.ones((6, 3))],
+                         ids=["collapsed", "identical"])
+def test_02_analogy_ties_are_not_hits(vectors):
+    out = analogy.answer(vectors, VOCAB, QUESTIONS)
+    assert not out["correct"].any() and (out["rank"] > 1).all()
+    assert analogy.evaluate(vectors, VOCAB, QUESTIONS)["overall"]["accuracy"] == 0.0
+    # a real answer is still a hit, and `predicted` agrees with `correct`
+    x = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1], [1, 0, 0.1], [1, 1, 0.1]])
+    good = analogy.answer(x, VOCAB, QUESTIONS.iloc[:1])
+    assert good["correct"].all() and (good["predicted"] == good["d"]).all()
+
+
+def test_14_analogy_bad_input_is_named(tmp_path):
+    with pytest.raises(ValueError, match="vocabulary entry 1 must be a non-empty string"):
+        analogy.evaluate(np.eye(6), ["man", 3, "king", "queen", "boy", "girl"], QUESTIONS)
+    with pytest.raises(ValueError, match="chunk must be a positive number"):
+        analogy.answer(np.eye(6), VOCAB, QUESTIONS, chunk=0)
+    path = tmp_path / "q.txt"
+    path.write_bytes(": capital\nman woman king k\xf6nigin\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"line 2: not UTF-8 \(byte 0xf6\)"):
+        analogy.load_questions(path)
+
+
+def test_04_summary_refuses_a_missing_or_empty_results_folder(tmp_path):
+    from typer.testing import CliRunner
+
+    from efa.cli import app
+
+    readme = tmp_path / "README.md"
+    text = "x\n<!-- results:start -->\nkept\n<!-- results:end -->\n"
+    readme.write_text(text)
+    (tmp_path / "empty").mkdir()
+    for folder in (tmp_path / "nowhere", tmp_path / "empty"):
+        r = CliRunner().invoke(app, ["summary", "--readme", str(readme), "--results",
+                                     str(folder)])
+        assert r.exit_code != 0 and "README is unchanged" in r.output, r.output
+        assert readme.read_text() == text
+
+
+def test_06_sequences_save_refuses_an_existing_file(tmp_path):
+    from efa.data import Sequences
+
+    data = Sequences.from_lists({"item": [[1, 2], [3]]})
+    path = tmp_path / "weights.safetensors"
+    path.write_bytes(b"precious")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        data.save(path)
+    assert path.read_bytes() == b"precious"
+    data.save(path, overwrite=True)
+    assert Sequences.load(path).fields["item"].tolist() == data.fields["item"].tolist()
+
+
+def _teacher():
+    from efa.families import Poisson
+    from efa.fields import Category, Value
+    from efa.generators import attention_teacher
+
+    return attention_teacher([Category("item", 8), Value("count", Poisson())], max_len=5)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda g: g.sample(_teacher(), 0), "n must be a positive integer, got 0"),
+    (lambda g: g.sample(_teacher(), 2, length=0), "length must be a positive integer, got 0"),
+    (lambda g: g.sample(_teacher(), 2, batch_size=0), "batch_size must be a positive integer"),
+    (lambda g: g.attention_teacher([], max_len=5), "at least one field"),
+    (lambda g: g.sample_note(g.LITERAL, 0, 0), "num must be a positive integer, got 0"),
+    (lambda g: g.sample_note(g.LITERAL, 1.5, 0), "num must be a positive integer, got 1.5"),
+    (lambda g: g.sample_tnp(g.TNPGP(), 0, 0), "num_batches must be a positive integer"),
+    (lambda g: g.sample_tnp(g.TNPGP(), 1, 0, sizes=(0, 5)), r"sizes\[0\] \(context points\)"),
+    (lambda g: g.TNPGP(batch_size=0), "batch_size must be a positive integer"),
+    (lambda g: g.TNPGP(max_num_points=5), "max_num_points must be >= 7"),
+    (lambda g: g.LinearGaussian(dim=2).sample(0, 5), "n must be a positive integer"),
+])
+def test_11_generators_refuse_empty_and_degenerate_sizes(call, message):
+    from efa import generators
+
+    with pytest.raises(ValueError, match=message):
+        call(generators)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf")])
+def test_09_teacher_strength_must_be_positive_and_finite(value):
+    from efa.fields import Category
+    from efa.generators import attention_teacher
+
+    with pytest.raises(ValueError, match="strength must be a positive finite number"):
+        attention_teacher([Category("item", 8)], max_len=5, strength=value)
+
+
+def test_09_bayes_predictors_refuse_values_outside_the_support():
+    import torch
+
+    from efa.data import Sequences
+    from efa.generators import ExpFamilyLatent, GPLatent
+
+    for gen, value, message in ((ExpFamilyLatent("bernoulli", dim=2), 5.0, "0 or 1"),
+                                (ExpFamilyLatent("poisson", dim=2), 1.5, "a count"),
+                                (ExpFamilyLatent("poisson", dim=2), -1.0, "a count"),
+                                (GPLatent(dim=1), float("nan"), "a finite number")):
+        s = gen.sample(3, 4, seed=0).sequences
+        y = s.fields["y"].double()  # (Poisson counts come as integers)
+        y[1, 2] = value
+        with pytest.raises(ValueError, match=f"field 'y', sequence 1, position 2: expected "
+                                             f"{message}"):
+            gen.bayes(Sequences({"c": s.fields["c"], "y": y}, s.lengths))
+    ok = ExpFamilyLatent("poisson", dim=2).sample(3, 4, seed=0).sequences
+    assert torch.isfinite(ExpFamilyLatent("poisson", dim=2).bayes(ok).mean).any()
+
+
+def test_03_quantile_bins_keep_few_distinct_values_apart():
+    import warnings
+
+    from efa.tabular import AttentionTableClassifier, _bin_edges
+
+    assert list(_bin_edges(np.array([0.0, 1, 2, 1, 0, 2]), 10, "x")) == [0.5, 1.5]
+    rating = np.repeat([1.0, 2, 3, 4, 5], [5, 5, 5, 40, 45])
+    edges = _bin_edges(rating, 10, "rating")
+    assert len(np.unique(np.searchsorted(edges, rating, "right"))) == 5
+    # many values, heavy ties: no empty bin, and the column is named in a warning
+    tied = np.concatenate([np.zeros(900), np.linspace(1, 2, 100)])
+    with pytest.warns(UserWarning, match="column 'tied': ties leave"):
+        edges = _bin_edges(tied, 10, "tied")
+    counts = np.bincount(np.searchsorted(edges, tied, "right"))
+    assert (counts > 0).all() and len(counts) == len(edges) + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _bin_edges(np.linspace(0, 1, 1000), 10, "smooth")
+    rng = np.random.RandomState(0)
+    x = rng.choice([0.0, 1.0, 2.0], 300)
+    X = pd.DataFrame({"x": x})
+    y = (x == 2).astype(int)
+    est = AttentionTableClassifier(random_state=0, max_epochs=60, lr=5e-2, patience=60)
+    assert est.fit(X, y).score(X, y) == 1.0
+
+
+def test_15_ot_kernel_names_a_ragged_cost_matrix():
+    from efa.kernels.ot import check_cost
+
+    with pytest.raises(ValueError, match=r"square matrix of numbers; got rows of lengths \[2, 1\]"):
+        check_cost([[0.0, 1.0], [1.0]])
+
+
+def test_16_train_config_must_be_a_json_object(tmp_path):
+    from typer.testing import CliRunner
+
+    from efa.cli import app
+
+    config = tmp_path / "c.json"
+    config.write_text("[1, 2]")
+    r = CliRunner().invoke(app, ["train", str(tmp_path / "d"), "--model", str(tmp_path / "m"),
+                                 "--out", str(tmp_path / "o"), "--config", str(config)])
+    assert r.exit_code == 2 and "must hold a JSON object of TrainConfig fields" in r.output
+
+
+def test_17_replot_names_what_an_incomplete_results_file_lacks(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from efa.cli import app
+
+    folder = tmp_path / "r"
+    folder.mkdir()
+    for doc, message in (({"experiment": "synthetic", "command": "x", "seeds": [0]},
+                          r"incomplete: it has no \['rows'\]"),
+                         ({"experiment": "synthetic", "command": "x", "seeds": [0],
+                           "rows": [{"setting": "a"}]}, "row 0 has no"),
+                         ([1], "must hold a JSON object")):
+        (folder / "results.json").write_text(json.dumps(doc))
+        r = CliRunner().invoke(app, ["replot", str(folder)])
+        assert r.exit_code == 2 and "efa: error" in r.output, r.output
+        assert __import__("re").search(message, r.output), r.output
