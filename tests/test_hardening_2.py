@@ -186,3 +186,43 @@ def test_17_replot_names_what_an_incomplete_results_file_lacks(tmp_path):
         r = CliRunner().invoke(app, ["replot", str(folder)])
         assert r.exit_code == 2 and "efa: error" in r.output, r.output
         assert __import__("re").search(message, r.output), r.output
+
+
+@pytest.mark.parametrize("tamper", ["no optimizer", "history a list", "no rng tensor",
+                                    "metadata a list", "fingerprint a string"])
+def test_13_a_tampered_checkpoint_is_a_clear_error_and_changes_nothing(tmp_path, tamper):
+    import json
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    import efa
+    from efa import checkpoint
+    from tests.helpers import make_model, mixed_data
+
+    data = mixed_data(n=20, seed=0, dtype=torch.float32)
+    efa.fit(make_model(seed=0, dtype=torch.float32, num_layers=1), data, None, max_epochs=1,
+            progress=False, checkpoint_dir=str(tmp_path))
+    path = tmp_path / checkpoint.FILE
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()[checkpoint.KEY])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    if tamper == "no optimizer":
+        del meta["optimizer"]
+    elif tamper == "history a list":
+        meta["history"] = [1, 2]
+    elif tamper == "no rng tensor":
+        del tensors["rng/sampler"]
+    elif tamper == "metadata a list":
+        meta = [meta]
+    else:
+        meta["fingerprint"] = "x"
+    save_file(tensors, str(path), metadata={checkpoint.KEY: json.dumps(meta)})
+    model = make_model(seed=0, dtype=torch.float32, num_layers=1)
+    model.standardise(data)  # what fit does first, before it reads the checkpoint
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=str(path)):
+        efa.fit(model, data, None, max_epochs=2, progress=False, checkpoint_dir=str(tmp_path))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k

@@ -97,7 +97,10 @@ def test_checkpoint_resumes_after_a_kill(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         efa.fit(_model(), _data(), _data(seed=1), cfg)
     monkeypatch.setattr(train_mod, "_save", real_save)
-    resumed = _model(seed=99)  # different init: the checkpoint must overwrite it
+    # another initialisation (a seed sweep into one folder) is another run: refused (#32.5)
+    with pytest.raises(ValueError, match="another initialisation.*another seed"):
+        efa.fit(_model(seed=99), _data(), _data(seed=1), cfg)
+    resumed = _model()  # the same model as the killed run's: it resumes
     hist = efa.fit(resumed, _data(), _data(seed=1), cfg)
     assert hist.epochs_run == 5
     assert hist.val_loss == pytest.approx(ref_hist.val_loss, abs=1e-6)

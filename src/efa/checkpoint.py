@@ -40,6 +40,17 @@ def data_fingerprint(*datasets) -> str:
     return h.hexdigest()
 
 
+def weights_fingerprint(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over a state dict's tensors: ties a checkpoint to the weights its fit started
+    from, so a run with another initialisation (another seed) never resumes it."""
+    h = hashlib.sha256()
+    for name, t in sorted(state.items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
 def model_fingerprint(model) -> dict:
     """What makes a model the same model: its class, config (if any) and parameter shapes."""
     config = getattr(model, "config", None)

@@ -413,6 +413,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         "model": checkpoint.model_fingerprint(model),
         "data": checkpoint.data_fingerprint(train, val),
         "settings": _resume_key(asdict(cfg)),
+        "initial": checkpoint.weights_fingerprint(initial),
     }
     own = bool(cfg.checkpoint_dir)
     folder = Path(cfg.checkpoint_dir) if own else _job_fit_folder(size)
@@ -631,35 +632,52 @@ def _save(folder: Path, model, opt, sched, gen, sampler, hist, best_state, bad, 
 
 def _restore(state, folder: Path, fingerprint: dict, model, opt, sched, gen, sampler):
     tensors, meta = state
+    path = folder / checkpoint.FILE
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} is damaged: its metadata is not a JSON object")
     saved = meta.get("fingerprint", {})
     # Data first: fit standardises unset Value loc/scale on the training data, so other data
     # also make another model config; the data are the cause to report.
     for part, what in (("data", "data (training or validation)"), ("model", "model"),
-                       ("settings", "training settings")):
-        if saved.get(part) != fingerprint[part]:
-            diff = (checkpoint.differences(saved.get(part) or {}, fingerprint[part])
-                    if isinstance(fingerprint[part], dict) else ["the data's contents differ"])
+                       ("settings", "training settings"),
+                       ("initial", "initialisation (the weights this fit starts from)")):
+        if not isinstance(saved, dict) or saved.get(part) != fingerprint[part]:
+            old = saved.get(part) if isinstance(saved, dict) else None
+            diff = (checkpoint.differences(old or {}, fingerprint[part])
+                    if isinstance(fingerprint[part], dict) and isinstance(old, dict | None) else
+                    [f"the {'contents' if part == 'data' else 'weights'} differ"
+                     + ("" if part == "data" else " (another seed?)")])
             raise ValueError(
-                f"{folder / checkpoint.FILE} was written for another {what}: "
+                f"{path} was written for another {what}: "
                 + "; ".join(diff[:5])
                 + ". Use another checkpoint_dir, or resume=False to start over"
             )
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model/")})
-    best = ({k[5:]: v for k, v in tensors.items() if k.startswith("best/")}
-            if meta["has_best"] else None)
-    opt_state = {"state": {}, "param_groups": meta["optimizer"]["param_groups"]}
-    for k, v in tensors.items():
-        if k.startswith("optimizer/"):
-            _, i, name = k.split("/", 2)
+    # Read everything before changing anything: a damaged file leaves the model as it was.
+    try:
+        weights = {k[6:]: v for k, v in tensors.items() if k.startswith("model/")}
+        best = ({k[5:]: v for k, v in tensors.items() if k.startswith("best/")}
+                if meta["has_best"] else None)
+        opt_state = {"state": {}, "param_groups": meta["optimizer"]["param_groups"]}
+        for k, v in tensors.items():
+            if k.startswith("optimizer/"):
+                _, i, name = k.split("/", 2)
+                opt_state["state"].setdefault(int(i), {})[name] = v
+        for k, v in meta["optimizer"]["scalars"].items():
+            i, name = k.split("/", 1)
             opt_state["state"].setdefault(int(i), {})[name] = v
-    for k, v in meta["optimizer"]["scalars"].items():
-        i, name = k.split("/", 1)
-        opt_state["state"].setdefault(int(i), {})[name] = v
+        sched_state = dict(meta["scheduler"])
+        sched_state.pop("_scale_fn_ref", None)
+        rngs = [tensors[f"rng/{k}"] for k in ("generator", "sampler", "torch")]
+        hist, bad = History(**meta["history"]), int(meta["bad"])
+        if set(weights) != set(model.state_dict()):
+            raise KeyError("the model's weights")
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path} is damaged (missing or malformed {err}); delete it, or pass "
+                         "resume=False to start over") from None
+    model.load_state_dict(weights)
     opt.load_state_dict(opt_state)
-    with contextlib.suppress(KeyError):
-        meta["scheduler"].pop("_scale_fn_ref", None)
-    sched.load_state_dict(meta["scheduler"])
-    gen.set_state(tensors["rng/generator"])
-    sampler.set_state(tensors["rng/sampler"])
-    torch.set_rng_state(tensors["rng/torch"])
-    return History(**meta["history"]), best, meta["bad"]
+    sched.load_state_dict(sched_state)
+    gen.set_state(rngs[0])
+    sampler.set_state(rngs[1])
+    torch.set_rng_state(rngs[2])
+    return hist, best, bad
