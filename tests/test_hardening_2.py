@@ -226,3 +226,26 @@ def test_13_a_tampered_checkpoint_is_a_clear_error_and_changes_nothing(tmp_path,
         efa.fit(model, data, None, max_epochs=2, progress=False, checkpoint_dir=str(tmp_path))
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+def test_18_positions_on_a_model_with_its_own_objective_is_a_clear_error():
+    import efa
+    from efa.tabular import AttentionTableClassifier
+
+    rng = np.random.RandomState(0)
+    X = pd.DataFrame({"a": rng.choice(["x", "y"], 40)})
+    y = rng.randint(0, 2, 40)
+    clf = AttentionTableClassifier(max_epochs=1, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="positions=m needs a model whose loss takes"):
+        efa.fit(clf.model_, clf._sequences(X, y), positions=1, progress=False)
+
+
+def test_10_save_refuses_what_load_cannot_rebuild(tmp_path):
+    import efa
+    from efa.tabular import AttentionTableClassifier
+
+    X = pd.DataFrame({"a": ["x", "y"] * 10})
+    clf = AttentionTableClassifier(max_epochs=1, random_state=0).fit(X, [0, 1] * 10)
+    with pytest.raises(TypeError, match="got TableEFA.*AttentionTableClassifier itself"):
+        efa.save(clf.model_, tmp_path / "m")
+    assert not (tmp_path / "m").exists()

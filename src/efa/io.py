@@ -26,8 +26,12 @@ def save(model: EFA, path: str | Path, overwrite: bool = False) -> Path:
 
     from efa import __version__
 
-    if not isinstance(model, EFA):
-        raise TypeError(f"save() writes EFA models, got {type(model).__name__}")
+    if type(model) is not EFA:  # a subclass has weights that EFA(config) does not rebuild
+        raise TypeError(
+            f"save() writes efa.EFA models, which load() rebuilds from their config; got "
+            f"{type(model).__name__}. For the tabular estimator, save the fitted "
+            "AttentionTableClassifier itself the way scikit-learn estimators are saved "
+            "(pickle or joblib, loaded only from a source you trust)")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"{path} exists and is not a folder")

@@ -353,6 +353,9 @@ def fit(
         cfg = TrainConfig(**{**asdict(cfg), **overrides})
     if cfg.monitor is not None:
         _check_targets(model, cfg.monitor)
+    if cfg.positions is not None or distributed.world()[1] > 1:
+        _check_weighted_loss(model, "positions=m" if cfg.positions is not None else
+                             "data-parallel training")
     if cfg.positions is not None and cfg.positions > train.max_len:
         raise ValueError(
             f"positions={cfg.positions} is more than the sequences hold ({train.max_len}); "
@@ -549,6 +552,18 @@ def _proposals(model, train: Sequences, kind: str) -> dict[str, torch.Tensor]:
             q = counts / counts.sum()
         out[f.name] = q.log().to(model.device, next(model.parameters()).dtype)
     return out
+
+
+def _check_weighted_loss(model, what: str) -> None:
+    """Sampled positions and data-parallel ranks need ``loss(data, weights=, counts=)`` (the
+    generic pseudo-likelihood's); a model with an objective of its own cannot take them."""
+    import inspect
+
+    params = inspect.signature(model.loss).parameters
+    if not {"weights", "counts"} <= set(params):
+        raise ValueError(f"{what} needs a model whose loss takes per-sequence weights and "
+                         f"global counts, as efa.EFA's does; {type(model).__name__}.loss "
+                         "computes its own objective: train it without " + what)
 
 
 def _sample_positions(batch: Sequences, m: int, gen: torch.Generator):
