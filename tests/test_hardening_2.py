@@ -249,3 +249,36 @@ def test_10_save_refuses_what_load_cannot_rebuild(tmp_path):
     with pytest.raises(TypeError, match="got TableEFA.*AttentionTableClassifier itself"):
         efa.save(clf.model_, tmp_path / "m")
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("name, make, error", [
+    ("__response__", lambda a, r, n: pd.DataFrame({"__response__": a}), None),
+    ("Float64", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.array(r.normal(size=n),
+                                                                     dtype="Float64")}), None),
+    ("Int64", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.array(r.randint(0, 3, n),
+                                                                   dtype="Int64")}), None),
+    ("boolean", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.array(r.rand(n) > .5,
+                                                                     dtype="boolean")}), None),
+    ("string", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.array(r.choice(["p", "q"], n),
+                                                                    dtype="string")}), None),
+    ("unused levels", lambda a, r, n: pd.DataFrame({"f": pd.Categorical(
+        r.choice(["p", "q"], n), categories=["p", "q", "r"])}), None),
+    ("Float64 <NA>", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.array(
+        [None, *r.normal(size=n - 1)], dtype="Float64")}), "column 'f' has NaN"),
+    ("datetime", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.date_range("2020", periods=n)}),
+     "column 'f' has dtype datetime64"),
+])
+def test_12_every_pandas_dtype_works_or_is_refused_by_name(name, make, error):
+    from efa.tabular import AttentionTableClassifier
+
+    rng = np.random.RandomState(0)
+    n = 40
+    X = make(rng.choice(["x", "y", "z"], n), rng, n)
+    y = rng.randint(0, 2, n)
+    est = AttentionTableClassifier(max_epochs=1, random_state=0)
+    if error is None:
+        proba = est.fit(X, y).predict_proba(X)
+        assert proba.shape == (n, 2) and np.isfinite(proba).all()
+    else:
+        with pytest.raises((ValueError, TypeError), match=error):
+            est.fit(X, y)

@@ -557,7 +557,9 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         if len(self.classes_) < 2:
             raise ValueError(f"y has one class only ({self.classes_[0]!r}): a classifier needs "
                              "at least 2 classes")
-        self._target = "__response__"
+        self._target = "__response__"  # the response's column in the internal table
+        while self._target in set(map(str, X.columns)):  # a feature may have that name too
+            self._target += "_"
         self.feature_columns_ = list(X.columns)
         self._index = {c: i for i, c in enumerate(X.columns)}
         self._learn_columns(X)
