@@ -282,3 +282,24 @@ def test_12_every_pandas_dtype_works_or_is_refused_by_name(name, make, error):
     else:
         with pytest.raises((ValueError, TypeError), match=error):
             est.fit(X, y)
+
+
+def test_08_impute_writes_values_in_the_columns_units_and_keeps_dtypes():
+    from efa.tabular import AttentionTableClassifier
+
+    rng = np.random.RandomState(0)
+    n = 200
+    w = rng.normal(70, 10, n)
+    X = pd.DataFrame({"kg": w, "colour": pd.Categorical(rng.choice(["r", "g"], n)),
+                      "k": rng.randint(0, 3, n)})
+    X.loc[3, "kg"] = np.nan
+    X.loc[4, "colour"] = np.nan
+    clf = AttentionTableClassifier(missing="mask", max_epochs=3, random_state=0)
+    out = clf.fit(X, (w > 70).astype(int)).impute(X)
+    assert out.dtypes.tolist() == X.dtypes.tolist()
+    # the median of a training bin, within the observed range, never a bin index
+    observed = X["kg"].dropna()
+    assert observed.min() <= out.loc[3, "kg"] <= observed.max()
+    assert out.loc[3, "kg"] in clf.bin_values_["kg"]
+    assert out.loc[4, "colour"] in ("r", "g") and out.drop(index=[3, 4]).equals(
+        X.drop(index=[3, 4]))

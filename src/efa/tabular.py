@@ -390,7 +390,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
 
     def _learn_columns(self, X: pd.DataFrame):
         self.kinds_ = self._column_kinds(X)
-        self.levels_, self.bins_, self.stats_ = {}, {}, {}
+        self.levels_, self.bins_, self.stats_, self.bin_values_ = {}, {}, {}, {}
         for c, kind in zip(X.columns, self.kinds_, strict=True):
             col = X[c]
             if kind == "num":
@@ -401,6 +401,10 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                 if self.numeric == "quantile":
                     self.bins_[c] = _bin_edges(v[ok], self.n_bins, c)
                     self.levels_[c] = list(range(len(self.bins_[c]) + 1))
+                    # each bin's training median: what impute() writes, in the column's units
+                    b = np.searchsorted(self.bins_[c], v[ok], "right")
+                    self.bin_values_[c] = [float(np.median(v[ok][b == k]))
+                                           for k in self.levels_[c]]
                 else:
                     mu, sd = float(v[ok].mean()), float(v[ok].std())
                     self.stats_[c] = (mu, sd if sd > 0 else 1.0)
@@ -702,17 +706,18 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         return pd.DataFrame(self._column_proba(data, pos, name), columns=levels, index=X.index)
 
     def impute(self, X, y=None) -> pd.DataFrame:
-        """X with each missing cell (NaN/None; needs ``missing='mask'``) replaced by its most
-        probable level (categorical, binned: the bin's training median is not kept, so the bin
-        index) or conditional mean (Gaussian), given the row's observed cells."""
+        """X with each missing cell (NaN/None; needs ``missing='mask'``) replaced, given the
+        row's observed cells, by its most probable level (categorical), the training median of
+        its most probable bin (a binned number, in the column's units) or its conditional mean
+        (Gaussian). Columns keep their dtypes where the imputed values fit them."""
         X = self._check_X(X)
         data = self._sequences(X, self._y_codes(y, len(X)))
         hole = ~(data.observed["cat"] | data.observed.get("num", torch.zeros_like(
             data.observed["cat"])))
         hole[:, -1] = False
-        out = X.copy().astype(object)
+        out = X.copy()
         if not hole.any():
-            return X.copy()
+            return out
         with torch.no_grad():
             mean = self.model_.predict_mean(data, at=hole)
         for pos in range(self.n_positions_ - 1):
@@ -724,10 +729,18 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                 p = mean["cat"][rows, pos].double().numpy()
                 lo = self.offsets_[c]
                 best = p[:, lo : lo + len(self.levels_[c])].argmax(1)
-                out.loc[out.index[rows], c] = [self.levels_[c][b] for b in best]
+                values = (self.bin_values_[c] if c in self.bin_values_ else self.levels_[c])
+                filled = [values[b] for b in best]
             else:
                 mu, sd = self.stats_[c]
-                out.loc[out.index[rows], c] = mu + sd * mean["num"][rows, pos].double().numpy()
+                filled = mu + sd * mean["num"][rows, pos].double().numpy()
+            col = out[c].copy()
+            try:
+                col.iloc[np.flatnonzero(rows)] = filled
+            except (TypeError, ValueError):  # e.g. a level the column's dtype cannot hold
+                col = col.astype(object)
+                col.iloc[np.flatnonzero(rows)] = filled
+            out[c] = col
         return out
 
     @torch.no_grad()
