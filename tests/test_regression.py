@@ -298,18 +298,36 @@ def test_bad_input_is_refused_or_documented():
     assert torch.isfinite(sd[:, 0]).all() and not data.scored[:, 0].any()
 
 
-def test_user_table_round_trip_and_errors():
+def test_user_table_round_trip_and_errors(tmp_path):
     rng = np.random.default_rng(0)
     df = pd.DataFrame({"fn": np.repeat(["a", "b", "c"], 6), "x": rng.uniform(5, 15, 18),
                        "y": rng.normal(size=18), "ch": rng.choice(["left", "right"], 18)})
     data, labels = frame_to_sequences(df, "fn", "x", "y", "ch")
     assert labels == ["left", "right"] and data.fields["x"].shape == (3, 6, 1)
     assert data.fields["y"][1, 2].item() == pytest.approx(df.y.iloc[8])
-    model = regression_efa(data, layers=1)
-    out = predict_frame(model, df, pd.DataFrame({"fn": ["c", "a"], "x": [6.0, 9.0],
-                                                 "ch": ["right", "left"]}),
-                        "fn", "x", "y", "ch")
+    model = regression_efa(data, layers=1, channels=labels)
+    new = pd.DataFrame({"fn": ["c", "a"], "x": [6.0, 9.0], "ch": ["right", "left"]})
+    out = predict_frame(model, df, new, "fn", "x", "y", "ch")
     assert np.isfinite(out[["mean", "sd"]].to_numpy()).all()
+    # #32.7: ids come from the model, not from the table at hand: a context without channel
+    # 'left' still maps 'right' to id 1, as training did
+    only_right = df[df.ch == "right"]
+    got = predict_frame(model, only_right, new.iloc[:1], "fn", "x", "y", "ch")
+    ctx, _ = frame_to_sequences(only_right, "fn", "x", "y", "ch", channels=labels)
+    assert int(ctx.fields["channel"].max()) == 1
+    direct = predict_frame(model, only_right, new.iloc[:1], "fn", "x", "y", "ch",
+                           channels=labels)
+    np.testing.assert_array_equal(got[["mean", "sd"]], direct[["mean", "sd"]])
+    with pytest.raises(ValueError, match="unknown channel 'up'"):
+        predict_frame(model, df, new.assign(ch="up"), "fn", "x", "y", "ch")
+    with pytest.raises(ValueError, match="does not know its channel labels"):
+        predict_frame(regression_efa(data, layers=1), df, new, "fn", "x", "y", "ch")
+    with pytest.raises(ValueError, match="differ from the labels the model was built with"):
+        predict_frame(model, df, new, "fn", "x", "y", "ch", channels=["right", "left"])
+    import efa
+
+    saved = efa.load(efa.save(model, tmp_path / "m"))
+    assert [f.labels for f in saved.fields if f.name == "channel"] == [("left", "right")]
     with pytest.raises(ValueError, match="unknown channel 'up' in row 4"):
         frame_to_sequences(df.assign(ch=df.ch.where(df.index != 4, "up")), "fn", "x", "y", "ch",
                            channels=labels)

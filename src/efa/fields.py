@@ -191,6 +191,7 @@ class Category(Field):
     bag: bool = False
     bag_l2: float = 0.0
     bag_scale: float = 10.0
+    labels: tuple | None = None  # what id k stands for (saved with the model), if known
 
     kind = "category"
 
@@ -218,6 +219,13 @@ class Category(Field):
         if not (0 <= self.bag_l2 < float("inf")) or not (0 < self.bag_scale < float("inf")):
             raise ValueError(f"field {self.name!r}: bag_l2 must be >= 0 and bag_scale > 0 "
                              f"(finite), got {self.bag_l2} and {self.bag_scale}")
+        if self.labels is not None:
+            labels = tuple(self.labels)
+            if len(labels) != self.num_categories or len(set(labels)) != len(labels) or not all(
+                    isinstance(v, str | int | float | bool) for v in labels):
+                raise ValueError(f"field {self.name!r}: labels must be {self.num_categories} "
+                                 f"distinct strings or numbers, one per id, got {self.labels!r}")
+            self.labels = labels
         self.family = Categorical(self.num_categories)
 
     def config(self) -> dict:
@@ -225,6 +233,10 @@ class Category(Field):
         if not self.bag:  # saved configs of models without it stay as they were
             for k in ("bag", "bag_l2", "bag_scale"):
                 del d[k]
+        if self.labels is None:
+            del d["labels"]
+        else:
+            d["labels"] = list(self.labels)
         return {"kind": self.kind, **d}
 
     def bag_table(self, stored: Tensor) -> Tensor:

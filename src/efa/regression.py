@@ -43,10 +43,30 @@ def _stats(train: Sequences) -> tuple[float, float, float, float]:
     return float(x.mean()), float(x.std()), float(y.mean()), float(y.std())
 
 
+def _channels(channels) -> tuple[int, tuple | None]:
+    """(number of channels, their labels or None) from a count or a list of labels (the
+    labels :func:`frame_to_sequences` returns, which the model then keeps)."""
+    if isinstance(channels, bool):
+        raise ValueError(f"channels must be a count or a list of labels, got {channels!r}")
+    if isinstance(channels, int | np.integer):
+        return int(channels), None
+    labels = tuple(v.item() if hasattr(v, "item") else v for v in channels)
+    return len(labels), labels
+
+
+def channel_labels(model) -> list | None:
+    """The channel labels a model was built with (None: it knows only their number)."""
+    for f in model.fields:
+        if f.name == "channel" and getattr(f, "labels", None) is not None:
+            return list(f.labels)
+    return None
+
+
 def _fields(train: Sequences, dims: dict, feeds: dict, readout: dict, hidden: int,
-            min_scale: float, channels: int, encoder: str = "mlp") -> list:
+            min_scale: float, channels, encoder: str = "mlp") -> list:
     """[x, y, channel] standardised on ``train``; ``encoder`` embeds x and y ("mlp" or, with
-    dims 1, "identity")."""
+    dims 1, "identity"); ``channels``: a count or the labels (see :func:`_channels`)."""
+    channels, labels = _channels(channels)
     x_loc, x_scale, y_loc, y_scale = _stats(train)
     fields = [
         Attribute("x", size=1, dim=dims["x"], hidden=hidden, encoder=encoder, loc=[x_loc],
@@ -56,13 +76,15 @@ def _fields(train: Sequences, dims: dict, feeds: dict, readout: dict, hidden: in
     ]
     if channels:
         fields.append(Category("channel", channels, target=False, dim=dims["channel"],
-                               feeds=feeds["channel"]))
+                               feeds=feeds["channel"], labels=labels))
     return fields
 
 
 def note_model(train: Sequences, e: int = 64, ell: int = 64, hidden: int = 64,
-               min_scale: float = MIN_SCALE, channels: int = 2) -> EFA:
-    """The UNN note's model (Eqs. 7–18), standardised on ``train``.
+               min_scale: float = MIN_SCALE, channels: int | list = 2) -> EFA:
+    """The UNN note's model (Eqs. 7–18), standardised on ``train``. ``channels``: their
+    number, or their labels (as :func:`frame_to_sequences` returns them: kept with the model,
+    so :func:`predict_frame` maps a table's channels the way training did).
 
     Choices for what the note leaves open: the embeddings of x and y (Eqs. 7–8) are efa's
     learned maps of the standardised number, 1 → ``hidden`` → ``e`` with a ReLU (a linear map
@@ -84,10 +106,11 @@ def note_model(train: Sequences, e: int = 64, ell: int = 64, hidden: int = 64,
 def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int = 32,
                    y_dim: int = 16, channel_dim: int = 16, hidden: int = 64, ffn: int = 128,
                    readout_hidden: int = 64, min_scale: float = MIN_SCALE,
-                   channels: int = 2) -> EFA:
+                   channels: int | list = 2) -> EFA:
     """The efa model a user would pick: tokens [g(x); λ₁(y); channel] feeding the whole
     attention, ``layers`` pre-LN transformer blocks, causal, no positions (the points of a
-    function are a set in random order), standardised on ``train``."""
+    function are a set in random order), standardised on ``train``. ``channels``: their
+    number, or their labels (kept with the model, as in :func:`note_model`)."""
     every = ("q", "k", "v", "skip")
     fields = _fields(
         train, {"x": x_dim, "y": y_dim, "channel": channel_dim},
@@ -98,7 +121,7 @@ def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int
                          meta={"model": "regression-efa"}))
 
 
-def gp_attention(train: Sequences, channels: int = 2, channel_dim: int = 2,
+def gp_attention(train: Sequences, channels: int | list = 2, channel_dim: int = 2,
                  readout_hidden: int = 64, min_scale: float = MIN_SCALE) -> EFA:
     """One head of kernel-ridge (CME) attention that can *be* the GP: queries and keys read
     the standardised x (identity encoder) and the channel's embedding, values read the
@@ -106,6 +129,8 @@ def gp_attention(train: Sequences, channels: int = 2, channel_dim: int = 2,
     the dot product of the channel features (RBF + per-channel offsets, the data's kernel
     family), with the ridge λ learned; the head returns the GP posterior mean *and* variance
     (``posterior_variance``), and an MLP read-out of [x, channel, mean, variance] gives (μ, σ).
+    ``channels``: their number, or their labels (kept with the model, as in
+    :func:`note_model`).
     With W^Q = W^K, the true length-scale, offset variance and noise, the attention's two
     outputs are the Bayes predictive's mean and variance (up to the noise λ):
     ``tests/test_regression.py``. Causal, no self-attention, no positions."""
@@ -256,6 +281,17 @@ def predict_frame(model: EFA, context, targets, function: str, x: str, y: str,
             f"function(s) {missing[:5]} have target rows but no context rows: the predictive "
             "needs at least one observed (x, y) point of the function"
         )
+    if channel is not None:
+        known = channel_labels(model)
+        if known is None and channels is None:
+            raise ValueError(
+                "the model does not know its channel labels: pass channels= (the labels "
+                "frame_to_sequences returned for the training table), or build the model with "
+                "channels=those labels so that it keeps them")
+        if known is not None and channels is not None and list(channels) != known:
+            raise ValueError(f"channels={list(channels)} differ from the labels the model was "
+                             f"built with, {known}")
+        channels = known if known is not None else channels
     ctx, labels = frame_to_sequences(context, function, x, y, channel, channels)
     ids = sorted(context[function].unique())  # the order of from_frame's groups
     tids = sorted(targets[function].unique())
