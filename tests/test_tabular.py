@@ -40,9 +40,21 @@ EXPECTED_FAILED = {
 }
 
 
-@pytest.mark.parametrize("response", ["categorical", "ordinal"])
-def test_passes_sklearn_check_estimator(response):
-    est = AttentionTableClassifier(random_state=0, response=response, **FAST)
+# Every documented configuration of the estimator (#32).
+CONFIGURATIONS = {
+    "default": {},
+    "missing=mask": {"missing": "mask"},
+    "numeric=gaussian": {"numeric": "gaussian"},
+    "response=ordinal": {"response": "ordinal"},
+    "additive+glm": {"additive": True, "init": "glm"},
+    "backbone=paper": {"backbone": "paper"},
+    "handle_unknown=unk": {"handle_unknown": "unk"},
+}
+
+
+@pytest.mark.parametrize("options", list(CONFIGURATIONS.values()), ids=list(CONFIGURATIONS))
+def test_passes_sklearn_check_estimator(options):
+    est = AttentionTableClassifier(random_state=0, **{**FAST, **options})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_estimator(est, expected_failed_checks=EXPECTED_FAILED)

@@ -448,6 +448,12 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                     raise self._nan_error(c, np.flatnonzero(missing))
                 obs[missing, j] = False
             _check_scalars(col[~missing], c)
+            infinite = np.array([isinstance(v, float | np.floating) and np.isinf(v)
+                                 for v in col], dtype=bool)
+            if infinite.any():  # not a level, and not missing either: never an unknown
+                raise ValueError(f"column {c!r} has inf in {int(infinite.sum())} row(s) (first: "
+                                 f"row {int(np.flatnonzero(infinite)[0])}); a level must be "
+                                 "finite")
             lookup = self.lookup_[c]
             codes = np.array([lookup.get(v, -1) for v in col.where(~col.isna(), None)])
             unseen = (codes < 0) & ~missing
