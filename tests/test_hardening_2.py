@@ -303,3 +303,28 @@ def test_08_impute_writes_values_in_the_columns_units_and_keeps_dtypes():
     assert out.loc[3, "kg"] in clf.bin_values_["kg"]
     assert out.loc[4, "colour"] in ("r", "g") and out.drop(index=[3, 4]).equals(
         X.drop(index=[3, 4]))
+
+
+def test_round3_serious_silent_answers():
+    """The fresh probe round's most serious silent answers (tests/probes/round3-summary.md)."""
+    import torch
+
+    from efa.families import NegativeBinomial, Poisson
+    from efa.tabular import AttentionTableClassifier, _bin_edges
+
+    # analogy-027/028: a common scale of 1e±200 does not change 3CosAdd
+    x = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1], [1, 0, 0.1], [1, 1, 0.1]])
+    for scale in (1.0, 1e200, 1e-200):
+        assert analogy.answer(x * scale, VOCAB, QUESTIONS.iloc[:1])["correct"].all(), scale
+    # tabular-080: edges of values near the float range stay finite and between the values
+    edges = _bin_edges(np.array([-1e308, 1e308, 1e308]), 10, "huge")
+    assert np.isfinite(edges).all() and -1e308 < edges[0] < 1e308
+    # tabular-087: a bare pd.Categorical keeps its order for an ordinal response
+    X = pd.DataFrame({"a": ["x", "y", "z"] * 10})
+    y = pd.Categorical(["lo", "mid", "hi"] * 10, categories=["lo", "mid", "hi"])
+    est = AttentionTableClassifier(response="ordinal", max_epochs=1, random_state=0)
+    assert list(est.fit(X, y).classes_) == ["lo", "mid", "hi"]
+    # families-058 / generators-057: counts int64 cannot hold are an error, not negative
+    for family in (Poisson(), NegativeBinomial(2)):
+        with pytest.raises(ValueError, match="beyond what int64 holds"):
+            family.sample(torch.full((3, 1), 100.0 if family.name == "poisson" else -1e-30))

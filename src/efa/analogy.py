@@ -106,6 +106,14 @@ def vocabulary_index(vocab: Sequence[str], lowercase: bool = True) -> dict[str, 
     return index
 
 
+def _in_range(x: np.ndarray) -> np.ndarray:
+    """``x`` divided by its largest |entry| when that is so large or small that squared norms
+    would overflow or underflow: cosines and 3CosAdd's argmax do not change with a common
+    scale. Matrices of ordinary scale are returned as they are (the same bits as before)."""
+    m = float(np.abs(x).max()) if x.size else 0.0
+    return x / m if m > 0 and not 1e-100 < m < 1e100 else x
+
+
 def check_embeddings(vectors, vocab: Sequence[str], name: str = "embeddings") -> np.ndarray:
     """The matrix as float64 [V, p], after checking it matches ``vocab`` and is finite."""
     if hasattr(vectors, "detach"):  # a torch tensor
@@ -192,6 +200,7 @@ def answer(vectors, vocab: Sequence[str], questions: pd.DataFrame,
         raise ValueError("no questions to answer")
     if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
         raise ValueError(f"chunk must be a positive number of questions, got {chunk!r}")
+    x = _in_range(x)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     unit = x / np.where(norms > 0, norms, 1.0)  # a zero vector has cosine 0 with everything
     base = unit if normalize else x
@@ -248,6 +257,7 @@ def cosines(vectors, vocab: Sequence[str], questions: pd.DataFrame, targets: Seq
         raise KeyError(f"words not in the vocabulary: {missing[:5]}")
     rows = {col: np.array([index[w] for w in questions[col]]) for col in "abc"}
     t = np.array([index[w] for w in targets])
+    x = _in_range(x)
     unit = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-300)
     base = unit if normalize else x
     f = base[rows["b"]] + base[rows["c"]] - base[rows["a"]]

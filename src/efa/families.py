@@ -371,6 +371,16 @@ class Bernoulli(Family):
         self._reject(where, y, (y != 0) & (y != 1), "are not 0 or 1", "values in {0, 1}")
 
 
+def poisson_counts(rate: Tensor, generator: torch.Generator | None, family: str) -> Tensor:
+    """Poisson draws of ``rate`` as int64 counts. A rate whose counts int64 cannot hold (beyond
+    2⁶², or inf or NaN) is an error: torch.poisson would wrap it to a negative count."""
+    bad = ~torch.isfinite(rate) | (rate > float(2**62))
+    if bool(bad.any()):
+        raise ValueError(f"{family} sample: a rate of {float(rate[bad][0]):.3g} gives counts "
+                         "beyond what int64 holds; the natural parameter is too large")
+    return torch.poisson(rate, generator=generator).long()
+
+
 class Poisson(Family):
     """Counts y >= shift with y - shift ~ Poisson(rate); eta = log rate, t = y - shift.
 
@@ -413,7 +423,7 @@ class Poisson(Family):
 
     def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
         rate = torch.exp(eta.detach()[..., 0])
-        return torch.poisson(rate, generator=generator).long() + self.shift
+        return poisson_counts(rate, generator, "Poisson") + self.shift
 
     def distribution(self, eta: Tensor) -> torch.distributions.Poisson:
         """Distribution of ``y - shift``."""
@@ -499,7 +509,7 @@ class NegativeBinomial(Family):
         odds = self._odds(eta.detach())
         shape = torch.full_like(odds, self.total_count)
         rate = torch._standard_gamma(shape, generator=generator) * odds
-        return torch.poisson(rate, generator=generator).long()
+        return poisson_counts(rate, generator, "negative binomial")
 
     def distribution(self, eta: Tensor) -> torch.distributions.NegativeBinomial:
         logits = eta[..., 0] - _log1mexp(eta[..., 0])

@@ -551,7 +551,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         if len(X) == 0:
             raise ValueError(f"Found array with 0 sample(s) (shape=(0, {X.shape[1]})) while a "
                              "minimum of 1 is required.")
-        order = getattr(getattr(y, "cat", None), "categories", None)
+        order = (y.categories if isinstance(y, pd.Categorical)  # a bare Categorical too
+                 else getattr(getattr(y, "cat", None), "categories", None))
         y = _as_1d(y)
         if len(y) != len(X):
             raise ValueError(f"X has {len(X)} rows but y has {len(y)} labels")
@@ -846,7 +847,7 @@ def _bin_edges(v: np.ndarray, n_bins: int, column) -> np.ndarray:
         q = np.quantile(v, np.linspace(0, 1, n_bins + 1)[1:-1])
         gaps = np.unique(np.clip(np.searchsorted(u, q, "right"), 1, len(u) - 1))
     lo, hi = u[gaps - 1], u[gaps]
-    mid = lo + (hi - lo) / 2
+    mid = lo / 2 + hi / 2  # (hi - lo) overflows for values near ±1.8e308
     edges = np.where(mid > lo, mid, hi)  # adjacent floats: the upper value opens its bin
     if len(u) > n_bins and len(edges) + 1 < n_bins:
         warnings.warn(f"column {column!r}: ties leave {len(edges) + 1} quantile bins of the "

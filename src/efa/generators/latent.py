@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from efa.data import Sequences
-from efa.families import Bernoulli, Gaussian, Poisson
+from efa.families import Bernoulli, Gaussian, Poisson, poisson_counts
 from efa.fields import Attribute, Field, Value
 
 __all__ = [
@@ -393,7 +393,7 @@ class ExpFamilyLatent:
         if self.family == "bernoulli":
             y = torch.bernoulli(signal, generator=g)
         else:
-            y = torch.poisson(signal, generator=g)
+            y = poisson_counts(signal, g, "Poisson").double()
         data, signal = _pack(c, y, signal, lengths, torch.long)
         return LatentSample(data, z, signal, self)
 
