@@ -328,3 +328,90 @@ def test_round3_serious_silent_answers():
     for family in (Poisson(), NegativeBinomial(2)):
         with pytest.raises(ValueError, match="beyond what int64 holds"):
             family.sample(torch.full((3, 1), 100.0 if family.name == "poisson" else -1e-30))
+
+
+def _fm(**kw):
+    from efa.baselines.fm import CategoricalFM
+    from efa.fields import Category
+
+    return CategoricalFM(Category("item", 6), **kw)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: __import__("efa").Category("x", 5, distinct="False"), "distinct must be True or"),
+    (lambda: __import__("efa").Category("x", 5, target="no"), "target must be True or False"),
+    (lambda: __import__("efa").Category("x", 3, labels="abc"), "labels must be a list"),
+    (lambda: __import__("efa").Value("y", __import__("efa").families.Gaussian(), hidden=0),
+     "hidden must be a positive integer"),
+    (lambda: __import__("efa").Value("y", __import__("efa").families.Gaussian(),
+                                     readout_hidden=(0,)), "readout_hidden width"),
+    (lambda: __import__("efa").Value("y", __import__("efa").families.Poisson(),
+                                     encoder="table", num_values=-1), "num_values must be"),
+    (lambda: __import__("efa").Attribute("c", size=1, loc=[float("nan")]), "loc must be finite"),
+    (lambda: __import__("efa").families.Gaussian(float("inf")), "sigma must be > 0 and finite"),
+    (lambda: __import__("efa").families.NegativeBinomial(float("inf")), "total_count must be"),
+    (lambda: __import__("efa").families.HeteroscedasticGaussian(float("inf")), "min_scale"),
+    (lambda: __import__("efa").TrainConfig(resume="False"), "resume must be True or False"),
+    (lambda: __import__("efa").TrainConfig(progress="no"), "progress must be True or False"),
+    (lambda: _fm(direction="bidirectonal"), "direction must be"),
+    (lambda: _fm(dim=0), "dim must be a positive integer"),
+    (lambda: __import__("efa.datasets.tabular", fromlist=["x"]).simulate(1, -1.0, 0.5, 1),
+     "noise must be >= 0"),
+    (lambda: __import__("efa.datasets.tabular", fromlist=["x"]).simulate(1, 0.0, 0.5, 1, n=0),
+     "n must be an integer >= 1"),
+    (lambda: __import__("efa.generators", fromlist=["x"]).NoteGP(noise=float("inf")),
+     "noise must be >= 0 and finite"),
+    (lambda: __import__("efa.generators", fromlist=["x"]).LinearGaussian(dim=True),
+     "dim must be a positive integer"),
+])
+def test_round3_invalid_settings_are_refused_by_name(make, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        make()
+
+
+def test_round3_silent_answers_in_data_reports_and_regression(tmp_path):
+    import json
+
+    import torch
+
+    from efa.data import Sequences
+    from efa.experiments.report import Report
+    from efa.generators import LinearGaussian
+    from efa.generators.gp import rbf
+
+    data = Sequences.from_lists({"item": [[1, 2], [3]]})
+    with pytest.raises(KeyError, match="no field 'nonexistent'"):
+        data.predicted("nonexistent")
+    with pytest.raises(ValueError, match="per_row must be a positive integer"):
+        data.thin_scored(-1)
+    with pytest.raises(ValueError, match="no answers to summarise"):
+        analogy.summarise(analogy.answer(np.eye(6), VOCAB, QUESTIONS).iloc[:0])
+    with pytest.raises(ValueError, match="non-empty list of numbers"):
+        Report.from_json({"experiment": "synthetic", "command": "x", "seeds": [0], "rows": [
+            {"setting": "s", "model": "m", "metric": "x", "values": [], "paper": None}]})
+    with pytest.raises(ValueError, match="lengthscale must be positive"):
+        rbf(torch.zeros(2), torch.zeros(2), 0.0, 1.0)
+    with pytest.raises(ValueError, match="covariates must be finite"):
+        LinearGaussian(dim=2).sample(2, 3, covariates=torch.full((2, 3, 2), float("nan")))
+    from efa.regression import frame_to_sequences
+
+    df = pd.DataFrame({"fn": [0, 0], "x": [1.0, 2.0], "y": [0.0, 1.0], "ch": [0, 1]})
+    with pytest.raises(ValueError, match="channels must be distinct"):
+        frame_to_sequences(df, "fn", "x", "y", "ch", channels=[0, 0, 1])
+    import efa
+
+    with pytest.raises(TypeError, match="not both"):
+        efa.EFA(efa.EFAConfig([efa.Category("item", 4)]), num_layers=5)
+    # efa replot on an unknown experiment writes nothing
+    from typer.testing import CliRunner
+
+    from efa.cli import app
+
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({
+        "experiment": "nope", "command": "x", "seeds": [0],
+        "rows": [{"setting": "s", "model": "m", "metric": "x", "values": [1.0], "paper": None}]}))
+    (folder / "results.md").write_text("mine")
+    r = CliRunner().invoke(app, ["replot", str(folder)])
+    assert r.exit_code == 2 and (folder / "results.md").read_text() == "mine"

@@ -268,6 +268,8 @@ def cosines(vectors, vocab: Sequence[str], questions: pd.DataFrame, targets: Seq
 def summarise(answers: pd.DataFrame) -> pd.DataFrame:
     """Accuracy and mean cosine per category, per group and overall (columns ``level``,
     ``name``, ``n``, ``accuracy``, ``cosine``)."""
+    if len(answers) == 0:
+        raise ValueError("no answers to summarise: an empty set of questions has no accuracy")
     rows = []
     for level, key in (("category", "category"), ("group", "group")):
         for name, part in answers.groupby(key, sort=False):

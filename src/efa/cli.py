@@ -178,11 +178,12 @@ def replot(folder: Path = typer.Argument(..., help="a results folder, e.g. resul
 
     try:
         report = Report.read(folder)
+        experiment = get(report.experiment)  # an unknown one is refused before any write
         if tables:
             report = retable(folder)
-            write_atomically(report, folder, get(report.experiment).plots)
+            write_atomically(report, folder, experiment.plots)
         (folder / "results.md").write_text(report.markdown())
-        get(report.experiment).plots(report, folder)
+        experiment.plots(report, folder)
     except Exception as err:  # one line for the user; the traceback with --debug
         _fail(err)
     typer.echo(f"redrew {folder}/")

@@ -73,6 +73,8 @@ class Sequences:
 
     def predicted(self, name: str) -> Tensor:
         """[N, I] bool: the positions whose ``name`` value enters the likelihood."""
+        if name not in self.fields:
+            raise KeyError(f"no field {name!r}: the sequences have {list(self.fields)}")
         m = self.valid()
         if self.scored is not None:
             m = m & self.scored
@@ -192,6 +194,7 @@ class Sequences:
         whole sequence as context. The masked copies cost one pass per scored position either
         way, but small batches of such rows mix many sequences per gradient step while still
         sharing each row's token encoding among its positions."""
+        _check_per_row(per_row)
         slots = self.scored_positions()
         g = torch.Generator().manual_seed(seed)
         rows, masks = [], []
@@ -209,6 +212,7 @@ class Sequences:
     def thin_scored(self, per_row: int, seed: int = 0) -> Sequences:
         """Keep at most ``per_row`` random scored positions per sequence (a cheaper, fixed
         subset, e.g. of a validation set used for early stopping)."""
+        _check_per_row(per_row)
         slots = self.scored_positions()
         g = torch.Generator().manual_seed(seed)
         keep = torch.zeros_like(slots)
@@ -410,3 +414,8 @@ def check_sequences(data: Sequences, fields, max_len: int | None,
     extra = set(data.fields) - {f.name for f in fields}
     if extra:
         raise KeyError(f"data has fields the model does not know: {sorted(extra)}")
+
+
+def _check_per_row(per_row) -> None:
+    if isinstance(per_row, bool) or not isinstance(per_row, int) or per_row < 1:
+        raise ValueError(f"per_row must be a positive integer, got {per_row!r}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -72,10 +73,25 @@ def _integer(name: str, value, low: int) -> int:
     return int(value)
 
 
-def _non_negative(name: str, value) -> float:
-    if not value >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
+def _number(name: str, value) -> float:
+    """``value`` as a float, or an error naming the parameter (not int()'s or float()'s)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a number, got {value!r}")
     return float(value)
+
+
+def _non_negative(name: str, value) -> float:
+    value = _number(name, value)
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be >= 0 and finite, got {value!r}")
+    return value
+
+
+def _positive(name: str, value) -> float:
+    value = _number(name, value)
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be > 0 and finite, got {value!r}")
+    return value
 
 
 class InvalidValues(ValueError):
@@ -483,9 +499,7 @@ class NegativeBinomial(Family):
 
     def __init__(self, total_count: float):
         super().__init__()
-        if not total_count > 0:
-            raise ValueError(f"total_count must be > 0, got {total_count!r}")
-        self.total_count = float(total_count)
+        self.total_count = _positive("total_count", total_count)
 
     def link(self, z: Tensor) -> Tensor:
         _check_last_dim(z, self.num_outputs, "z", self)
@@ -541,8 +555,7 @@ class Gaussian(Family):
                 f"sigma must be a positive number, got {sigma!r}; "
                 "for a learned sigma use LearnedGaussian or HeteroscedasticGaussian"
             )
-        if not sigma > 0:
-            raise ValueError(f"sigma must be > 0, got {sigma!r}")
+        _positive("sigma", sigma)
         self.sigma = float(sigma)
 
     def link(self, z: Tensor) -> Tensor:
@@ -628,9 +641,7 @@ class LearnedGaussian(_NormalNatural):
 
     def __init__(self, init_sigma: float = 1.0):
         super().__init__()
-        if not init_sigma > 0:
-            raise ValueError(f"init_sigma must be > 0, got {init_sigma!r}")
-        self.init_sigma = float(init_sigma)
+        self.init_sigma = _positive("init_sigma", init_sigma)
         self.log_sigma = nn.Parameter(torch.tensor(math.log(self.init_sigma)))
 
     @property

@@ -32,9 +32,11 @@ subclass of :class:`Field` registered with :func:`register_field`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -206,6 +208,8 @@ class Category(Field):
             )
         self.dim = _as_int(self.dim)
         _check_positive(self.name, "dim", self.dim)
+        _check_bool(self.name, target=self.target, readout_bias=self.readout_bias,
+                    distinct=self.distinct, bag=self.bag)
         if self.vocab_chunk is not None:
             self.vocab_chunk = _as_int(self.vocab_chunk)
             _check_positive(self.name, "vocab_chunk", self.vocab_chunk)
@@ -220,7 +224,10 @@ class Category(Field):
             raise ValueError(f"field {self.name!r}: bag_l2 must be >= 0 and bag_scale > 0 "
                              f"(finite), got {self.bag_l2} and {self.bag_scale}")
         if self.labels is not None:
-            labels = tuple(self.labels)
+            if isinstance(self.labels, str | bytes):
+                raise ValueError(f"field {self.name!r}: labels must be a list with one label per "
+                                 f"id, got the string {self.labels!r}")
+            labels = tuple(v.item() if isinstance(v, np.generic) else v for v in self.labels)
             if len(labels) != self.num_categories or len(set(labels)) != len(labels) or not all(
                     isinstance(v, str | int | float | bool) for v in labels):
                 raise ValueError(f"field {self.name!r}: labels must be {self.num_categories} "
@@ -310,19 +317,34 @@ class Value(Field):
         if self.readout not in READOUTS:
             raise ValueError(f"field {self.name!r}: readout must be one of {READOUTS}")
         self.dim, self.hidden = _as_int(self.dim), _as_int(self.hidden)
+        _check_positive(self.name, "dim", self.dim)
+        _check_positive(self.name, "hidden", self.hidden)
+        _check_bool(self.name, target=self.target, readout_bias=self.readout_bias)
+        if isinstance(self.readout_hidden, int | np.integer):
+            raise ValueError(f"field {self.name!r}: readout_hidden must be a tuple of layer "
+                             f"widths, e.g. ({int(self.readout_hidden)},)")
+        self.readout_hidden = tuple(_as_int(w) for w in self.readout_hidden)
+        for w in self.readout_hidden:
+            _check_positive(self.name, "each readout_hidden width", w)
         if self.encoder == "identity" and self.dim != 1:
             raise ValueError(f"field {self.name!r}: the identity encoder needs dim=1")
         if self.encoder == "table":
             self.num_values = _as_int(self.num_values)
+            if self.num_values is not None:
+                _check_positive(self.name, "num_values", self.num_values)
             if not self.family.is_discrete or not self.num_values:
                 raise ValueError(
                     f"field {self.name!r}: encoder='table' needs a discrete family and "
                     "num_values (values 0..num_values-1 get an embedding each)"
                 )
-        if self.loc is not None:
-            self.loc = float(self.loc)
-        if self.scale is not None:
-            self.scale = float(self.scale)
+        for what in ("loc", "scale"):
+            v = getattr(self, what)
+            if v is not None:
+                try:
+                    setattr(self, what, float(v))
+                except (TypeError, ValueError):
+                    raise ValueError(f"field {self.name!r}: {what} must be a number or None, "
+                                     f"got {v!r}") from None
         loc, scale = self.moments
         if not (scale > 0 and scale < float("inf")) or not abs(loc) < float("inf"):
             raise ValueError(
@@ -391,12 +413,20 @@ class Attribute(Field):
         self.size, self.dim, self.hidden = (_as_int(v) for v in (self.size, self.dim, self.hidden))
         _check_positive(self.name, "size", self.size)
         _check_positive(self.name, "dim", self.dim)
+        _check_positive(self.name, "hidden", self.hidden)
         if self.encoder not in ("mlp", "linear", "identity"):
             raise ValueError(f"field {self.name!r}: encoder must be 'mlp', 'linear' or 'identity'")
         if self.encoder == "identity" and self.dim != self.size:
             raise ValueError(f"field {self.name!r}: the identity encoder needs dim == size")
+        for what in ("loc", "scale"):
+            v = getattr(self, what)
+            if isinstance(v, int | float | str | bytes) or not hasattr(v, "__iter__"):
+                raise ValueError(f"field {self.name!r}: {what} must be a list of {self.size} "
+                                 f"numbers, got {v!r}")
         self.loc = [float(v) for v in self.loc] or [0.0] * self.size
         self.scale = [float(v) for v in self.scale] or [1.0] * self.size
+        if not all(math.isfinite(v) for v in self.loc):
+            raise ValueError(f"field {self.name!r}: loc must be finite, got {self.loc}")
         if len(self.loc) != self.size or len(self.scale) != self.size:
             raise ValueError(f"field {self.name!r}: loc and scale need {self.size} entries each")
         bad = [j for j, s in enumerate(self.scale) if not (s > 0 and s < float("inf"))]
@@ -506,6 +536,13 @@ def _check_feeds(name, feeds) -> tuple[str, ...]:
 def _check_name(name):
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"field names must be Python identifiers, got {name!r}")
+
+
+def _check_bool(name, **values):
+    """A string such as 'False' is truthy: options that are switches must be booleans."""
+    for what, v in values.items():
+        if not isinstance(v, bool | np.bool_):
+            raise ValueError(f"field {name!r}: {what} must be True or False, got {v!r}")
 
 
 def _check_positive(name, what, value):

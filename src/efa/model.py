@@ -332,6 +332,9 @@ class EFA(ConditionalModel):
         super().__init__()
         # The model owns a copy: fit standardises unset Value loc/scale in place (standardise),
         # which must not change the fields the user built it from (they may build another).
+        if config is not None and kwargs:  # they would be ignored: the config decides
+            raise TypeError(f"EFA takes a config or keyword settings, not both; got a config "
+                            f"and {sorted(kwargs)}")
         cfg = copy.deepcopy(config or EFAConfig(**kwargs))
         self.config = cfg
         self.fields = cfg.fields

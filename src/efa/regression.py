@@ -192,6 +192,8 @@ def frame_to_sequences(frame, function: str, x: str, y: str, channel: str | None
         labels = sorted(frame[channel].dropna().unique().tolist()) if channels is None \
             else list(channels)
         labels = [v.item() if hasattr(v, "item") else v for v in labels]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"channels must be distinct labels, got {labels}")
         index = {label: i for i, label in enumerate(labels)}
         unknown = ~frame[channel].isin(list(index))
         if unknown.any():

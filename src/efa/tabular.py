@@ -342,9 +342,12 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"early_stopping must be True or False, got {self.early_stopping!r}")
         if self.stop_on not in ("joint", "response"):
             raise ValueError(f"stop_on must be 'joint' or 'response', got {self.stop_on!r}")
-        if not 0 < self.validation_fraction < 1:
-            raise ValueError(f"validation_fraction must be in (0, 1), got "
-                             f"{self.validation_fraction!r}")
+        for name, lo, lo_open in (("validation_fraction", 0.0, True), ("cell_dropout", 0.0, False)):
+            v = getattr(self, name)
+            if (isinstance(v, bool) or not isinstance(v, numbers.Real) or not v < 1
+                    or not (v > lo if lo_open else v >= lo)):
+                raise ValueError(f"{name} must be a number in {'(' if lo_open else '['}0, 1), "
+                                 f"got {v!r}")
 
     @staticmethod
     def _frame(X) -> pd.DataFrame:

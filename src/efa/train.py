@@ -112,6 +112,9 @@ class TrainConfig:
     monitor: tuple[str, ...] | None = None
 
     def __post_init__(self):
+        for name in ("progress", "resume", "drop_last"):  # 'False' would be truthy
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.monitor is not None:
             if isinstance(self.monitor, str) or not all(isinstance(m, str) for m in self.monitor) \
                     or not self.monitor:

@@ -30,6 +30,14 @@ from efa.model import ConditionalModel
 POOLINGS = ("mean", "sum", "paper")
 
 
+def _check_options(direction: str, dim: int) -> None:
+    if direction not in ("bidirectional", "unidirectional"):
+        raise ValueError(f"direction must be 'bidirectional' or 'unidirectional', got "
+                         f"{direction!r}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"dim must be a positive integer, got {dim!r}")
+
+
 def context_sum(e: Tensor, valid: Tensor, direction: str) -> tuple[Tensor, Tensor]:
     """Σ_{j in c(i)} e_j and |c(i)| for every i; e [B, I, K], valid [B, I]."""
     e = e * valid[..., None]
@@ -59,6 +67,7 @@ class CategoricalFM(ConditionalModel):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}")
+        _check_options(direction, dim)
         self.fields, self.direction, self.pooling = [field], direction, pooling
         self.alpha = nn.Embedding(field.num_categories, dim)
         self.rho = nn.Linear(dim, field.num_categories, bias=False)
@@ -90,6 +99,7 @@ class ValueFM(ConditionalModel):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}")
+        _check_options(direction, dim)
         if value.family.num_outputs != 1:
             raise ValueError(f"ValueFM needs a one-parameter family, got {value.family!r}")
         item = Category(item.name, item.num_categories, target=False, dim=item.dim)

@@ -72,6 +72,12 @@ def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: i
         raise ValueError(f"n_c must be in 1..{d}, got {n_c}")
     if not 0.0 <= corr <= 1.0:
         raise ValueError(f"corr must be in [0, 1], got {corr!r}")
+    for name, v, lo in (("n", n, 1), ("d", d, 1), ("n_cat", n_cat, 2)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < lo:
+            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    for name, v in (("noise", noise), ("y_noise", y_noise)):
+        if not 0.0 <= v < math.inf:
+            raise ValueError(f"{name} must be >= 0 and finite, got {v!r}")
     rng = np.random.default_rng(seed)
     flip = np.concatenate([-np.ones(d // 2), np.ones(d - d // 2)])
     train_true = equicorrelated(rng, corr, n, d) * flip

@@ -87,6 +87,11 @@ class Report:
             lacking = [key for key in row_keys if not isinstance(r, dict) or key not in r]
             if lacking:
                 raise ValueError(f"{source} is incomplete: row {k} has no {lacking}")
+            values = r["values"]
+            if not isinstance(values, list) or not values or not all(
+                    isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                raise ValueError(f"{source}: row {k} ({r['setting']}, {r['model']}) needs a "
+                                 f"non-empty list of numbers as values, got {values!r}")
         return cls._from_json(doc)
 
     @classmethod

@@ -142,6 +142,8 @@ def update_readme(readme: Path, results: Path) -> bool:
     results.json (so each shows its environment); True if README changed."""
     from efa.experiments.report import Report
 
+    if not Path(readme).is_file():
+        raise FileNotFoundError(f"{readme} does not exist; nothing was rewritten")
     if not Path(results).is_dir():
         raise FileNotFoundError(f"results folder {results} does not exist; README is unchanged")
     if not any(Path(results).glob("*/results.json")):

@@ -33,6 +33,7 @@ set itself was drawn on a GPU, so the functions differ; the distribution is the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -60,12 +61,14 @@ class NoteGP:
         if not isinstance(self.length, int) or self.length < 2:
             raise ValueError(f"length must be an integer >= 2, got {self.length!r}")
         for name in ("lengthscale", "variance"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
-        if not (self.offset_var >= 0 and self.noise >= 0 and self.jitter >= 0):
-            raise ValueError("offset_var, noise and jitter must be >= 0")
-        if not self.x_low < self.x_high or not 0 <= self.p_channel <= 1:
-            raise ValueError("need x_low < x_high and 0 <= p_channel <= 1")
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be positive and finite, got "
+                                 f"{getattr(self, name)!r}")
+        for name in ("offset_var", "noise", "jitter"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be >= 0 and finite, got {getattr(self, name)!r}")
+        if not -math.inf < self.x_low < self.x_high < math.inf or not 0 <= self.p_channel <= 1:
+            raise ValueError("need finite x_low < x_high and 0 <= p_channel <= 1")
 
 
 LITERAL = NoteGP()  # the note as written: no observation noise
@@ -77,6 +80,8 @@ def rbf(x1: Tensor, x2: Tensor, lengthscale, variance) -> Tensor:
     ``lengthscale``/``variance`` scalars or [...] tensors (one per function)."""
     ell = torch.as_tensor(lengthscale, dtype=x1.dtype)
     var = torch.as_tensor(variance, dtype=x1.dtype)
+    if not bool((ell > 0).all()) or not bool(torch.isfinite(ell).all()):
+        raise ValueError(f"lengthscale must be positive and finite, got {lengthscale!r}")
     if ell.dim():
         ell, var = ell[..., None, None], var[..., None, None]
     d = (x1[..., :, None] - x2[..., None, :]) / ell
@@ -136,13 +141,14 @@ class TNPGP:
         if positive_int("max_num_points", self.max_num_points) < 7:
             # sizes are drawn as randint(3, m - 3) context and randint(3, m - nc) targets
             raise ValueError(f"max_num_points must be >= 7, got {self.max_num_points}")
-        if not self.x_low < self.x_high:
-            raise ValueError(f"need x_low < x_high, got {self.x_low}, {self.x_high}")
+        if not -math.inf < self.x_low < self.x_high < math.inf:
+            raise ValueError(f"need finite x_low < x_high, got {self.x_low}, {self.x_high}")
         for name in ("max_length", "max_scale"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
-        if not self.noise >= 0:
-            raise ValueError(f"noise must be >= 0, got {self.noise!r}")
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be positive and finite, got "
+                                 f"{getattr(self, name)!r}")
+        if not 0 <= self.noise < math.inf:
+            raise ValueError(f"noise must be >= 0 and finite, got {self.noise!r}")
 
 
 @dataclass

@@ -120,8 +120,21 @@ def _draw_linear(gen, n, length, seed, min_length, covariates):
     z = torch.randn(n, gen.dim, generator=g, dtype=torch.float64) * math.sqrt(gen.prior_var)
     c = _covariates(gen.covariates, n, length, gen.dim, g)
     if covariates is not None:
-        c = covariates.double().expand(n, length, gen.dim).clone()
+        c = _given_covariates(covariates, n, length, gen.dim)
     return g, z, c, _lengths(n, length, lo, g)
+
+
+def _given_covariates(covariates, n: int, length: int, dim: int) -> Tensor:
+    """The caller's covariates as float64 [n, length, dim] (broadcast), finite."""
+    c = torch.as_tensor(covariates).double()
+    try:
+        c = c.expand(n, length, dim).clone()
+    except RuntimeError:
+        raise ValueError(f"covariates must broadcast to [n, length, dim] = [{n}, {length}, "
+                         f"{dim}], got shape {tuple(c.shape)}") from None
+    if not torch.isfinite(c).all():
+        raise ValueError("covariates must be finite (they have NaN or inf)")
+    return c
 
 
 def _pack(c, y, signal, lengths, y_dtype=torch.float32):
@@ -134,7 +147,7 @@ def _pack(c, y, signal, lengths, y_dtype=torch.float32):
 
 
 def _check_design(dim, covariates: str) -> None:
-    if not isinstance(dim, int) or dim < 1:
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
         raise ValueError(f"dim must be a positive integer, got {dim!r}")
     if covariates not in COVARIATES:
         raise ValueError(f"covariates must be one of {COVARIATES}, got {covariates!r}")
@@ -322,7 +335,7 @@ class GPLatent:
         g = _generator(seed)
         c = _covariates(self.covariates, n, length, self.dim, g)
         if covariates is not None:
-            c = covariates.double().expand(n, length, self.dim).clone()
+            c = _given_covariates(covariates, n, length, self.dim)
         lengths = _lengths(n, length, lo, g)
         # f at the tokens: a joint Gaussian draw (jitter 1e-9·s² for duplicate covariates).
         cov = self.covariance(c) + 1e-9 * self.signal_var * torch.eye(length, dtype=c.dtype)
