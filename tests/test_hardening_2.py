@@ -415,3 +415,26 @@ def test_round3_silent_answers_in_data_reports_and_regression(tmp_path):
     (folder / "results.md").write_text("mine")
     r = CliRunner().invoke(app, ["replot", str(folder)])
     assert r.exit_code == 2 and (folder / "results.md").read_text() == "mine"
+
+
+def test_round3_spatial_tables_refuse_what_they_would_misread():
+    import torch
+
+    from efa import geo, spatial
+
+    df = pd.DataFrame({"site": np.repeat([0, 1], 3), "t": [0, 1, 2] * 2,
+                       "lat": np.repeat([40.0, 41.0], 3), "lon": np.repeat([-70.0, -71.0], 3),
+                       "v": np.arange(6.0), "flag": [True, False, True] * 2})
+    kw = dict(site="site", time="t", lat="lat", lon="lon", value="v")
+    with pytest.raises(ValueError, match="sites must be distinct"):
+        spatial.frame_to_sequences(df, sites=[0, 0, 1], **kw)
+    with pytest.raises(ValueError, match="must hold True/False only"):
+        spatial.frame_to_sequences(df.assign(flag=df.flag.astype(str)), target="flag", **kw)
+    with pytest.raises(ValueError, match="is missing in row 2"):
+        spatial.frame_to_sequences(df.assign(t=df.t.where(df.index != 2)), **kw)
+    data = spatial.frame_to_sequences(df, target="flag", **kw)
+    assert len(data) == 2
+    with pytest.raises(ValueError, match="one value per site"):
+        spatial.anomalies(data, torch.tensor([1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="site 1 has a missing or infinite coordinate"):
+        geo.nearest_neighbours([40.0, np.nan, 42.0], [-70.0, -71.0, -72.0], 1)

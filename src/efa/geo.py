@@ -26,6 +26,10 @@ def nearest_neighbours(lat, lon, k: int) -> np.ndarray:
     lon = np.asarray(lon, dtype=np.float64)
     if lat.shape != lon.shape or lat.ndim != 1:
         raise ValueError("lat and lon must be 1-d arrays of the same length")
+    bad = ~(np.isfinite(lat) & np.isfinite(lon))
+    if bad.any():
+        raise ValueError(f"site {int(np.flatnonzero(bad)[0])} has a missing or infinite "
+                         "coordinate")
     n = lat.size
     if not 0 <= k <= n - 1:
         raise ValueError(f"k must be between 0 and n_sites - 1 = {n - 1}, got {k}")

@@ -95,6 +95,15 @@ def frame_to_sequences(
         raise ValueError(f"layout must be 'tokens' or 'fields', got {layout!r}")
     if df[[lat, lon]].isna().any().any():
         raise ValueError(f"columns {lat!r}/{lon!r} have missing coordinates")
+    if df[time].isna().any():
+        row = df.index[df[time].isna().to_numpy()][0]
+        raise ValueError(f"column {time!r} is missing in row {row!r}: every row needs a time")
+    if target is not None:
+        flags = df[target]
+        if flags.isna().any() or not pd.api.types.is_bool_dtype(flags.dtype):
+            raise ValueError(f"column {target!r} (target) must hold True/False only, got dtype "
+                             f"{flags.dtype}" + (" with missing values" if flags.isna().any()
+                                                  else ""))
     places = df.groupby(site)[[lat, lon]].agg(["min", "max"])
     moving = (places[(lat, "min")] != places[(lat, "max")]) | (
         places[(lon, "min")] != places[(lon, "max")]
@@ -123,6 +132,9 @@ def frame_to_sequences(
         raise ValueError(f"column {value!r} has infinite values")
 
     sites = pd.Index(sorted(df[site].unique()) if sites is None else list(sites))
+    if sites.has_duplicates:
+        raise ValueError(f"sites must be distinct, got {list(sites[sites.duplicated()])[:5]} "
+                         "more than once")
     unknown = set(df[site].unique()) - set(sites)
     if unknown:
         raise ValueError(f"sites not in `sites`: {sorted(unknown)[:5]}")
@@ -183,6 +195,12 @@ def anomalies(data: Sequences, means: Tensor, name: str = "value") -> Sequences:
     A shift per site does not change squared errors, so an EFA fitted to anomalies reports MSE
     in the data's units; the model then needs only departures from each site's climatology (at
     the price of not predicting sites that have no training data)."""
+    means = torch.as_tensor(means)
+    s = int(data.scored_positions()[0].sum()) if data.scored is not None else None
+    width = data.fields[name].shape[1]
+    if means.dim() != 1 or (width % len(means)) or (s is not None and s != len(means)):
+        raise ValueError(f"means must hold one value per site ({s or width}), got shape "
+                         f"{tuple(means.shape)}")
     fields = dict(data.fields)
     for k, y in data.fields.items():
         if k == name or k.startswith(f"{name}_lag"):
