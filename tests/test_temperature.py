@@ -205,7 +205,9 @@ def test_gaussian_conditional_matches_direct_formula():
     rng = np.random.default_rng(0)
     n, p = 60, 6
     a = rng.normal(size=(p, p))
-    y = rng.multivariate_normal(rng.normal(size=p) * 5, a @ a.T + np.eye(p), size=n)
+    # through the (unique) Cholesky factor, not multivariate_normal's SVD
+    low = np.linalg.cholesky(a @ a.T + np.eye(p))
+    y = rng.normal(size=p) * 5 + rng.standard_normal((n, p)) @ low.T
     data = Sequences({"value": torch.tensor(y)}, torch.full((n,), p))
     test_y = y[:5].copy()
     test_y[2, 3] = 0.0  # missing below

@@ -33,21 +33,22 @@ def data_fingerprint(*datasets) -> str:
         parts += [(f"observed:{k}", v) for k, v in sorted(data.observed.items())]
         if data.scored is not None:
             parts.append(("scored", data.scored))
-        for name, t in parts:
-            t = t.detach().cpu().contiguous()
-            h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        _hash_tensors(h, parts)
     return h.hexdigest()
+
+
+def _hash_tensors(h, parts) -> None:
+    for name, t in parts:
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
 
 
 def weights_fingerprint(state: dict[str, torch.Tensor]) -> str:
     """sha256 over a state dict's tensors: ties a checkpoint to the weights its fit started
     from, so a run with another initialisation (another seed) never resumes it."""
     h = hashlib.sha256()
-    for name, t in sorted(state.items()):
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    _hash_tensors(h, sorted(state.items()))
     return h.hexdigest()
 
 

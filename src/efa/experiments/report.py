@@ -119,7 +119,8 @@ class Report:
         return cls.from_json(doc, str(path))
 
     def markdown(self) -> str:
-        threads = self.to_json()["environment"].get("threads")
+        env = self.to_json()["environment"]
+        threads = env.get("threads")
         lines = [
             f"# {self.experiment}",
             "",
@@ -140,7 +141,7 @@ class Report:
             lines += ["", *[f"- {n}" for n in self.notes]]
         for section in self.sections:
             lines += ["", section.rstrip()]
-        lines += ["", "## Environment", "", provenance(self.to_json()["environment"])]
+        lines += ["", "## Environment", "", provenance(env)]
         return "\n".join(lines) + "\n"
 
     def write(self, folder: Path) -> Path:
