@@ -5,6 +5,8 @@ width and depth, over vocabulary sizes D and sequence lengths I (issue "Scale").
     python benchmarks/scale.py --targets  # the target cells, 5 interleaved rounds
                                           #   -> results/scale/targets.json
     python benchmarks/scale.py --quick    # a tiny grid, printed only (never written)
+    python benchmarks/scale.py --device cuda [--targets]  # the same on a GPU
+                                          #   -> results/scale/{throughput,targets}-cuda.json
 
 Models (width 64, 2 pre-LN layers, 4 heads of 16, batch 64, one torch thread each):
 - efa-uni: unidirectional EFA, exact likelihood by two-stream attention (every position).
@@ -18,6 +20,11 @@ grid gives each configuration one window; ``--targets`` measures the cells the i
 are stated at (D = 10³ and 10⁴, I = 50) in ``--rounds`` rounds, every model once per round in
 an order that alternates between rounds, and reports the median over rounds: on a shared
 machine, load that comes and goes then hits every model alike.
+
+On ``--device cuda`` every configuration runs in one process (a CUDA start per configuration
+would cost more than its window); the step time is taken after ``torch.cuda.synchronize()``,
+the memory column is the peak of ``torch.cuda.max_memory_allocated`` (reset before each
+configuration), and the windows are shorter (2 s) because a GPU step is short.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ WIDTH, LAYERS, HEADS, BATCH = 64, 2, 4, 64
 MODELS = ("efa-uni", "lm", "efa-bi", "efa-bi-m", "mlm")
 
 
-def build(kind: str, d: int, i: int):
+def build(kind: str, d: int, i: int, device: str = "cpu"):
     import torch
     from torch import nn
 
@@ -49,7 +56,7 @@ def build(kind: str, d: int, i: int):
             num_heads=HEADS, max_len=i, block="pre_ln", ffn_hidden=4 * WIDTH,
             direction="unidirectional" if kind == "efa-uni" else "bidirectional",
         )
-        return efa.EFA(cfg)
+        return efa.EFA(cfg).to(device)
 
     class Plain(nn.Module):
         """Token + position embeddings, nn.TransformerEncoder (pre-LN), linear read-out."""
@@ -66,32 +73,38 @@ def build(kind: str, d: int, i: int):
         def loss(self, x, gen):
             causal = kind == "lm"
             inp = x
-            if not causal:  # 15 % of the tokens masked, predicted
-                target = torch.rand(x.shape, generator=gen) < 0.15
+            if not causal:  # 15 % of the tokens masked, predicted (drawn on the CPU: same masks)
+                target = (torch.rand(x.shape, generator=gen) < 0.15).to(x.device)
                 inp = torch.where(target, d, x)
             h = self.tok(inp) + self.pos.weight[: x.shape[1]]
-            mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1]) if causal else None
+            mask = (nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device)
+                    if causal else None)
             h = self.enc(h, mask=mask, is_causal=causal)
             if causal:  # predict x_t from x_<t
                 return nn.functional.cross_entropy(self.out(h[:, :-1]).flatten(0, 1),
                                                    x[:, 1:].flatten()), x[:, 1:].numel()
             return nn.functional.cross_entropy(self.out(h[target]), x[target]), int(target.sum())
 
-    return Plain()
+    return Plain().to(device)
 
 
-def measure(kind: str, d: int, i: int, seconds: float, batch: int) -> dict:
+def measure(kind: str, d: int, i: int, seconds: float, batch: int, device: str = "cpu") -> dict:
     import torch
 
     import efa
 
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
-    model = build(kind, d, i)
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    model = build(kind, d, i, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randint(0, d, (batch, i), generator=gen)
-    data = efa.Sequences({"item": x}, torch.full((batch,), i))
+    x = torch.randint(0, d, (batch, i), generator=gen).to(device)
+    data = efa.Sequences({"item": x}, torch.full((batch,), i, device=device))
     from efa.train import _sample_positions
 
     steps, predicted, t0, times = 0, 0, time.perf_counter(), []
@@ -111,18 +124,28 @@ def measure(kind: str, d: int, i: int, seconds: float, batch: int) -> dict:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        sync()
         if steps >= 1:
             predicted += n
             times.append(time.perf_counter() - start)
         steps += 1
     # The median step: robust to the other processes of a shared machine.
     per_step = sorted(times)[len(times) // 2]
+    memory = ({"peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30} if cuda else
+              {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20})
     return {"model": kind, "D": d, "I": i, "batch": batch, "steps": len(times),
             "seconds_per_step": per_step, "tokens_per_second": predicted / len(times) / per_step,
-            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+            **memory}
 
 
-def run_isolated(kind, d, i, seconds, batch) -> dict:
+def run_isolated(kind, d, i, seconds, batch, device="cpu") -> dict:
+    if device == "cuda":  # in this process; the memory column is reset per configuration
+        import torch
+
+        try:
+            return measure(kind, d, i, seconds, batch, device)
+        except torch.OutOfMemoryError as e:
+            return {"model": kind, "D": d, "I": i, "batch": batch, "error": str(e)[:300]}
     out = subprocess.run(
         [sys.executable, __file__, "--one", kind, str(d), str(i), str(seconds), str(batch)],
         capture_output=True, text=True, cwd=ROOT,
@@ -175,13 +198,14 @@ def summarise(rows: list[dict]) -> dict:
     return {"ratios": ratios, "exponents": exponents}
 
 
-def rounds_of(configs: list[tuple], rounds: int, seconds: float) -> list[dict]:
+def rounds_of(configs: list[tuple], rounds: int, seconds: float, device: str = "cpu"
+              ) -> list[dict]:
     """Every (model, D, I) of ``configs`` once per round (order reversed every other round);
     per configuration the median tokens/s and step time over rounds, the largest peak RSS."""
     runs: dict[tuple, list[dict]] = {c: [] for c in configs}
     for r in range(rounds):
         for c in configs if r % 2 == 0 else configs[::-1]:
-            runs[c].append(run_isolated(*c, seconds, BATCH))
+            runs[c].append(run_isolated(*c, seconds, BATCH, device))
     rows = []
     for (m, d, i), rs in runs.items():
         ok = [x for x in rs if "error" not in x]
@@ -189,11 +213,12 @@ def rounds_of(configs: list[tuple], rounds: int, seconds: float) -> list[dict]:
             rows.append(rs[0])
             continue
         med = lambda k, ok=ok: sorted(x[k] for x in ok)[len(ok) // 2]  # noqa: E731
+        memory = "peak_gpu_gib" if device == "cuda" else "peak_rss_gib"
         rows.append({"model": m, "D": d, "I": i, "batch": BATCH, "rounds": len(ok),
                      "seconds_per_step": med("seconds_per_step"),
                      "tokens_per_second": med("tokens_per_second"),
                      "tokens_per_second_rounds": [x["tokens_per_second"] for x in ok],
-                     "peak_rss_gib": max(x["peak_rss_gib"] for x in ok)})
+                     memory: max(x[memory] for x in ok)})
     return rows
 
 
@@ -202,8 +227,12 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--targets", action="store_true")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--one", nargs=5)
     args = p.parse_args()
+    dev = args.device
+    suffix = "-cuda" if dev == "cuda" else ""
+    flag = " --device cuda" if dev == "cuda" else ""
     if args.one:
         kind, d, i, seconds, batch = args.one
         print(json.dumps(measure(kind, int(d), int(i), float(seconds), int(batch))))
@@ -211,22 +240,26 @@ def main():
     t0 = time.perf_counter()
     if args.targets:
         configs = [(m, d, 50) for d in (1_000, 10_000) for m in MODELS]
-        rows = rounds_of(configs, args.rounds, 6.0)
-        command = f"python benchmarks/scale.py --targets --rounds {args.rounds}"
-        name = "targets.json"
+        rows = rounds_of(configs, args.rounds, 2.0 if dev == "cuda" else 6.0, dev)
+        command = f"python benchmarks/scale.py --targets --rounds {args.rounds}{flag}"
+        name = f"targets{suffix}.json"
     else:
         ds, is_, seconds = ((1000,), (20,), 1.0) if args.quick else (
-            (1_000, 10_000, 100_000), (20, 50, 200), 8.0)
-        rows = [run_isolated(m, d, i, seconds, BATCH) for d in ds for i in is_ for m in MODELS]
+            (1_000, 10_000, 100_000), (20, 50, 200), 2.0 if dev == "cuda" else 8.0)
+        rows = [run_isolated(m, d, i, seconds, BATCH, dev)
+                for d in ds for i in is_ for m in MODELS]
         if not args.quick:  # the memory target: D = 10⁵, I = 50, batch 256
-            rows += [run_isolated(m, 100_000, 50, seconds, 256) for m in ("efa-uni", "efa-bi-m")]
-        command = "python benchmarks/scale.py" + (" --quick" if args.quick else "")
-        name = "throughput.json"
+            rows += [run_isolated(m, 100_000, 50, seconds, 256, dev)
+                     for m in ("efa-uni", "efa-bi-m")]
+        command = "python benchmarks/scale.py" + (" --quick" if args.quick else "") + flag
+        name = f"throughput{suffix}.json"
     for r in rows:
         print(json.dumps(r), flush=True)
+    from efa.experiments.provenance import environment
+
     doc = {"command": command, "width": WIDTH, "layers": LAYERS, "heads": HEADS, "batch": BATCH,
-           "threads": 1, "wall_seconds": time.perf_counter() - t0, "rows": rows,
-           **summarise(rows)}
+           "threads": 1, "device": dev, "wall_seconds": time.perf_counter() - t0, "rows": rows,
+           **summarise(rows), "environment": environment(1, 0, dev)}
     print(json.dumps({k: doc[k] for k in ("ratios", "exponents")}, indent=1))
     if not args.quick:
         out = ROOT / "results" / "scale"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 from importlib import metadata
 
 # The packages whose code computes a number here: the core and the experiments' peers.
@@ -63,4 +64,25 @@ def environment(threads: int, workers: int = 1, device: str | None = None) -> di
     return {"python": platform.python_version(), **versions(), "cpu": cpu_model(),
             "cpus": os.cpu_count(), "blas": blas(),
             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
-            "threads": threads, "workers": workers, "device": device or "cpu"}
+            "threads": threads, "workers": workers, "device": device or "cpu",
+            **({"gpu": gpu()} if str(device).startswith("cuda") else {})}
+
+
+def gpu() -> dict:
+    """The CUDA device a result ran on: its name, memory, and the CUDA torch was built for."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
+            "multiprocessors": props.multi_processor_count, "cuda": torch.version.cuda,
+            "driver": _driver()}
+
+
+def _driver() -> str | None:
+    """The NVIDIA driver's version: the first dotted number of /proc/driver/nvidia/version
+    (its wording differs between drivers, the number does not)."""
+    with contextlib.suppress(OSError):
+        with open("/proc/driver/nvidia/version") as f:
+            found = re.search(r"\b\d+\.\d+(?:\.\d+)?\b", f.readline())
+            return found.group(0) if found else None
+    return None

@@ -73,10 +73,26 @@ def tables(results: Path) -> str:
 
 
 def scale_tables(results: Path) -> str:
-    """The benchmarks of ``results/scale/`` (benchmarks/scale.py, time_to_quality.py)."""
+    """The benchmarks of ``results/scale/`` (benchmarks/scale.py, time_to_quality.py): the CPU
+    files (``throughput.json`` …), then the GPU ones (``throughput-cuda.json`` …) if present."""
     folder = Path(results) / "scale"
+    parts = _scale_device(folder, "")
+    cuda = _scale_device(folder, "-cuda")
+    if cuda:
+        gpu = next((json.loads(p.read_text()).get("environment", {}).get("gpu", {}).get("name")
+                    for p in sorted(folder.glob("*-cuda.json"))), None)
+        parts += ["", f"**On a GPU** ({gpu or 'CUDA'}; the same models, one process, step times "
+                  "after `torch.cuda.synchronize()`, memory = peak CUDA allocation):", ""] + cuda
+    return "\n".join(parts).strip() or "(no results yet)"
+
+
+def _memory(row: dict) -> float:
+    return row["peak_gpu_gib"] if "peak_gpu_gib" in row else row["peak_rss_gib"]
+
+
+def _scale_device(folder: Path, suffix: str) -> list[str]:
     parts = []
-    path = folder / "throughput.json"
+    path = folder / f"throughput{suffix}.json"
     if path.exists():
         doc = json.loads(path.read_text())
         rows = [r for r in doc["rows"] if "error" not in r and r["batch"] == doc["batch"]]
@@ -94,8 +110,7 @@ def scale_tables(results: Path) -> str:
             cells = []
             for d, i in keys:
                 r = cell.get((m, d, i))
-                cells.append(f"{r['tokens_per_second']:,.0f} ({r['peak_rss_gib']:.1f})" if r
-                             else "")
+                cells.append(f"{r['tokens_per_second']:,.0f} ({_memory(r):.1f})" if r else "")
             parts.append(f"| {m} | " + " | ".join(cells) + " |")
         parts += ["", "| ratio (same run) | value |", "|---|---|"]
         parts += [f"| {k} | {v:.2f} |" for k, v in doc["ratios"].items()]
@@ -104,16 +119,16 @@ def scale_tables(results: Path) -> str:
         big = [r for r in doc["rows"] if r["batch"] != doc["batch"]]
         for r in big:
             parts.append(f"\nMemory at D={r['D']:,}, I={r['I']}, batch {r['batch']}: {r['model']} "
-                         + (f"peak {r['peak_rss_gib']:.2f} GiB" if "error" not in r
+                         + (f"peak {_memory(r):.2f} GiB" if "error" not in r
                             else f"failed: {r['error']}"))
-    path = folder / "targets.json"
+    path = folder / f"targets{suffix}.json"
     if path.exists():  # the target cells, median of interleaved rounds
         doc = json.loads(path.read_text())
         rounds = min((r.get("rounds", 1) for r in doc["rows"] if "error" not in r), default=0)
         parts += ["", f"The target cells, median of {rounds} interleaved rounds — "
                   f"`{doc['command']}`:", "", "| ratio (same run) | value |", "|---|---|"]
         parts += [f"| {k} | {v:.2f} |" for k, v in doc["ratios"].items()]
-    path = folder / "time_to_quality.json"
+    path = folder / f"time_to_quality{suffix}.json"
     if path.exists():
         doc = json.loads(path.read_text())
         curves = doc["curves"]
@@ -127,7 +142,7 @@ def scale_tables(results: Path) -> str:
         for name, curve in curves.items():
             parts.append(f"| {name} | " + " | ".join(f"{c['nll']:.3f}" for c in curve[2::2])
                          + " |")
-    return "\n".join(parts).strip() or "(no results yet)"
+    return parts
 
 
 def _replace(text: str, start: str, end: str, body: str, readme) -> str:
