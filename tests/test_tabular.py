@@ -599,5 +599,7 @@ def test_simulation_claims_compare_means_with_standard_errors():
     assert claims["lr_within_2se_of_table_1"] == 12
     assert claims["efa_mean_accuracy_ge_paper_atn"] == 0
     assert claims["efa_behind_paper_atn_beyond_2se"] == 12
+    assert claims["efa_not_behind_paper_atn_beyond_2se"] == 0
+    assert claims["efa_ahead_of_paper_atn_beyond_2se"] == 0
     assert "of Table 1 in 12 of 12 settings" in report.sections[0]
     assert claims["efa_margin_over_lr_ge_atn_margin"] == 0  # 0.1 below ATN, LR at Table 1

@@ -383,6 +383,7 @@ def _claims(report, spec, summary, used):
                          diff >= 0, diff, se))
         wins = sum(b[3] for b in beat)
         behind = [b for b in beat if b[4] < -2 * b[5]]
+        ahead_2se = [b for b in beat if b[4] > 2 * b[5]]
         # The data sets differ from the authors', and so does their difficulty: the margin over
         # the reference LR on the same data sets sets efa against ATN's margin over LR on theirs.
         margins = []
@@ -394,11 +395,16 @@ def _claims(report, spec, summary, used):
         report.extra["claims"] |= {f"{key}_mean_accuracy_ge_paper_atn": wins,
                                    f"{key}_vs_paper_atn": beat,
                                    f"{key}_behind_paper_atn_beyond_2se": len(behind),
+                                   f"{key}_ahead_of_paper_atn_beyond_2se": len(ahead_2se),
+                                   f"{key}_not_behind_paper_atn_beyond_2se":
+                                       len(beat) - len(behind),
                                    f"{key}_margin_over_lr_ge_atn_margin": ahead,
                                    f"{key}_margins_over_lr": margins}
         lines.append(
             f"- {model}: mean accuracy ≥ the paper's ATN in {wins} of {len(beat)} settings "
-            f"(target ≥ 10); behind by more than 2 SE in {len(behind)}: "
+            f"(target ≥ 10); ahead by more than 2 SE in {len(ahead_2se)}, within 2 SE (20 data "
+            f"sets cannot tell them apart) in {len(beat) - len(behind) - len(ahead_2se)}, behind "
+            f"by more than 2 SE in {len(behind)}: "
             + ", ".join(f"{n} {m:.3f} vs {p:.3f} ({d:+.3f} ± {e:.3f}){'' if ok else ' (loses)'}"
                         for n, m, p, ok, d, e in beat) + ". Its margin over the reference "
             f"LR on the same data sets is at least ATN's margin over LR in Table 1 in {ahead} of "
