@@ -438,3 +438,75 @@ def test_round3_spatial_tables_refuse_what_they_would_misread():
         spatial.anomalies(data, torch.tensor([1.0, 2.0, 3.0]))
     with pytest.raises(ValueError, match="site 1 has a missing or infinite coordinate"):
         geo.nearest_neighbours([40.0, np.nan, 42.0], [-70.0, -71.0, -72.0], 1)
+
+
+def test_round3_last_silent_answers(tmp_path):
+    """The silent answers the probe round still found at session 16's start (round3-summary)."""
+    import torch
+
+    import efa
+    from efa.attention import Kernel, register_kernel
+    from efa.data import Sequences
+    from efa.experiments.report import Row
+
+    # sequences-025: uint64 beyond int64 is refused, not wrapped to a negative id
+    with pytest.raises(ValueError, match="sequence 0, position 1: value 9223372036854775813"):
+        Sequences.from_lists({"x": [np.array([1, 2**63 + 5], dtype=np.uint64)]})
+    # sequences-049: a cast to an integer dtype would truncate the real fields
+    real = Sequences.from_lists({"y": [[1.5, 2.5]]})
+    with pytest.raises(ValueError, match="only a floating-point dtype"):
+        real.to(torch.int64)
+    assert real.to(torch.float32).fields["y"].dtype == torch.float32
+    # sequences-087: a row whose order is NaN has no position
+    df = pd.DataFrame({"s": [0, 0, 0], "t": [1.0, np.nan, 2.0], "x": [10, 11, 12]})
+    with pytest.raises(ValueError, match=r"column 't' .* missing in 1 rows \(first: row 1, s=0\)"):
+        Sequences.from_frame(df, "s", {"x": "x"}, order="t")
+    # model-068/069/072: non-finite numbers at asked/predicted positions are errors
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig([efa.Value("y", efa.families.Gaussian())], num_layers=1))
+    data = Sequences.from_lists({"y": [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]})
+    assert torch.isfinite(efa.log_likelihoods(model, data)["y"]).all()
+    with pytest.raises(FloatingPointError, match="log_likelihoods: non-finite .* field 'y' at "
+                                                 "sequence 0, position 0"):
+        efa.log_likelihoods(model, Sequences.from_lists({"y": [[1e30, 0.2, 0.3]]}))
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    with pytest.raises(FloatingPointError, match="predict_mean: non-finite predicted mean of "
+                                                 "field 'y' at sequence 0, position 0"):
+        model.predict_mean(data)
+    with pytest.raises(FloatingPointError, match="field 'y' at sequence 0, position 0"):
+        efa.log_likelihoods(model, data)
+    # kernels-077: a built-in kernel's name cannot be taken by another class
+    with pytest.raises(ValueError, match="'softmax' is already registered"):
+        @register_kernel
+        class Impostor(Kernel):
+            name = "softmax"
+    assert efa.attention.KERNELS["softmax"].__name__ != "Impostor"
+    # io-006: a config that is not JSON leaves the saved model whole
+    saved = efa.EFA(efa.EFAConfig([efa.Category("item", 4)], num_layers=1))
+    efa.save(saved, tmp_path / "m")
+    before = (tmp_path / "m" / "model.safetensors").read_bytes()
+    other = efa.EFA(efa.EFAConfig([efa.Category("item", 4)], num_layers=1))
+    other.config.attention = {"kernel": "softmax", "odd": object()}  # not serialisable
+    with pytest.raises(TypeError, match="cannot be written as JSON"):
+        efa.save(other, tmp_path / "m", overwrite=True)
+    assert (tmp_path / "m" / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json",
+                                                                 "model.safetensors"]
+    # spatial-026: means of the wrong length for the sites (2 for 4) are refused
+    from efa import spatial
+
+    sites = pd.DataFrame({"site": np.repeat(range(4), 3), "t": [0, 1, 2] * 4,
+                          "lat": np.repeat([40.0, 41, 42, 43], 3),
+                          "lon": np.repeat([-70.0, -71, -72, -73], 3), "v": np.arange(12.0)})
+    grid = spatial.frame_to_sequences(sites, site="site", time="t", lat="lat", lon="lon",
+                                      value="v", lags=1)
+    with pytest.raises(ValueError, match="the data have 4 sites, means has shape \\(2,\\)"):
+        spatial.anomalies(grid, torch.tensor([1.0, 2.0]))
+    shifted = spatial.anomalies(grid, [1, 2, 3, 4])  # a list of ints is one mean per site
+    seen = grid.observed["value"]
+    assert torch.equal(shifted.fields["value"][seen],
+                       (grid.fields["value"] - torch.tensor([1.0, 2, 3, 4]).repeat(2))[seen])
+    # runner-030: a row with no values has no mean
+    with pytest.raises(ValueError, match="at least one value"):
+        Row("s", "m", "metric", [])

@@ -27,9 +27,19 @@ KERNELS: dict[str, type[Kernel]] = {}
 
 
 def register_kernel(cls: type[Kernel]) -> type[Kernel]:
-    """Class decorator: make ``cls`` selectable as ``EFAConfig(attention=cls.name)``."""
+    """Class decorator: make ``cls`` selectable as ``EFAConfig(attention=cls.name)``.
+
+    A name already taken by another kernel is refused: replacing it would switch every model
+    of the process that uses the name. Running the same definition again (a notebook cell, a
+    reloaded module: same module and class name) replaces it."""
     if not getattr(cls, "name", None):
         raise TypeError(f"{cls.__name__} needs a class attribute `name`")
+    old = KERNELS.get(cls.name)
+    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__,
+                                                                  cls.__qualname__):
+        raise ValueError(
+            f"attention kernel name {cls.name!r} is already registered by "
+            f"{old.__module__}.{old.__qualname__}; give {cls.__qualname__} another `name`")
     KERNELS[cls.name] = cls
     return cls
 

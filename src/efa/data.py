@@ -119,6 +119,11 @@ class Sequences:
         device = dtype = None
         for a in args:
             if isinstance(a, torch.dtype):
+                if not a.is_floating_point:
+                    raise ValueError(
+                        f"Sequences.to({a}): only a floating-point dtype can be given (it casts "
+                        "the real-valued fields; categories and counts keep int64), since a cast "
+                        "to an integer type would truncate the values")
                 dtype = a
             else:
                 device = torch.device(a)
@@ -246,6 +251,13 @@ class Sequences:
                 "rows; those rows belong to no sequence: drop or fill them first"
             )
         if order:
+            if frame[order].isna().any():
+                row = frame.index[frame[order].isna().to_numpy()][0]
+                raise ValueError(
+                    f"column {order!r} (the order within a sequence) is missing in "
+                    f"{int(frame[order].isna().sum())} rows (first: row {row!r}, {by}="
+                    f"{getattr(frame.loc[row, by], 'item', lambda: frame.loc[row, by])()!r}); "
+                    "their position is unknown: drop or fill them")
             frame = frame.sort_values([by, order], kind="stable")
         frame = frame.copy()
         for c in {c for cs in cols.values() for c in cs}:
@@ -280,8 +292,10 @@ class Sequences:
         """Pad ragged per-sequence lists into tensors.
 
         ``fields[name][n]`` is the list of values of sequence n (a list of vectors for an
-        attribute). Integer lists become int64 tensors, real ones float32 (float64 input stays
-        float64), so categories and counts keep their integer type.
+        attribute). Integer values become int64 tensors, so categories and counts keep their
+        integer type; real values keep numpy's precision: float64 (Python floats, float64
+        arrays) stays float64, float16/float32 arrays become float32. A model casts the values
+        to its own dtype and refuses one that does not fit it.
         """
         if not fields:
             raise ValueError("from_lists needs at least one field")
@@ -361,6 +375,11 @@ def _pad(arrays: list[np.ndarray], width: int, name: str) -> Tensor:
     )
     if dtype.kind == "f" and dtype != np.float64:
         dtype = np.float32
+    for s, a in enumerate(arrays):  # uint64 above int64's range would wrap to negatives
+        if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(np.int64).max:
+            i = int(np.unravel_index(np.argmax(a > np.iinfo(np.int64).max), a.shape)[0])
+            raise ValueError(f"field {name!r}, sequence {s}, position {i}: value "
+                             f"{int(a.reshape(len(a), -1)[i].max())} does not fit int64")
     tail = arrays[0].shape[1:]
     out = np.zeros((len(arrays), width, *tail), dtype=dtype)
     for s, a in enumerate(arrays):

@@ -49,18 +49,28 @@ def save(model: EFA, path: str | Path, overwrite: bool = False) -> Path:
         "torch": torch.__version__,
         "train_threads": getattr(model, "train_threads_", None),
     }
+    # Both files are written in full before either replaces what is there, so a config that
+    # does not serialise (or a full disk) leaves the folder's model as it was.
+    try:
+        text = json.dumps(meta, indent=2, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"the model's config cannot be written as JSON ({err}); nothing was "
+                        f"written to {path}") from None
     mode = 0o666 & ~_umask()
-    weights = path / "model.safetensors"
-    tmp = weights.with_suffix(".tmp")
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(tmp))
-    os.chmod(tmp, mode)
-    os.replace(tmp, weights)
-    config = path / "config.json"
-    tmp = config.with_suffix(".tmp")
-    tmp.write_text(json.dumps(meta, indent=2))
-    os.chmod(tmp, mode)
-    os.replace(tmp, config)
+    weights, config = path / "model.safetensors", path / "config.json"
+    tmp_weights, tmp_config = weights.with_suffix(".tmp"), config.with_suffix(".tmp")
+    try:
+        state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp_weights))
+        tmp_config.write_text(text)
+        for tmp in (tmp_weights, tmp_config):
+            os.chmod(tmp, mode)
+    except BaseException:
+        for tmp in (tmp_weights, tmp_config):
+            tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp_weights, weights)
+    os.replace(tmp_config, config)
     return path
 
 

@@ -266,7 +266,21 @@ class ConditionalModel(nn.Module):
     def predict_mean(self, data: Sequences, at: Tensor | None = None) -> dict[str, Tensor]:
         """E[y_i | context] [B, I] (class probabilities [B, I, K] for categories) of every target
         field at the positions ``at`` [B, I] (default: every real position, missing values
-        included: an imputation); NaN elsewhere."""
+        included: an imputation); NaN elsewhere. A non-finite mean at an asked position is a
+        FloatingPointError naming the field, sequence and position."""
+        out, at = self._means_at(data, at)
+        for name, full in out.items():
+            bad = at & ~torch.isfinite(full.reshape(*at.shape, -1)).all(-1)
+            if bad.any():
+                b, i = bad.nonzero()[0].tolist()
+                raise FloatingPointError(
+                    f"predict_mean: non-finite predicted mean of field {name!r} at sequence {b}, "
+                    f"position {i}: the parameters diverged (a NaN/inf weight) or a context "
+                    "value is extreme for the model")
+        return out
+
+    def _means_at(self, data: Sequences, at: Tensor | None) -> tuple[dict[str, Tensor], Tensor]:
+        """predict_mean's numbers, unchecked, and the positions they are at."""
         self.check(data)
         data, at = self._here(data, at)
         at = data.valid() if at is None else at & data.valid()
@@ -277,7 +291,7 @@ class ConditionalModel(nn.Module):
             full = mean.new_full((*at.shape, *mean.shape[1:]), float("nan"))
             full[at] = mean
             out[f.name] = full
-        return out
+        return out, at
 
 
 def context_items(data: Sequences, name: str, k: int, direction: str, at: Tensor) -> Tensor:

@@ -196,11 +196,17 @@ def anomalies(data: Sequences, means: Tensor, name: str = "value") -> Sequences:
     in the data's units; the model then needs only departures from each site's climatology (at
     the price of not predicting sites that have no training data)."""
     means = torch.as_tensor(means)
-    s = int(data.scored_positions()[0].sum()) if data.scored is not None else None
+    if name not in data.fields:
+        raise KeyError(f"no field {name!r}: the sequences have {list(data.fields)}")
     width = data.fields[name].shape[1]
-    if means.dim() != 1 or (width % len(means)) or (s is not None and s != len(means)):
-        raise ValueError(f"means must hold one value per site ({s or width}), got shape "
-                         f"{tuple(means.shape)}")
+    # The tokens layout with lags repeats the S sites once per lag (LAG says which block).
+    sites = int((data.fields[LAG][0] == 0).sum()) if LAG in data.fields else width
+    if means.dim() != 1 or len(means) != sites:
+        raise ValueError(f"means must hold one value per site: the data have {sites} sites, "
+                         f"means has shape {tuple(means.shape)}")
+    if means.dtype == torch.bool or means.is_complex() or not torch.isfinite(means).all():
+        raise ValueError("means must be finite real numbers (site_means(train) gives them)")
+    means = means.double()
     fields = dict(data.fields)
     for k, y in data.fields.items():
         if k == name or k.startswith(f"{name}_lag"):

@@ -201,12 +201,15 @@ def _scoring(model: ConditionalModel, data: Sequences):
 def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
                     base_measure: bool = True) -> dict[str, torch.Tensor]:
     """log p(y_i | context) per target field as [N, I] float64, NaN where not predicted: the
-    per-position numbers behind ``evaluate``, for paired comparisons between models."""
+    per-position numbers behind ``evaluate``, for paired comparisons between models. A
+    non-finite value at a predicted position is an error naming it, as in ``evaluate``."""
     out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
            for f in model.target_fields}
     with _scoring(model, data):
         for idx, batch in _batches(data, batch_size, model.device):
             for name, lp in model.log_likelihoods(batch, base_measure).items():
+                if not torch.isfinite(lp[batch.predicted(name)]).all():
+                    _raise_non_finite(model, batch, idx, "log_likelihoods")
                 out[name][idx, : lp.shape[1]] = lp.double().cpu()
     return out
 
@@ -278,7 +281,7 @@ def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size:
     with _scoring(model, data):
         for idx, batch in _batches(data, batch_size, model.device):
             mask = batch.predicted(name)
-            mean = model.predict_mean(batch, at=mask)[name][mask]
+            mean = model._means_at(batch, mask)[0][name][mask]  # checked here: global ids
             bad = ~torch.isfinite(mean.reshape(len(mean), -1)).all(1)
             if bad.any():
                 b, i = mask.nonzero()[bad][0]

@@ -25,6 +25,9 @@ class Row:
 
     def __post_init__(self):
         self.values = [float(v) for v in self.values]
+        if not self.values:
+            raise ValueError(f"row ({self.setting!r}, {self.model!r}, {self.metric!r}): a row "
+                             "needs at least one value (one per seed): values is empty")
         self.mean = float(np.mean(self.values))
         self.std = float(np.std(self.values, ddof=1)) if len(self.values) > 1 else 0.0
 
