@@ -510,3 +510,83 @@ def test_round3_last_silent_answers(tmp_path):
     # runner-030: a row with no values has no mean
     with pytest.raises(ValueError, match="at least one value"):
         Row("s", "m", "metric", [])
+
+
+def _frame(**cols):
+    return pd.DataFrame(cols)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: __import__("efa").Sequences({"a": __import__("torch").zeros(1, 2)},
+                                         __import__("torch").tensor([2]),
+                                         observed={"a": [[True, True]]}),
+     ValueError, r"observed\['a'\] must be a bool tensor"),
+    (lambda: __import__("efa").Sequences.from_lists({"x": [[[1, 2], [3]]]}), ValueError,
+     "field 'x', sequence 0: the items are not all vectors"),
+    (lambda: __import__("efa").Sequences.from_lists({"x": [[1]]})["a"], IndexError,
+     "select sequences with"),
+    (lambda: __import__("efa").families.Categorical(None), ValueError,
+     "num_categories must be a number"),
+    (lambda: __import__("efa").families.Binomial(float("inf")), ValueError,
+     "total_count must be an integer"),
+    (lambda: __import__("efa").families.Poisson(shift=float("nan")), ValueError,
+     "shift must be an integer"),
+    (lambda: __import__("efa").Category("x", 5, feeds=5), ValueError, "feeds must be"),
+    (lambda: __import__("efa").Category("x", 5, bag=True, bag_l2="big"), ValueError,
+     "bag_l2 must be a number"),
+    (lambda: __import__("efa").EFAConfig(["item"]), TypeError, "fields must be a list of efa"),
+    (lambda: __import__("efa").EFA(__import__("efa").EFAConfig(
+        [__import__("efa").Category("x", 4, dim=2)], num_heads=4)), ValueError,
+     "smaller than num_heads=4"),
+    (lambda: __import__("efa").seed_everything("a"), ValueError, "seed must be an integer"),
+    (lambda: __import__("efa.geo", fromlist=["x"]).nearest_neighbours([0, 1, 2], [0, 1, 2], 1.5),
+     ValueError, "k must be between"),
+    (lambda: __import__("efa.embeddings", fromlist=["x"]).correlation([np.nan] * 3, [1, 2, 3]),
+     ValueError, "at least 2 entries"),
+    (lambda: __import__("efa.generators", fromlist=["x"]).attention_teacher(["item"], 4),
+     TypeError, "fields must be a list of efa fields"),
+    (lambda: __import__("efa.regression", fromlist=["x"]).frame_to_sequences(
+        _frame(fn=[0, 0], x=pd.array(["a", "b"], dtype="string"), y=[0.0, 1.0]), "fn", "x", "y"),
+     TypeError, "column 'x' must be numeric"),
+    (lambda: __import__("efa.tabular", fromlist=["x"]).AttentionTableClassifier(
+        num_heads=0).fit(pd.DataFrame({"a": [0, 1] * 5}), [0, 1] * 5), ValueError,
+     "num_heads must be a positive integer"),
+    (lambda: __import__("efa.tabular", fromlist=["x"]).AttentionTableClassifier(
+        categorical="a").fit(pd.DataFrame({"a": [0, 1] * 5}), [0, 1] * 5), ValueError,
+     "categorical must be a list"),
+])
+def test_round3_crashes_name_what_is_wrong(call, error, message):
+    """The probe round's bare KeyError/TypeError/ZeroDivisionError crashes, now named."""
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_round3_altered_files_and_tables_are_named(tmp_path):
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from efa.data import Sequences
+    from efa.experiments import journal
+    from efa.experiments.report import Report
+
+    path = tmp_path / "s.safetensors"
+    save_file({"field/x": torch.zeros(1, 2, dtype=torch.long), "lengths": torch.tensor([2])},
+              str(path), metadata={"efa": "sequences", "order": "{oops"})
+    with pytest.raises(ValueError, match="'order' must be a JSON list of field names"):
+        Sequences.load(path)
+    save_file({"field/x": torch.zeros(1, 2, dtype=torch.long)}, str(path),
+              metadata={"efa": "sequences", "order": json.dumps(["x"])})
+    with pytest.raises(ValueError, match=r"lacks the tensors \['lengths'\]"):
+        Sequences.load(path)
+    # an altered journal entry is treated as absent: the job runs again
+    (tmp_path / "j").mkdir()
+    journal.save(tmp_path / "j", "k", {"a": (1, 2)})
+    entry = journal.entry(tmp_path / "j", "k")
+    entry.write_text(json.dumps({"__tuple__": 5}))
+    assert journal.load(tmp_path / "j", "k") is None
+    with pytest.raises(ValueError, match="rows must be a non-empty list"):
+        Report.from_json({"experiment": "x", "command": "c", "seeds": [0], "rows": []})
+    with pytest.raises(ValueError, match="seeds must be a list"):
+        Report.from_json({"experiment": "x", "command": "c", "seeds": 3, "rows": []})

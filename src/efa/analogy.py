@@ -59,7 +59,7 @@ def load_questions(path: str | Path | None = None, lowercase: bool = True) -> pd
         raise FileNotFoundError(f"analogy question file {path} does not exist")
     rows, category = [], None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not a word
     except UnicodeDecodeError as err:
         line = path.read_bytes()[:err.start].count(b"\n") + 1
         raise ValueError(f"{path}, line {line}: not UTF-8 (byte {err.object[err.start]:#04x}); "
@@ -190,6 +190,10 @@ def answer(vectors, vocab: Sequence[str], questions: pd.DataFrame,
     (:func:`restrict` first)."""
     x = check_embeddings(vectors, vocab)
     index = vocabulary_index(vocab, lowercase)
+    absent = [c for c in "abcd" if c not in questions]
+    if absent:
+        raise ValueError(f"the questions need columns a, b, c and d (a:b :: c:d); they lack "
+                         f"{absent} (load_questions gives this frame)")
     missing = sorted({w for col in "abcd" for w in questions[col] if w not in index})
     if missing:
         raise KeyError(

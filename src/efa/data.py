@@ -53,10 +53,12 @@ class Sequences:
             bad = int(((self.lengths < 1) | (self.lengths > i)).nonzero()[0, 0])
             raise ValueError(f"sequence {bad} has length {int(self.lengths[bad])}, expected 1..{i}")
         for name, m in self.observed.items():
-            if name not in self.fields or m.shape != (n, i) or m.dtype != torch.bool:
+            if not isinstance(m, Tensor) or name not in self.fields or m.shape != (n, i) \
+                    or m.dtype != torch.bool:
                 raise ValueError(f"observed[{name!r}] must be a bool tensor of shape [{n}, {i}]")
         if self.scored is not None and (
-            self.scored.shape != (n, i) or self.scored.dtype != torch.bool
+            not isinstance(self.scored, Tensor) or self.scored.shape != (n, i)
+            or self.scored.dtype != torch.bool
         ):
             raise ValueError(f"scored must be a bool tensor of shape [{n}, {i}]")
 
@@ -91,7 +93,13 @@ class Sequences:
                 raise IndexError(f"sequence {idx} is out of range: there are {n} sequences")
             idx = torch.tensor([idx % n])
         elif isinstance(idx, list | tuple | np.ndarray):
+            if len(idx) == 0:
+                raise ValueError("the selection is empty: Sequences must hold at least one "
+                                 "sequence")
             idx = torch.as_tensor(np.asarray(idx))
+        elif not isinstance(idx, Tensor | slice):
+            raise IndexError(f"select sequences with an integer, a slice, an integer or bool "
+                             f"tensor, list or array; got {type(idx).__name__} {idx!r}")
         if isinstance(idx, Tensor):
             if idx.dtype == torch.bool:
                 if idx.shape != (n,):
@@ -179,7 +187,19 @@ class Sequences:
             raise ValueError(f"{path} is not a readable sequences file: {err}") from None
         if meta.get("efa") != "sequences":
             raise ValueError(f"{path} was not written by Sequences.save")
-        order = json.loads(meta["order"])
+        try:
+            order = json.loads(meta.get("order", ""))
+        except json.JSONDecodeError:
+            order = None
+        if not isinstance(order, list) or not all(isinstance(k, str) for k in order):
+            raise ValueError(f"{path}: its metadata 'order' must be a JSON list of field names, "
+                             f"got {meta.get('order')!r}; the file was altered after "
+                             "Sequences.save")
+        absent = [f"field/{k}" for k in order if f"field/{k}" not in t] + [
+            k for k in ("lengths",) if k not in t]
+        if absent:
+            raise ValueError(f"{path} lacks the tensors {absent} (it holds {sorted(t)}); the "
+                             "file was altered after Sequences.save")
         return cls({k: t[f"field/{k}"] for k in order}, t["lengths"],
                    {k[9:]: v for k, v in t.items() if k.startswith("observed/")},
                    t.get("scored"))
@@ -241,8 +261,10 @@ class Sequences:
 
         if not isinstance(frame, pd.DataFrame) or frame.empty:
             raise ValueError("from_frame needs a non-empty pandas DataFrame")
-        cols = {name: [c] if isinstance(c, str) else list(c) for name, c in fields.items()}
-        absent = [c for c in [by, order, *sum(cols.values(), [])] if c and c not in frame]
+        cols = {name: list(c) if isinstance(c, list | tuple) else [c]
+                for name, c in fields.items()}
+        absent = [c for c in [by, order, *sum(cols.values(), [])]
+                  if c is not None and c not in frame]
         if absent:
             raise KeyError(f"columns {absent} are not in the frame (it has {list(frame)})")
         if frame[by].isna().any():
@@ -265,7 +287,8 @@ class Sequences:
         groups = [g for _, g in frame.groupby(by, sort=True)]
         lists, observed = {}, {}
         for name, cs in cols.items():
-            integer = all(frame[c].dtype.kind in "iu" or str(frame[c].dtype) == "Int64" for c in cs)
+            integer = all(frame[c].dtype.kind in "biu" or str(frame[c].dtype) in (
+                "Int64", "Int32", "boolean") for c in cs)  # True/False are the counts 1/0
             values = [g[cs].to_numpy(dtype=float, na_value=np.nan) for g in groups]
             nan = [np.isnan(v).any(1) for v in values]
             if any(n.any() for n in nan):
@@ -330,7 +353,8 @@ class Sequences:
                     raise ValueError(f"{what}, sequence {s}: {len(m[s])} entries for a sequence "
                                      f"of length {lengths[s]}")
         width = max(lengths)
-        out = {name: _pad([np.asarray(x) for x in fields[name]], width, name) for name in names}
+        out = {name: _pad([_array(x, name, s) for s, x in enumerate(fields[name])], width, name)
+               for name in names}
         obs = {
             name: _pad([np.asarray(x, dtype=bool) for x in m], width, name).bool()
             for name, m in (observed or {}).items()
@@ -364,6 +388,15 @@ def _numeric_column(col, name: str):
         f"map them to integer codes first, e.g. df[{name!r}] = df[{name!r}].astype('category') "
         f"(from_frame then uses the codes; df[{name!r}].cat.categories maps them back)"
     )
+
+
+def _array(values, name: str, s: int) -> np.ndarray:
+    """One sequence's values as an array, or an error naming the field and sequence."""
+    try:
+        return np.asarray(values)
+    except ValueError as err:  # ragged vectors: numpy's "inhomogeneous shape"
+        raise ValueError(f"field {name!r}, sequence {s}: the items are not all vectors of one "
+                         f"size ({err})") from None
 
 
 def _pad(arrays: list[np.ndarray], width: int, name: str) -> Tensor:

@@ -30,7 +30,11 @@ from scipy.stats import pearsonr, spearmanr
 
 
 def _sentences(sentences, num_words: int) -> np.ndarray:
-    x = np.asarray(sentences)
+    try:
+        x = np.asarray(sentences)
+    except ValueError:  # numpy's "inhomogeneous shape"
+        raise ValueError("sentences must be an integer array [N, S]: every sentence of the "
+                         "same length S (these are ragged)") from None
     if x.ndim != 2 or x.dtype.kind not in "iu" or x.shape[1] < 2:
         raise ValueError(f"sentences must be an integer array [N, S] with S >= 2, got shape "
                          f"{x.shape} of dtype {x.dtype}")
@@ -180,7 +184,13 @@ def attention_statistics(tau, sentences, num_words: int) -> dict[str, np.ndarray
 def correlation(x, y) -> dict[str, float]:
     """Pearson and Spearman correlations over the entries where both are finite."""
     x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"x and y must have the same number of entries, got {x.size} and "
+                         f"{y.size}")
     ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 2:
+        raise ValueError(f"a correlation needs at least 2 entries where both x and y are finite, "
+                         f"got {int(ok.sum())}")
     return {"pearson": float(pearsonr(x[ok], y[ok])[0]),
             "spearman": float(spearmanr(x[ok], y[ok])[0]), "pairs": int(ok.sum())}
 
@@ -195,6 +205,10 @@ def offset_residuals(X, quads, center: bool = True) -> np.ndarray:
     q = np.asarray(quads, dtype=np.int64)
     if q.ndim != 2 or q.shape[1] != 4:
         raise ValueError(f"quads must be an integer array [Q, 4], got shape {q.shape}")
+    bad = (q < 0) | (q >= len(X))
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise IndexError(f"quadruple {i} names row {q[i, j]}, but X has {len(X)} rows")
     if center:
         X = X - X.mean(0)
     r, s, t, u = (X[q[:, k]] for k in range(4))
@@ -230,5 +244,9 @@ def quadruples(questions, vocab: Sequence[str]) -> np.ndarray:
     """Rows (b, c, a, d) of each analogy question in ``vocab`` (the Prop 13 quadruple
     w_b + w_c ≈ w_a + w_d)."""
     index = {w: k for k, w in enumerate(vocab)}
+    missing = sorted({w for col in "abcd" for w in questions[col] if w not in index})
+    if missing:
+        raise KeyError(f"{len(missing)} question word(s) are not in the vocabulary, e.g. "
+                       f"{missing[:5]}; filter with efa.analogy.restrict(questions, vocab)")
     return np.array([[index[q.b], index[q.c], index[q.a], index[q.d]]
                      for q in questions.itertuples()], dtype=np.int64).reshape(-1, 4)

@@ -68,9 +68,11 @@ def _log1mexp(x: Tensor) -> Tensor:
 
 
 def _integer(name: str, value, low: int) -> int:
-    if int(value) != value or value < low:
+    """``value`` as an int >= ``low`` (a whole float counts), or an error naming ``name``."""
+    number = _number(name, value)  # refuses None, strings and bools by name
+    if not math.isfinite(number) or number != int(number) or number < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
+    return int(number)
 
 
 def _number(name: str, value) -> float:
@@ -411,7 +413,8 @@ class Poisson(Family):
 
     def __init__(self, shift: int = 0, link: str = "log"):
         super().__init__()
-        if int(shift) != shift:
+        number = _number("shift", shift)
+        if not math.isfinite(number) or number != int(number):
             raise ValueError(f"shift must be an integer, got {shift!r}")
         if link not in self._links:
             raise ValueError(f"link must be one of {self._links}, got {link!r}")

@@ -219,6 +219,11 @@ class Category(Field):
         if self.bag and not self.target:
             raise ValueError(f"field {self.name!r}: bag=True adds a term to the field's own "
                              "logits, so it needs target=True")
+        for what in ("bag_l2", "bag_scale"):
+            value = getattr(self, what)
+            if isinstance(value, bool) or not isinstance(value, int | float | np.integer |
+                                                         np.floating):
+                raise ValueError(f"field {self.name!r}: {what} must be a number, got {value!r}")
         self.bag_l2, self.bag_scale = float(self.bag_l2), float(self.bag_scale)
         if not (0 <= self.bag_l2 < float("inf")) or not (0 < self.bag_scale < float("inf")):
             raise ValueError(f"field {self.name!r}: bag_l2 must be >= 0 and bag_scale > 0 "
@@ -228,8 +233,9 @@ class Category(Field):
                 raise ValueError(f"field {self.name!r}: labels must be a list with one label per "
                                  f"id, got the string {self.labels!r}")
             labels = tuple(v.item() if isinstance(v, np.generic) else v for v in self.labels)
-            if len(labels) != self.num_categories or len(set(labels)) != len(labels) or not all(
-                    isinstance(v, str | int | float | bool) for v in labels):
+            if len(labels) != self.num_categories or not all(
+                    isinstance(v, str | int | float | bool) for v in labels) or len(
+                    set(labels)) != len(labels):  # set() last: only scalars reach it
                 raise ValueError(f"field {self.name!r}: labels must be {self.num_categories} "
                                  f"distinct strings or numbers, one per id, got {self.labels!r}")
             self.labels = labels
@@ -455,7 +461,11 @@ class Attribute(Field):
 
 
 def field_from_config(d: dict) -> Field:
+    if not isinstance(d, dict):
+        raise ValueError(f"a field's config must be a dict with a 'kind', got {d!r}")
     d = dict(d)
+    if "kind" not in d:
+        raise ValueError(f"field config {d!r} has no 'kind' (one of {sorted(FIELD_KINDS)})")
     kind = d.pop("kind")
     if kind not in FIELD_KINDS:
         raise ValueError(f"unknown field kind {kind!r}; expected one of {sorted(FIELD_KINDS)}")
@@ -523,6 +533,9 @@ def _as_int(v):
 def _check_feeds(name, feeds) -> tuple[str, ...]:
     if isinstance(feeds, str):
         feeds = (feeds,)
+    if not isinstance(feeds, list | tuple | set | frozenset):
+        raise ValueError(f"field {name!r}: feeds must be a non-empty subset of {ROLES}, got "
+                         f"{feeds!r}")
     feeds = tuple(feeds)
     bad = [r for r in feeds if r not in ROLES]
     if bad or not feeds or len(set(feeds)) != len(feeds):

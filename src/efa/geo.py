@@ -31,7 +31,7 @@ def nearest_neighbours(lat, lon, k: int) -> np.ndarray:
         raise ValueError(f"site {int(np.flatnonzero(bad)[0])} has a missing or infinite "
                          "coordinate")
     n = lat.size
-    if not 0 <= k <= n - 1:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k <= n - 1:
         raise ValueError(f"k must be between 0 and n_sites - 1 = {n - 1}, got {k}")
     dist = haversine_km(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
     np.fill_diagonal(dist, np.inf)

@@ -73,6 +73,10 @@ class EFAConfig:
     meta: dict = field(default_factory=dict)  # free-form, saved with the model
 
     def __post_init__(self):
+        if not isinstance(self.fields, list | tuple) or not all(
+                isinstance(f, Field) for f in self.fields):
+            raise TypeError(f"fields must be a list of efa fields (Category, Value, Attribute, "
+                            f"...), got {self.fields!r}")
         names = [f.name for f in self.fields]
         if len(set(names)) != len(names):
             raise ValueError(f"field names must be unique, got {names}")
@@ -196,6 +200,13 @@ class ConditionalModel(nn.Module):
         device = self.device
         if data.device != device:
             data = data.to(device)
+        if at is not None and (not isinstance(at, Tensor) or at.dtype != torch.bool
+                               or at.shape != data.valid().shape):
+            raise ValueError(
+                f"at must be a bool tensor of shape {list(data.valid().shape)} (sequences × "
+                f"positions) saying where to predict, got "
+                + (f"{at.dtype} of shape {list(at.shape)}" if isinstance(at, Tensor)
+                   else type(at).__name__))
         return data, (None if at is None else at.to(device))
 
     def check(self, data: Sequences) -> None:
@@ -371,6 +382,10 @@ class EFA(ConditionalModel):
             self.pos = nn.Embedding(cfg.max_len, d)
             nn.init.normal_(self.pos.weight, std=0.1)
         head_dim = cfg.head_dim or d // cfg.num_heads
+        if head_dim < 1:
+            raise ValueError(f"the model width {d} is smaller than num_heads={cfg.num_heads}, so "
+                             "each head would have width 0: use fewer heads, wider fields, or "
+                             "set head_dim")
         blocks, width = [], d
         for layer in range(cfg.num_layers):
             blocks.append(Block(width, head_dim, cfg, self._inputs() if layer == 0 else None))

@@ -103,6 +103,13 @@ def note_model(train: Sequences, e: int = 64, ell: int = 64, hidden: int = 64,
                          meta={"model": "unn-note"}))
 
 
+def _need_fields(data: Sequences, what: str, names) -> None:
+    absent = [n for n in names if n not in data.fields]
+    if absent:
+        raise KeyError(f"{what} has no field(s) {absent} (it has {list(data.fields)}); build it "
+                       "with efa.regression.frame_to_sequences")
+
+
 def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int = 32,
                    y_dim: int = 16, channel_dim: int = 16, hidden: int = 64, ffn: int = 128,
                    readout_hidden: int = 64, min_scale: float = MIN_SCALE,
@@ -111,6 +118,7 @@ def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int
     attention, ``layers`` pre-LN transformer blocks, causal, no positions (the points of a
     function are a set in random order), standardised on ``train``. ``channels``: their
     number, or their labels (kept with the model, as in :func:`note_model`)."""
+    _need_fields(train, "train", ("x", "y"))
     every = ("q", "k", "v", "skip")
     fields = _fields(
         train, {"x": x_dim, "y": y_dim, "channel": channel_dim},
@@ -207,7 +215,8 @@ def frame_to_sequences(frame, function: str, x: str, y: str, channel: str | None
     else:
         labels = []
     for col in (x, y):
-        if not np.issubdtype(frame[col].dtype, np.number):
+        if not pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(
+                frame[col]):
             raise TypeError(f"column {col!r} must be numeric, got {frame[col].dtype}")
         bad = ~np.isfinite(frame[col].to_numpy(dtype=float))
         if bad.any():
@@ -243,6 +252,7 @@ def predict(model: EFA, context: Sequences, targets: Sequences) -> tuple[Tensor,
             "must be the same function"
         )
     model.check(context)
+    _need_fields(targets, "targets", ("x",))
     filled = dict(targets.fields)
     filled["y"] = torch.zeros(targets.fields["x"].shape[:2])
     targets = Sequences(filled, targets.lengths)
@@ -277,6 +287,11 @@ def predict_frame(model: EFA, context, targets, function: str, x: str, y: str,
     for name, frame in (("context", context), ("targets", targets)):
         if not isinstance(frame, pd.DataFrame) or frame.empty:
             raise ValueError(f"predict_frame needs a non-empty pandas DataFrame of {name}")
+    for name, frame in (("context", context), ("targets", targets)):
+        absent = [c for c in (function, x, *([y] if name == "context" else []),
+                              *([channel] if channel else [])) if c not in frame]
+        if absent:
+            raise KeyError(f"{name} lacks the columns {absent} (it has {list(frame)})")
     missing = sorted(map(str, set(targets[function]) - set(context[function])))
     if missing:
         raise ValueError(

@@ -89,12 +89,18 @@ def frame_to_sequences(
     for col in (site, time, lat, lon, value, *([target] if target else [])):
         if col not in df.columns:
             raise KeyError(f"column {col!r} not in the table (has {list(df.columns)})")
-    if lags < 0:
-        raise ValueError(f"lags must be >= 0, got {lags}")
+    if isinstance(lags, bool) or not isinstance(lags, int | np.integer) or lags < 0:
+        raise ValueError(f"lags must be an integer >= 0, got {lags!r}")
     if layout not in ("tokens", "fields"):
         raise ValueError(f"layout must be 'tokens' or 'fields', got {layout!r}")
+    for col in (lat, lon):
+        if not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
+            raise ValueError(f"column {col!r} must hold numbers (degrees), got {df[col].dtype}")
     if df[[lat, lon]].isna().any().any():
         raise ValueError(f"columns {lat!r}/{lon!r} have missing coordinates")
+    if df[site].isna().any():
+        row = df.index[df[site].isna().to_numpy()][0]
+        raise ValueError(f"column {site!r} (the site) is missing in row {row!r}")
     if df[time].isna().any():
         row = df.index[df[time].isna().to_numpy()][0]
         raise ValueError(f"column {time!r} is missing in row {row!r}: every row needs a time")
@@ -150,8 +156,12 @@ def frame_to_sequences(
     wide = wide.reindex(columns=sites)
     times = df.loc[df[target].astype(bool), time] if target else df[time]
     times = pd.Index(sorted(times.unique()))
+    dated = pd.api.types.is_datetime64_any_dtype(times)
     if step is None:
-        step = pd.Timedelta(days=1) if pd.api.types.is_datetime64_any_dtype(times) else 1
+        step = pd.Timedelta(days=1) if dated else 1
+    elif lags and dated != isinstance(step, pd.Timedelta | np.timedelta64):
+        raise ValueError(f"step {step!r} does not fit column {time!r} of {times.dtype}: "
+                         "datetime times take a pd.Timedelta step, numeric times a number")
     blocks = [wide.reindex(times - lag * step).to_numpy() for lag in range(lags + 1)]
     n, s = len(times), len(sites)
     if layout == "fields":

@@ -325,6 +325,14 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                              f"{self.handle_unknown!r}")
         if self.missing not in ("error", "mask"):
             raise ValueError(f"missing must be 'error' or 'mask', got {self.missing!r}")
+        for key in ("embedding_dim", "num_heads", "ffn_hidden", "num_layers"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ValueError(f"{key} must be a positive integer, got {v!r}")
+        if self.categorical is not None and (
+                isinstance(self.categorical, str) or not hasattr(self.categorical, "__iter__")):
+            raise ValueError(f"categorical must be a list of column names or indices, got "
+                             f"{self.categorical!r}")
         if not isinstance(self.n_bins, numbers.Integral) or self.n_bins < 2:
             raise ValueError(f"n_bins must be an integer >= 2, got {self.n_bins!r}")
         if not (isinstance(self.additive, bool | np.bool_) or self.additive == "ordinal"):
@@ -368,6 +376,11 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         """'cat' or 'num' per column; refuse dtypes the estimator cannot take."""
         chosen = None
         if self.categorical is not None:
+            out = [c for c in self.categorical if isinstance(c, numbers.Integral)
+                   and c not in X.columns and not -X.shape[1] <= c < X.shape[1]]
+            if out:
+                raise ValueError(f"categorical index {out[0]} is out of range: X has "
+                                 f"{X.shape[1]} columns")
             chosen = {X.columns[c] if isinstance(c, numbers.Integral) and c not in X.columns
                       else c for c in self.categorical}
             unknown = chosen - set(X.columns)

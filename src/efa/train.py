@@ -168,6 +168,7 @@ class History:
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch: same seed, same numbers (on the same machine, with the same
     number of torch threads)."""
+    _check_int("seed", seed, 0)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -282,7 +283,8 @@ def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size:
         for idx, batch in _batches(data, batch_size, model.device):
             mask = batch.predicted(name)
             mean = model._means_at(batch, mask)[0][name][mask]  # checked here: global ids
-            bad = ~torch.isfinite(mean.reshape(len(mean), -1)).all(1)
+            bad = ~torch.isfinite(mean.reshape(len(mean), -1) if len(mean) else
+                                  mean.new_zeros(0, 1)).all(1)
             if bad.any():
                 b, i = mask.nonzero()[bad][0]
                 raise FloatingPointError(
@@ -426,6 +428,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     }
     own = bool(cfg.checkpoint_dir)
     folder = Path(cfg.checkpoint_dir) if own else _job_fit_folder(size)
+    if own and folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"checkpoint_dir {str(folder)!r} is a file, not a folder")
     if folder is not None and cfg.resume:
         state = checkpoint.load(folder)
         if state is not None:
@@ -690,8 +694,19 @@ def _restore(state, folder: Path, fingerprint: dict, model, opt, sched, gen, sam
         sched_state.pop("_scale_fn_ref", None)
         rngs = [tensors[f"rng/{k}"] for k in ("generator", "sampler", "torch")]
         hist, bad = History(**meta["history"]), int(meta["bad"])
-        if set(weights) != set(model.state_dict()):
+        current = model.state_dict()
+        if set(weights) != set(current):
             raise KeyError("the model's weights")
+        for k, v in weights.items():
+            if v.shape != current[k].shape:
+                raise ValueError(f"weight {k!r} of shape {list(v.shape)}, the model's is "
+                                 f"{list(current[k].shape)}")
+        for name, r, now in zip(("generator", "sampler", "torch"), rngs,
+                                (gen.get_state(), sampler.get_state(), torch.get_rng_state()),
+                                strict=True):
+            if r.dtype != now.dtype or r.shape != now.shape:
+                raise ValueError(f"random state rng/{name} of {r.dtype} {list(r.shape)}, "
+                                 f"expected {now.dtype} {list(now.shape)}")
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(f"{path} is damaged (missing or malformed {err}); delete it, or pass "
                          "resume=False to start over") from None

@@ -19,6 +19,7 @@ the reference's unidirectional categorical FM does through its always-present [M
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -67,6 +68,9 @@ class CategoricalFM(ConditionalModel):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}")
+        if not isinstance(field, Category):
+            raise TypeError(f"CategoricalFM models one Category field, got "
+                            f"{type(field).__name__} {getattr(field, 'name', field)!r}")
         _check_options(direction, dim)
         self.fields, self.direction, self.pooling = [field], direction, pooling
         self.alpha = nn.Embedding(field.num_categories, dim)
@@ -165,8 +169,8 @@ class KNNFM(ConditionalModel):
             raise ValueError(f"pooling must be 'sum' or 'mean', got {pooling!r}")
         if value.family.name != "gaussian":
             raise ValueError("KNNFM models a Gaussian value")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
         self.fields = [coords, value]
         self.k, self.pooling = k, pooling
         self.h = nn.Sequential(nn.Linear(coords.size, hidden), nn.ReLU(), nn.Linear(hidden, dim))

@@ -136,5 +136,5 @@ def load(journal: Path, key: str):
         tensors = path.with_suffix(".safetensors")
         arrays = load_file(str(tensors)) if tensors.exists() else {}
         return _decode(doc, arrays)
-    except (ValueError, KeyError, OSError, SafetensorError):
-        return None  # a torn or stale entry: run the job again
+    except (ValueError, KeyError, TypeError, OSError, SafetensorError):
+        return None  # a torn, stale or altered entry: run the job again

@@ -85,6 +85,11 @@ class Report:
         missing = [k for k in ("experiment", "command", "seeds", "rows") if k not in doc]
         if missing:
             raise ValueError(f"{source} is incomplete: it has no {missing}")
+        if not isinstance(doc["seeds"], list):
+            raise ValueError(f"{source}: seeds must be a list of seeds, got {doc['seeds']!r}")
+        if not isinstance(doc["rows"], list) or not doc["rows"]:
+            raise ValueError(f"{source}: rows must be a non-empty list of rows, got "
+                             f"{doc['rows']!r}")
         row_keys = ("setting", "model", "metric", "values", "paper")
         for k, r in enumerate(doc["rows"]):
             lacking = [key for key in row_keys if not isinstance(r, dict) or key not in r]

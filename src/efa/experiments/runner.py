@@ -293,7 +293,8 @@ def check_destination(folder: Path, command: str, force: bool) -> None:
     old = folder / "results.json"
     if old.exists() and not force:
         try:
-            previous = json.loads(old.read_text()).get("command")
+            doc = json.loads(old.read_text())
+            previous = doc.get("command") if isinstance(doc, dict) else None
         except (ValueError, OSError):
             previous = None
         if previous != command:

@@ -98,6 +98,9 @@ def covariance(spec: NoteGP, x: Tensor, k: Tensor) -> Tensor:
     """The exact covariance of y [..., N, N] (float64): RBF + channel offsets + (noise² +
     jitter)·I. ``x`` [..., N] (or [..., N, 1]), ``k`` [..., N]."""
     x = _flat_x(x).double()
+    if tuple(k.shape) != tuple(x.shape):
+        raise ValueError(f"k (the channels) has shape {list(k.shape)}, x has {list(x.shape)}: "
+                         "one channel per point")
     cov = cross_covariance(spec, x, k, x, k)
     eye = torch.eye(x.shape[-1], dtype=torch.float64)
     return cov + (spec.noise**2 + spec.jitter) * eye
@@ -106,6 +109,8 @@ def covariance(spec: NoteGP, x: Tensor, k: Tensor) -> Tensor:
 def sample_note(spec: NoteGP, num: int, seed: int) -> Sequences:
     """``num`` sequences of ``spec.length`` points: fields ``x`` [num, N, 1] (an attribute),
     ``y`` [num, N] and ``channel`` [num, N] (0/1); the first position is not scored."""
+    if not isinstance(spec, NoteGP):
+        raise TypeError(f"spec must be an efa.generators.NoteGP, got {type(spec).__name__}")
     positive_int("num", num)
     g = torch.Generator().manual_seed(seed)
     n = spec.length

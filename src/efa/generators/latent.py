@@ -372,7 +372,8 @@ class ExpFamilyLatent:
         if self.family not in ("bernoulli", "poisson"):
             raise ValueError(f"family must be 'bernoulli' or 'poisson', got {self.family!r}")
         _check_positive(prior_var=self.prior_var)
-        if not math.isfinite(self.offset):
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int | float) or \
+                not math.isfinite(self.offset):
             raise ValueError(f"offset must be finite, got {self.offset!r}")
         _check_design(self.dim, self.covariates)
         if not isinstance(self.samples, int) or self.samples < 10:

@@ -48,6 +48,9 @@ def attention_teacher(fields: list[Field], max_len: int, *, num_layers: int = 1,
     for name, v in (("max_len", max_len), ("num_layers", num_layers),
                     ("num_heads", num_heads), ("dim", dim)):
         positive_int(name, v)
+    if not isinstance(fields, list | tuple) or not all(isinstance(f, Field) for f in fields):
+        raise TypeError(f"fields must be a list of efa fields (Category, Value, ...), "
+                        f"got {fields!r}")
     for name, v in (("strength", strength), ("value_scale", value_scale)):
         if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
             raise ValueError(f"{name} must be a positive finite number, got {v!r}")
@@ -109,6 +112,8 @@ def sample(teacher: EFA, n: int, length: int | None = None, seed: int = 0,
                          "previous ones); bidirectional conditionals do not define a joint")
     positive_int("n", n)
     positive_int("batch_size", batch_size)
+    if length is None and teacher.max_len is None:
+        raise ValueError("the teacher has no max_len (no positions): pass length=")
     length = teacher.max_len if length is None else positive_int("length", length)
     if teacher.max_len is not None and length > teacher.max_len:
         raise ValueError(f"length {length} exceeds the teacher's max_len {teacher.max_len}")
