@@ -445,9 +445,9 @@ def test_round3_last_silent_answers(tmp_path):
     import torch
 
     import efa
-    from efa.attention import Kernel, register_kernel
     from efa.data import Sequences
     from efa.experiments.report import Row
+    from efa.kernels import Kernel, register_kernel
 
     # sequences-025: uint64 beyond int64 is refused, not wrapped to a negative id
     with pytest.raises(ValueError, match="sequence 0, position 1: value 9223372036854775813"):
@@ -481,7 +481,7 @@ def test_round3_last_silent_answers(tmp_path):
         @register_kernel
         class Impostor(Kernel):
             name = "softmax"
-    assert efa.attention.KERNELS["softmax"].__name__ != "Impostor"
+    assert efa.kernels.KERNELS["softmax"].__name__ != "Impostor"
     # io-006: a config that is not JSON leaves the saved model whole
     saved = efa.EFA(efa.EFAConfig([efa.Category("item", 4)], num_layers=1))
     efa.save(saved, tmp_path / "m")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from efa import EFA, EFAConfig
-from efa.attention import KERNELS
+from efa.kernels import KERNELS
 from efa.kernels.fenchel import (
     dual_objective,
     fenchel_lambda,

@@ -275,10 +275,11 @@ class Sequences:
         if order:
             if frame[order].isna().any():
                 row = frame.index[frame[order].isna().to_numpy()][0]
+                key = frame.loc[row, by]
+                key = key.item() if isinstance(key, np.generic) else key
                 raise ValueError(
                     f"column {order!r} (the order within a sequence) is missing in "
-                    f"{int(frame[order].isna().sum())} rows (first: row {row!r}, {by}="
-                    f"{getattr(frame.loc[row, by], 'item', lambda: frame.loc[row, by])()!r}); "
+                    f"{int(frame[order].isna().sum())} rows (first: row {row!r}, {by}={key!r}); "
                     "their position is unknown: drop or fill them")
             frame = frame.sort_values([by, order], kind="stable")
         frame = frame.copy()

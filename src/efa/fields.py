@@ -40,8 +40,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from efa.attention import mlp
 from efa.families import Categorical, Family, InvalidValues, family_from_config
+from efa.mlp import mlp
 
 ENCODERS = ("mlp", "linear", "identity", "table")
 READOUTS = ("mlp", "linear")

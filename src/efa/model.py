@@ -19,9 +19,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from efa import strategies, vocab
-from efa.attention import BLOCKS, KERNELS, Block, kernel_spec, mlp
+from efa.attention import BLOCKS, Block
 from efa.data import Sequences, check_sequences
 from efa.fields import ROLES, Field, field_from_config
+from efa.kernels import KERNELS, kernel_spec
+from efa.mlp import mlp
 
 DIRECTIONS = ("bidirectional", "unidirectional")
 
@@ -32,7 +34,7 @@ class EFAConfig:
 
     direction: ``bidirectional`` (pseudo-likelihood, Remark 4/5) or ``unidirectional`` (causal
       mask, full likelihood). attention: an attention kernel, ``softmax``, ``linear`` (the
-      paper's softmax-free form of Props 2–3) or any registered in :mod:`efa.attention`, as a
+      paper's softmax-free form of Props 2–3) or any registered in :mod:`efa.kernels`, as a
       name or ``{"kernel": name, **options}``. scale: ``sqrt`` (1/√d_head, Vaswani) or
       ``linear`` (1/d_head, the paper's 1/K). block: ``bare`` (Eq. 1 alone), ``residual``
       (x + MHA(x), the paper's experiments), ``post_ln`` / ``pre_ln`` (transformer blocks),

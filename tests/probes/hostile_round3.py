@@ -1491,7 +1491,7 @@ def _():
 
 @probe(A, "register_kernel(class without name)", needles=("name",))
 def _():
-    class K(efa.attention.Kernel):
+    class K(efa.kernels.Kernel):
         pass
     efa.register_kernel(K)
 
@@ -1503,7 +1503,7 @@ def _():
 def _():
     old = efa.KERNELS["softmax"]
 
-    class Fake(efa.attention.Softmax):
+    class Fake(efa.kernels.dot.Softmax):
         name = "softmax"
     try:
         efa.register_kernel(Fake)

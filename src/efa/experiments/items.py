@@ -87,7 +87,7 @@ def subset(data: Sequences, n: int | None) -> Sequences:
 def categorical_model(name: str, direction: str, num_items: int, max_len: int, spec: ZooSpec,
                       train: Sequences, attention: str | dict = "softmax"):
     """(model called ``name``, e.g. "EFA + distinct", the base name whose settings apply);
-    ``attention``: the EFA's attention kernel (efa.attention, efa.kernels)."""
+    ``attention``: the EFA's attention kernel (efa.kernels)."""
     base = name.removesuffix(DISTINCT)
     distinct = name.endswith(DISTINCT)
     item = Category("item", num_items, dim=spec.dim, distinct=distinct)

@@ -1,8 +1,10 @@
-"""Attention kernels beyond softmax and linear, one module each; importing this package
-registers them (``efa.attention`` does so the first time a kernel is looked up).
+"""Attention kernels, one module each, and their contract (:mod:`efa.kernels.base`).
 
-A kernel is a subclass of :class:`efa.attention.Kernel` decorated with
-:func:`efa.attention.register_kernel`; see docs/design.md, "How to add a kernel".
+A kernel is a subclass of :class:`Kernel` decorated with :func:`register_kernel`; importing
+this package registers every built-in one (see docs/design.md, "How to add a kernel").
 """
 
-from efa.kernels import cme, fenchel, generalized, ot, second_order  # noqa: F401  (registers)
+from efa.kernels import cme, dot, fenchel, generalized, ot, second_order  # noqa: F401,E402,I001
+from efa.kernels.base import KERNELS, Kernel, head_width, kernel_spec, register_kernel
+
+__all__ = ["KERNELS", "Kernel", "head_width", "kernel_spec", "register_kernel"]

@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from efa.attention import Kernel, register_kernel
+from efa.kernels.base import Kernel, register_kernel
 
 SIMILARITIES = ("rbf", "exponential", "linear", "rbf+linear")
 

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from efa.attention import register_kernel
+from efa.kernels.base import register_kernel
 from efa.kernels.preference import (
     PreferenceKernel,
     check_prior,

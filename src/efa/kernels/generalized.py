@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from efa.attention import register_kernel
+from efa.kernels.base import register_kernel
 from efa.kernels.preference import PreferenceKernel, template_scores
 
 

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from efa.attention import register_kernel
+from efa.kernels.base import register_kernel
 from efa.kernels.preference import (
     PreferenceKernel,
     positive,

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from efa.attention import Kernel
+from efa.kernels.base import Kernel
 
 RELATIVE = ("none", "auto", "bidirectional", "causal")
 

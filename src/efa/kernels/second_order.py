@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from efa.attention import register_kernel
+from efa.kernels.base import register_kernel
 from efa.kernels.fenchel import check_tol, second_order_lambda, tilt_weights
 from efa.kernels.preference import PreferenceKernel
 
