@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from efa.experiments import attention_kernels as ak
-from efa.experiments import instacart, items, movielens
-from efa.experiments import temperature as temp
 from efa.train import seed_everything
+from experiments import attention_kernels as ak
+from experiments import instacart, items, movielens
+from experiments import temperature as temp
 
 KERNELS = {
     "softmax": lambda s: "softmax",

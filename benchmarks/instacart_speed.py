@@ -29,9 +29,9 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from efa.experiments import instacart  # noqa: E402
-from efa.experiments.items import categorical_model  # noqa: E402
 from efa.train import evaluate, fit, seed_everything  # noqa: E402
+from experiments import instacart  # noqa: E402
+from experiments.items import categorical_model  # noqa: E402
 
 TARGET_CE, BUDGET_SECONDS = 3.420, 180.0
 
@@ -77,7 +77,7 @@ def main() -> None:
     result = {
         "command": "python benchmarks/instacart_speed.py"
         + (f" --threads {args.threads}" if args.threads != 1 else ""),
-        "model": "bidirectional EFA + distinct (efa.experiments.instacart.SPEC)",
+        "model": "bidirectional EFA + distinct (experiments.instacart.SPEC)",
         "threads": args.threads,
         "seed": args.seed,
         "epochs_run": hist.epochs_run,

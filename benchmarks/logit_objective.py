@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from efa.baselines import ContextLogit
-from efa.experiments import instacart
 from efa.fields import Category
+from experiments import instacart
 
 
 def dense_objective(model: ContextLogit, data):

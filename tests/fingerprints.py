@@ -63,8 +63,6 @@ def draws() -> dict[str, tuple[bool, dict]]:
     import torch
 
     from efa.datasets.tabular import simulate, simulation_seeds
-    from efa.experiments import analogy_toy, fenchel_toy, synthetic
-    from efa.experiments import exchangeability as ex
     from efa.families import Gaussian, Poisson
     from efa.fields import Attribute, Category, Value
     from efa.generators import (
@@ -79,6 +77,8 @@ def draws() -> dict[str, tuple[bool, dict]]:
         sample_note,
         sample_tnp,
     )
+    from experiments import analogy_toy, fenchel_toy, synthetic
+    from experiments import exchangeability as ex
 
     torch.set_num_threads(1)
     out = {}

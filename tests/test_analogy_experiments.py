@@ -9,7 +9,7 @@ import numpy as np
 from typer.testing import CliRunner
 
 from efa.cli import app
-from efa.experiments import analogy_toy
+from experiments import analogy_toy
 
 
 def test_toy_corpus_follows_appendix_i():

@@ -12,7 +12,6 @@ import pytest
 from efa.datasets import data_root, require_file, resolve_file
 from efa.datasets import instacart as ic
 from efa.datasets import movielens as ml
-from efa.datasets import root as root_module
 from efa.datasets import temperature as tp
 
 # --------------------------------------------------------------------------- fixtures
@@ -72,12 +71,11 @@ def test_data_root_resolution_order(tmp_path, monkeypatch):
     assert data_root(shared) == shared.resolve()  # override beats the environment
     assert data_root() == elsewhere.resolve()
     monkeypatch.delenv("EFA_DATA")
-    monkeypatch.setattr(root_module, "_REPO", tmp_path / "no-repo")
     monkeypatch.chdir(repo)
     assert data_root() == shared.resolve()  # cwd/../shared/data
-    monkeypatch.setattr(root_module, "_REPO", repo)
-    monkeypatch.chdir(elsewhere)
-    assert data_root() == shared.resolve()  # <repo>/../shared/data
+    monkeypatch.chdir(elsewhere)  # the library does not look for a repository of its own
+    with pytest.raises(FileNotFoundError):
+        data_root()
 
 
 def test_data_root_missing_names_paths_and_env_var(tmp_path, monkeypatch):
@@ -91,13 +89,11 @@ def test_data_root_missing_names_paths_and_env_var(tmp_path, monkeypatch):
 
     monkeypatch.delenv("EFA_DATA")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(root_module, "_REPO", tmp_path / "repo")
     with pytest.raises(FileNotFoundError) as err:
         data_root()
     message = str(err.value)
     assert "EFA_DATA" in message
     assert str(tmp_path / ".." / "shared" / "data") in message
-    assert str(tmp_path / "repo" / ".." / "shared" / "data") in message
 
 
 def test_require_and_resolve_file(tmp_path, root):

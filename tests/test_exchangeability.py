@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from efa.experiments import exchangeability as ex
-from efa.experiments import get, runner
-from efa.experiments import temperature_cme as tc
 from efa.generators import GPLatent
+from experiments import exchangeability as ex
+from experiments import get, runner
+from experiments import temperature_cme as tc
 
 
 def _run(name, seeds, tmp_path):
@@ -78,3 +78,19 @@ def test_gp_peer_is_leave_one_city_out_kriging():
     days = Sequences({"coords": data.fields["c"], tc.tx.NAME: data.fields["y"]}, data.lengths)
     pred = tc.gp_predict(days, gen.bandwidth, gen.ridge, torch.zeros(2), torch.ones(2))
     np.testing.assert_allclose(pred.numpy(), gen.bayes(data).mean.numpy(), atol=1e-6)
+
+
+def test_least_squares_matches_lstsq_and_repeats_bit_for_bit():
+    """The R² and linear-head fits solve least squares without MKL's lstsq, whose last bit
+    moved between runs of the same process."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(500, 3, generator=g, dtype=torch.float64)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]], dtype=torch.float64) + 0.1 * torch.randn(
+        500, 1, generator=g, dtype=torch.float64)
+    b = ex.least_squares(x, y)
+    assert torch.allclose(b, torch.linalg.lstsq(x, y).solution, rtol=1e-10, atol=1e-12)
+    runs = set()
+    for k in range(5):
+        _ = [torch.empty(7 * k + 1, dtype=torch.float64) for _ in range(k)]  # other alignments
+        runs.add(ex.least_squares(x.clone(), y.clone()).numpy().tobytes())
+    assert len(runs) == 1

@@ -250,7 +250,7 @@ def test_11_results_made_by_another_command_are_kept(tmp_path):
                  "--no-progress")
     assert other.returncode == 2 and "--force" in other.stderr
     assert (folder / "results.json").read_text() == before
-    from efa.experiments.summary import tables
+    from experiments.summary import tables
 
     with pytest.raises(ValueError, match="a --quick run"):
         tables(tmp_path)
@@ -415,7 +415,7 @@ def _square(job):
 
 
 def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
-    from efa.experiments import runner
+    from experiments import runner
 
     journal = tmp_path / ".exp.jobs"
     jobs = [{"x": i, "cost": i} for i in range(4)] + [{"x": 9, "fail": True, "cost": -1.0}]
@@ -453,7 +453,7 @@ def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
 
 def test_32_1_a_pickle_in_a_journal_is_refused_not_loaded(tmp_path):
     """A planted KEY.pkl (the key is a public hash of the job) would run code if unpickled."""
-    from efa.experiments import runner
+    from experiments import runner
 
     jobs = [{"x": 3, "cost": 1}]
     journal = tmp_path / "j"
@@ -475,7 +475,7 @@ class _Planted:
 
 
 def test_22_a_resumed_run_says_its_wall_time_covers_only_the_jobs_it_ran():
-    from efa.experiments.summary import _wall
+    from experiments.summary import _wall
 
     doc = {"wall_seconds": 3113.4}
     assert _wall(doc) == "3113 s"
@@ -496,7 +496,7 @@ def _two_fits(job):
 
 def test_22_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monkeypatch):
     from efa import train as train_mod
-    from efa.experiments import runner
+    from experiments import runner
 
     monkeypatch.setattr(train_mod, "JOB_SAVE_SECONDS", 0.0)  # save every epoch, as a long fit
     jobs = [{"seed": 3}]
@@ -538,7 +538,7 @@ def test_22_only_runs_some_jobs_into_the_journal_and_the_full_run_finishes(tmp_p
     from typer.testing import CliRunner
 
     from efa.cli import app
-    from efa.experiments import EXPERIMENTS, runner
+    from experiments import EXPERIMENTS, runner
 
     monkeypatch.setitem(EXPERIMENTS, "toy", ("tests.toy_experiment", "squares"))
     from tests import toy_experiment as toy

@@ -375,9 +375,9 @@ def test_round3_silent_answers_in_data_reports_and_regression(tmp_path):
     import torch
 
     from efa.data import Sequences
-    from efa.experiments.report import Report
     from efa.generators import LinearGaussian
     from efa.generators.gp import rbf
+    from experiments.report import Report
 
     data = Sequences.from_lists({"item": [[1, 2], [3]]})
     with pytest.raises(KeyError, match="no field 'nonexistent'"):
@@ -446,8 +446,8 @@ def test_round3_last_silent_answers(tmp_path):
 
     import efa
     from efa.data import Sequences
-    from efa.experiments.report import Row
     from efa.kernels import Kernel, register_kernel
+    from experiments.report import Row
 
     # sequences-025: uint64 beyond int64 is refused, not wrapped to a negative id
     with pytest.raises(ValueError, match="sequence 0, position 1: value 9223372036854775813"):
@@ -568,8 +568,8 @@ def test_round3_altered_files_and_tables_are_named(tmp_path):
     from safetensors.torch import save_file
 
     from efa.data import Sequences
-    from efa.experiments import journal
-    from efa.experiments.report import Report
+    from experiments import journal
+    from experiments.report import Report
 
     path = tmp_path / "s.safetensors"
     save_file({"field/x": torch.zeros(1, 2, dtype=torch.long), "lengths": torch.tensor([2])},

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from efa.experiments.summary import END, SCALE_END, SCALE_START, START, scale_tables, tables
+from experiments.summary import END, SCALE_END, SCALE_START, START, scale_tables, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ import numpy as np
 from typer.testing import CliRunner
 
 from efa.cli import app
-from efa.experiments import synthetic
+from experiments import synthetic
 
 
 def test_dgp_reproduces_the_reference_data():

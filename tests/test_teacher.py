@@ -9,9 +9,9 @@ import math
 import torch
 
 from efa import Category, Sequences, Value
-from efa.experiments import get, runner
 from efa.families import Bernoulli, Poisson
 from efa.generators import attention_teacher, bayes_nll, sample, student_fields
+from experiments import get, runner
 
 
 def test_conditionals_form_the_joint_the_sampler_draws_from():

@@ -3639,12 +3639,12 @@ add(A, "efa replot (a row's values are strings)",
     lambda: cli_err("replot", _results_copy("rp_strvals", lambda d: {**d, "rows": [
         {**d["rows"][0], "values": ["abc"]}]}) / "fenchel-toy"), needles=("row 0",),
     should="ValueError naming the row and the bad value",
-    fix="src/efa/experiments/report.py: Report.from_json (check values are numbers)")
+    fix="experiments/report.py: Report.from_json (check values are numbers)")
 
 
 @probe(A, "efa replot (a row with an empty values list)", needles=("row 0",),
        should="an error naming the row (it writes 'nan ± 0.000' into results.md)",
-       fix="src/efa/experiments/report.py: Report.from_json / Row")
+       fix="experiments/report.py: Report.from_json / Row")
 def _():
     d = _results_copy("rp_empty", lambda d: {**d, "rows": [{**d["rows"][0], "values": []}]})
     code, text = cli("replot", d / "fenchel-toy")
@@ -3697,7 +3697,7 @@ add(A, "efa summary --results /tmp/probes/work/none",
 
 @probe(A, "efa summary (a results.json with rows = [])", needles=("rows",),
        should="an error naming the file (it raises IndexError: list index out of range)",
-       fix="src/efa/experiments/summary.py: table (doc['rows'][0])")
+       fix="experiments/summary.py: table (doc['rows'][0])")
 def _():
     d, r = _summary_dir("sum_norows", lambda d: {**d, "rows": []})
     return cli_err("summary", "--readme", r, "--results", d)
@@ -3705,7 +3705,7 @@ def _():
 
 @probe(A, "efa summary (rows without 'mean'/'std', which replot accepts)", kind="works",
        should="recompute mean/std as Report.from_json does, or name the file and row",
-       fix="src/efa/experiments/summary.py: tables (reads raw JSON; use Report.read)")
+       fix="experiments/summary.py: tables (reads raw JSON; use Report.read)")
 def _():
     d, r = _summary_dir("sum_nomean", lambda d: {**d, "rows": [
         {k: v for k, v in row.items() if k not in ("mean", "std")} for row in d["rows"]]})
@@ -3713,7 +3713,7 @@ def _():
 
 
 @probe(A, "efa summary (seeds is a number, not a list)", needles=("seeds",),
-       fix="src/efa/experiments/summary.py: tables (len(doc['seeds']))")
+       fix="experiments/summary.py: tables (len(doc['seeds']))")
 def _():
     d, r = _summary_dir("sum_seeds", lambda d: {**d, "seeds": 1})
     return cli_err("summary", "--readme", r, "--results", d)
@@ -3727,7 +3727,7 @@ def _():
 
 
 @probe(A, "efa summary (README missing) does not rewrite results.md first", kind="works",
-       should="check the README before touching anything", fix="src/efa/experiments/summary.py: "
+       should="check the README before touching anything", fix="experiments/summary.py: "
        "update_readme (read the README before rewriting results.md)")
 def _():
     d, r = _summary_dir("sum_noreadme", lambda d: d, readme=False)
@@ -3854,10 +3854,10 @@ def _():
 
 # =========================================================================== journal / runner / report
 A = "runner"
-fx = "src/efa/experiments/"
-from efa.experiments import journal as jr  # noqa: E402
-from efa.experiments import runner as rn  # noqa: E402
-from efa.experiments.report import Report, Row  # noqa: E402
+fx = "experiments/"
+from experiments import journal as jr  # noqa: E402
+from experiments import runner as rn  # noqa: E402
+from experiments.report import Report, Row  # noqa: E402
 
 
 def _jdir(name):
@@ -4038,7 +4038,7 @@ add(A, "Row('s', 'm', 'metric', [])  # no values",
 add(A, "Row('s', 'm', 'metric', [1.0, float('nan')])",
     lambda: (lambda r: (True, f"mean={r.mean}, kept as NaN (a failed seed)"))(
         Row("s", "m", "metric", [1.0, float("nan")])), kind="either", needles=("values",))
-add(A, "experiments.get('nope')", lambda: __import__("efa.experiments", fromlist=["get"]).get(
+add(A, "experiments.get('nope')", lambda: __import__("experiments", fromlist=["get"]).get(
     "nope"), needles=("unknown experiment",))
 
 

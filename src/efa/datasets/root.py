@@ -5,7 +5,7 @@ redistribution), so every loader reads them from a data root that lives outside 
 
 1. an explicit ``override`` argument, else
 2. the environment variable ``EFA_DATA``, else
-3. the first existing of ``Path.cwd()/'../shared/data'`` and ``<repo>/../shared/data``.
+3. ``Path.cwd()/'../shared/data'`` (the layout of a checkout run from its root).
 
 An override or ``EFA_DATA`` that points nowhere is an error rather than a silent fall-back to the
 defaults: a typo in the variable should not quietly load some other copy of the data.
@@ -20,12 +20,9 @@ __all__ = ["ENV_VAR", "data_root", "require_file", "resolve_file"]
 
 ENV_VAR = "EFA_DATA"
 
-# src/efa/datasets/root.py -> parents[3] is the repository root.
-_REPO = Path(__file__).resolve().parents[3]
-
-
 def _default_candidates() -> list[Path]:
-    return [Path.cwd() / ".." / "shared" / "data", _REPO / ".." / "shared" / "data"]
+    # The installed library knows no repository: the default is relative to where it runs.
+    return [Path.cwd() / ".." / "shared" / "data"]
 
 
 def data_root(override: str | os.PathLike[str] | None = None) -> Path:

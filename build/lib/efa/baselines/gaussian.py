@@ -1,0 +1,124 @@
+"""Gaussian models of the values of a set of sites observed over time (one sequence per time
+step, the same sites in every sequence): the statistician's peers of spatial EFA.
+
+- ``Climatology``: each site (× lag slot) predicted by its training mean.
+- ``GaussianConditional``: a multivariate normal of the stacked site vector with a shrunk
+  covariance; each site's conditional mean given all the others (simple kriging with the
+  empirical covariance). ``select_shrinkage`` picks the shrinkage on validation data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from efa.data import Sequences
+
+
+def sequence_matrix(data: Sequences, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The stacked vector of every time step, for the matrix-based peers: (values [N, P]
+    float64 with NaN where missing, predicted [N, P] bool).
+
+    P = I for the ``tokens`` layout (lag tokens are columns that are never predicted); for the
+    ``fields`` layout the lag fields ``{name}_lag1``, … are appended as further columns.
+    """
+    if (data.lengths != data.max_len).any():
+        raise ValueError("the matrix peers need sequences of equal length (one per time step)")
+    prefix = f"{name}_lag"
+    lag_names = sorted(
+        (k for k in data.fields if k.startswith(prefix)), key=lambda k: int(k[len(prefix) :])
+    )
+    ys, preds = [], []
+    for k in [name, *lag_names]:
+        y = data.fields[k].double().numpy().copy()
+        if k in data.observed:
+            y[~data.observed[k].numpy()] = np.nan
+        ys.append(y)
+        preds.append(data.predicted(name).numpy() if k == name else np.zeros(y.shape, bool))
+    return np.concatenate(ys, axis=1), np.concatenate(preds, axis=1)
+
+
+class Climatology:
+    """Predict each token (site × lag slot) by its training mean; one number per site."""
+
+    def fit(self, train: Sequences, name: str) -> Climatology:
+        y, _ = sequence_matrix(train, name)
+        self.name, self.mean_ = name, np.nanmean(y, axis=0)
+        return self
+
+    def predict(self, data: Sequences) -> np.ndarray:
+        return np.broadcast_to(self.mean_, (len(data), len(self.mean_))).copy()
+
+    def mse(self, data: Sequences) -> float:
+        return _mse(self.predict(data), data, self.name)
+
+
+class GaussianConditional:
+    """y (all tokens of a time step, stacked) ~ N(μ, Σ_α), Σ_α = (1 − α) S + α (tr S / p) I.
+
+    μ and S are the mean and (maximum-likelihood) covariance of the training rows without
+    missing values; α shrinks S towards a scaled identity (``sklearn.covariance
+    .ShrunkCovariance``). A target token i is predicted by its conditional mean given the other
+    *observed* tokens O of its row, with P = (Σ_α)_{OO}⁻¹:
+
+        E[y_i | y_{O∖i}] = μ_i − (1 / P_ii) Σ_{j ∈ O, j ≠ i} P_ij (y_j − μ_j).
+    """
+
+    def __init__(self, alpha: float = 0.0):
+        if not 0 <= alpha <= 1:
+            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        self.alpha = alpha
+
+    def fit(self, train: Sequences, name: str) -> GaussianConditional:
+        y, _ = sequence_matrix(train, name)
+        complete = y[np.isfinite(y).all(axis=1)]
+        if len(complete) < 2:
+            raise ValueError("need at least two time steps without missing values")
+        self.name = name
+        self.mean_ = complete.mean(0)
+        self.cov_emp_ = np.cov(complete, rowvar=False, bias=True)
+        return self
+
+    @property
+    def covariance_(self) -> np.ndarray:
+        s, p = self.cov_emp_, len(self.cov_emp_)
+        return (1 - self.alpha) * s + self.alpha * np.trace(s) / p * np.eye(p)
+
+    def predict(self, data: Sequences) -> np.ndarray:
+        """[N, P] conditional means of the stacked vector (NaN at missing entries)."""
+        y, _ = sequence_matrix(data, self.name)
+        sigma = self.covariance_
+        out = np.full_like(y, np.nan)
+        obs = np.isfinite(y)
+        patterns, inverse = np.unique(obs, axis=0, return_inverse=True)
+        for p, pattern in enumerate(patterns):
+            rows = np.flatnonzero(inverse.reshape(-1) == p)
+            o = np.flatnonzero(pattern)
+            prec = np.linalg.inv(sigma[np.ix_(o, o)])
+            d = y[np.ix_(rows, o)] - self.mean_[o]
+            # μ_i − (1/P_ii) Σ_{j≠i} P_ij d_j = μ_i + d_i − (P d)_i / P_ii
+            out[np.ix_(rows, o)] = self.mean_[o] + d - (d @ prec) / np.diag(prec)
+        return out
+
+    def mse(self, data: Sequences) -> float:
+        return _mse(self.predict(data), data, self.name)
+
+
+SHRINKAGE_GRID = (0.0, 0.001, 0.003, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5)
+
+
+def select_shrinkage(
+    train: Sequences, val: Sequences, name: str, grid=SHRINKAGE_GRID
+) -> tuple[GaussianConditional, dict[float, float]]:
+    """Fit on ``train`` and pick α on the validation MSE; returns (model, {α: val MSE})."""
+    model = GaussianConditional().fit(train, name)
+    curve = {}
+    for a in grid:
+        model.alpha = a
+        curve[a] = model.mse(val)
+    model.alpha = min(curve, key=curve.get)
+    return model, curve
+
+
+def _mse(pred: np.ndarray, data: Sequences, name: str) -> float:
+    y, m = sequence_matrix(data, name)
+    return float(((pred[m] - y[m]) ** 2).mean())

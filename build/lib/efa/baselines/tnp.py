@@ -1,0 +1,120 @@
+"""TNP-D (Nguyen & Grover, 2022), the standard transformer model of in-context regression,
+built from standard PyTorch modules following tung-nd/TNP-pytorch
+``regression/models/tnpd.py`` and ``tnp.py`` (not packaged, and hard-coded to CUDA there):
+
+- tokens: context points [x, y], target points [x, 0], embedded by an MLP of depth 4
+  (``build_mlp(dim_x + dim_y, d_model, d_model, emb_depth)``: Linear, ReLU, …, Linear);
+- ``nn.TransformerEncoder`` of 6 post-LN layers (d_model 64, 4 heads, feed-forward 128, ReLU,
+  no dropout) in which every token attends to the context tokens only;
+- predictor Linear(64, 128), ReLU, Linear(128, 2) on the target tokens → (μ, log σ), σ = exp
+  (``bound_std=False``, the reference's GP setting);
+- trained on its own objective: the mean log-likelihood of the targets given the context, with
+  a random number of context points per batch (shared by the batch, as the reference's sampler).
+
+Adaptations, the same as efa's models get: the channel is part of x (one-hot), and x and y are
+standardised on the training data (the likelihood is reported in the data's units). On the
+causal objective of the UNN note, y_i is predicted with the points before it as context: one
+pass per position.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from efa.data import Sequences
+from efa.model import ConditionalModel
+from efa.regression import _stats
+
+
+def build_mlp(dim_in: int, dim_hid: int, dim_out: int, depth: int) -> nn.Sequential:
+    modules: list[nn.Module] = [nn.Linear(dim_in, dim_hid), nn.ReLU()]
+    for _ in range(depth - 2):
+        modules += [nn.Linear(dim_hid, dim_hid), nn.ReLU()]
+    modules.append(nn.Linear(dim_hid, dim_out))
+    return nn.Sequential(*modules)
+
+
+class TNPD(ConditionalModel):
+    direction = "unidirectional"
+
+    def __init__(self, train: Sequences, fields: list, channels: int = 2, d_model: int = 64,
+                 emb_depth: int = 4, dim_feedforward: int = 128, nhead: int = 4,
+                 num_layers: int = 6, min_context: int = 1):
+        super().__init__()
+        self.fields, self.channels, self.min_context = fields, channels, min_context
+        x_loc, x_scale, y_loc, y_scale = _stats(train)
+        self.register_buffer("norm", torch.tensor([x_loc, x_scale, y_loc, y_scale]))
+        dim_x = 1 + channels
+        self.embedder = build_mlp(dim_x + 1, d_model, d_model, emb_depth)
+        layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout=0.0,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+        self.predictor = nn.Sequential(nn.Linear(d_model, dim_feedforward), nn.ReLU(),
+                                       nn.Linear(dim_feedforward, 2))
+
+    def _x(self, data: Sequences, idx) -> Tensor:
+        x = (data.fields["x"][idx].float() - self.norm[0]) / self.norm[1]
+        if self.channels:
+            onehot = nn.functional.one_hot(data.fields["channel"][idx], self.channels)
+            x = torch.cat([x, onehot.float()], dim=-1)
+        return x
+
+    def sets(self, xc: Tensor, yc: Tensor, xt: Tensor) -> tuple[Tensor, Tensor]:
+        """(mean, sd) [B, T] in the data's units, of targets ``xt`` [B, T, dx] given context
+        ``xc`` [B, C, dx], ``yc`` [B, C] (data units); the context size C is shared."""
+        c, t = xc.shape[1], xt.shape[1]
+        if c < 1:
+            raise ValueError("TNP-D needs at least one context point")
+        yc = ((yc.float() - self.norm[2]) / self.norm[3])[..., None]
+        inp = torch.cat([torch.cat([xc, yc], -1),
+                         torch.cat([xt, torch.zeros_like(xt[..., :1])], -1)], dim=1)
+        mask = torch.full((c + t, c + t), float("-inf"))
+        mask[:, :c] = 0.0  # every token attends to the context only
+        out = self.predictor(self.encoder(self.embedder(inp), mask=mask)[:, c:])
+        mean = self.norm[2] + self.norm[3] * out[..., 0]
+        return mean, self.norm[3] * torch.exp(out[..., 1])
+
+    def loss(self, data: Sequences, check: bool = False) -> Tensor:
+        """The TNP objective on equal-length sequences: context = the first m points (m ~
+        U{min_context, …, N − 1}, one m per batch), targets = the rest."""
+        n = int(data.lengths.min())
+        if int(data.lengths.max()) != n:
+            raise ValueError("TNP-D trains on batches of equal-length sequences")
+        m = int(torch.randint(self.min_context, n, (1,)))
+        mean, sd = self.sets(self._x(data, (slice(None), slice(0, m))),
+                             data.fields["y"][:, :m], self._x(data, (slice(None), slice(m, n))))
+        y = data.fields["y"][:, m:n].float()
+        return -torch.distributions.Normal(mean, sd).log_prob(y).mean()
+
+    def predictive_at(self, data: Sequences, at: Tensor) -> tuple[Tensor, Tensor]:
+        """(mean, sd) [P] float64 of y_i given y_<i at the asked positions (order of
+        ``at.nonzero()``): one pass per distinct position i, over the sequences asking it."""
+        b_idx, i_idx = at.nonzero(as_tuple=True)
+        mean = torch.full((len(b_idx),), float("nan"), dtype=torch.float64)
+        sd = mean.clone()
+        for i in i_idx.unique().tolist():
+            rows = (i_idx == i).nonzero().flatten()
+            if i == 0:
+                raise ValueError("TNP-D cannot predict the first point (an empty context)")
+            b = b_idx[rows]
+            mu, s = self.sets(self._x(data, (b, slice(0, i))), data.fields["y"][b, :i],
+                              self._x(data, (b, slice(i, i + 1))))
+            mean[rows], sd[rows] = mu[:, 0].double(), s[:, 0].double()
+        return mean, sd
+
+    @torch.no_grad()
+    def predictive(self, data: Sequences) -> tuple[Tensor, Tensor]:
+        """(mean, sd) [B, I] at every position after the first (NaN at the first and at
+        padding)."""
+        self.eval()
+        at = data.valid().clone()
+        at[:, 0] = False
+        mean = torch.full(at.shape, float("nan"), dtype=torch.float64)
+        sd = mean.clone()
+        mean[at], sd[at] = self.predictive_at(data, at)
+        return mean, sd
+
+    def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        mean, sd = self.predictive_at(data, at["y"])
+        return {"y": torch.stack([mean / sd**2, -0.5 / sd**2], dim=-1)}

@@ -1,0 +1,371 @@
+"""MovieLens-100K: readers for the original files and the EFA paper's preprocessing (Sec 6.2).
+
+Files are the ones in the official archive: ``u.data`` (tab-separated ``user item rating
+timestamp``, no header) and ``u.item`` (``|``-separated, latin-1).
+
+Frames returned by :func:`preprocess_sequences` / :func:`preprocess_ratings` are long format, one
+row per kept rating, sorted by ``(user_id, timestamp)``, with columns
+
+* ``user_id``   -- original MovieLens user id;
+* ``position``  -- 0-based position in the user's time-ordered sequence;
+* ``item``      -- movie id remapped to ``1..50`` (0 stays free for padding);
+* ``movie_id``  -- original MovieLens movie id;
+* ``rating``    -- 1..5 (Experiment 1) or original rating - 2 in {1, 2, 3} (Experiment 2);
+* ``timestamp`` -- Unix seconds.
+
+:func:`split_users` adds a boolean ``target`` column (see below).
+
+Decisions taken to reproduce the reference notebooks (yixinw-lab/EFA, movielens/exp-1, exp-2):
+
+1. **Top-50 movies, ties.** The reference takes ``value_counts().index[:50]``, whose order among
+   equal counts depends on the pandas version. We rank by number of ratings (= number of
+   distinct raters: u.data has no repeated user-movie pair) and break ties by the *smaller*
+   movie id. Experiment 1: movies 28 and 191 tie at the 50th place (276 ratings); keeping 28
+   gives the paper's 902 users, keeping 191 gives 901. Experiment 2 (counted after the rating
+   filter): movies 276 and 357 tie (251 ratings); keeping 276 gives the paper's 893 users and
+   12,465 rows, keeping 357 gives 892 users and 12,439 rows. ``tie_break="larger_id"`` exists
+   only to show this.
+2. **Timestamp filter** ``count / nunique(timestamp) < 2`` per user is computed *after*
+   restricting to the 50 movies, as in the reference.
+3. **One movie per (user, timestamp).** The reference runs
+   ``groupby(["user_id", "timestamp"], group_keys=False).apply(lambda g: g.sample(n=1,
+   random_state=42))``. Each group gets a *fresh* ``RandomState(42)``, and ``DataFrame.sample``
+   calls ``RandomState.choice(k, size=1, replace=False)``, so the kept row is the one at
+   position ``RandomState(42).choice(k, 1, replace=False)[0]`` among the group's ``k`` rows in
+   file order -- a function of the group size only. We tabulate that position for every group
+   size and select rows with ``cumcount``. This avoids ``groupby.apply`` (pandas 3 drops the
+   grouping columns from ``apply``) and ``DataFrameGroupBy.sample`` (which draws every group from
+   one shared RNG stream, a different result). Rows keep u.data file order before grouping, as
+   in the reference. ``protocol="clean"`` instead draws one uniform position per group from a
+   single ``numpy.random.default_rng(seed)`` stream.
+4. **Remapping.** After sorting by ``(user_id, timestamp)``, ``item = pd.factorize(movie_id) + 1``
+   (first-appearance order), as in the reference; ``movie_id`` keeps the original id.
+5. **Experiment 2.** Ratings < 3 are dropped and 2 is subtracted *before* the top-50 selection;
+   users with exactly one remaining rating are removed after the timestamp filter and before the
+   per-timestamp dedup (an unreported step of the reference). Dedup can still leave a user with
+   a single rating; the reference keeps such users and so do we.
+6. **User split, protocol "paper".** The reference does ``np.random.seed(42); s =
+   np.random.permutation(n_users); mid = 3 * n_users // 4; train = s[s[:mid]]; test =
+   s[s[mid:]]`` and matches these *positions* 0..n-1 against ``user_id``. Users with id >= n (and
+   the non-existent id 0) land in neither split; they are silently unused, as in the reference
+   (Exp 1: 641 train+val users / 9,736 rows, 219 test users / 3,408 rows, 42 users unused;
+   Exp 2: 631 / 8,707 and 211 / 3,038). We use ``RandomState(seed).permutation``, which is
+   what the legacy global ``np.random.seed`` + ``np.random.permutation`` computes, without
+   touching global state.
+7. **Validation, protocol "paper".** Experiment 1 splits the train users' sequences with
+   ``train_test_split(sequences, test_size=0.25, random_state=42)``, where the sequences come
+   from ``groupby("user_id")`` (sorted user ids); ``val_unit="user"`` reproduces this: 7,252
+   train / 2,484 val rows. Experiment 2 splits the per-position *samples* instead (train/val
+   leakage across positions of the same user); ``val_unit="row"`` reproduces it: 6,530 / 2,177
+   target rows. Because every sample still sees its user's whole sequence as context, in that
+   mode ``train`` and ``val`` both hold all rows of the train users and the ``target`` column
+   says which rows are predicted in that split. In ``val_unit="user"`` mode ``target`` is
+   always True.
+8. **Protocol "clean".** A proper user split: users shuffled with ``default_rng(seed)``;
+   ``round(0.25 n)`` test users, ``round(0.25 * rest)`` validation users, the others train
+   (56.25 / 18.75 / 25 %). No user is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import train_test_split
+
+from efa.datasets.root import read_csv, resolve_file, warn_row_count
+from efa.datasets.splits import Splits
+
+__all__ = [
+    "RATING_COLUMNS",
+    "preprocess_ratings",
+    "preprocess_sequences",
+    "read_movies",
+    "read_ratings",
+    "split_users",
+    "summary",
+    "top_movies",
+]
+
+RATING_COLUMNS = ("user_id", "movie_id", "rating", "timestamp")
+OUTPUT_COLUMNS = ("user_id", "position", "item", "movie_id", "rating", "timestamp")
+_SUBDIR = "movielens-100k"
+
+Protocol = Literal["paper", "clean"]
+TieBreak = Literal["smaller_id", "larger_id"]
+
+PathLike = str | os.PathLike[str]
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def read_ratings(path_or_dir: PathLike | None = None) -> pd.DataFrame:
+    """Read MovieLens-100K ``u.data`` into ``user_id, movie_id, rating, timestamp`` (int64).
+
+    ``path_or_dir`` is the file, its directory, the data root, or ``None`` (data root).
+    A malformed file raises ``ValueError`` naming the file, the line and the problem.
+    """
+    path = resolve_file(path_or_dir, "u.data", _SUBDIR, "MovieLens-100K ratings (u.data)")
+    # Parsed by hand rather than with read_csv so that errors can name the exact line; the
+    # 100,000-line file still takes well under a second.
+    lines = path.read_text(encoding="latin-1").splitlines()
+    if not lines:
+        raise ValueError(f"{path}: file is empty; expected tab-separated {RATING_COLUMNS}")
+    if path.name == "u.data":
+        warn_row_count(path, len(lines), 100_000, "official MovieLens-100K u.data")
+    fields = [line.split("\t") for line in lines]
+    n_fields = np.fromiter((len(f) for f in fields), dtype=np.int64, count=len(fields))
+    bad = np.flatnonzero(n_fields != len(RATING_COLUMNS))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{path}, line {i + 1}: expected {len(RATING_COLUMNS)} tab-separated fields "
+            f"({', '.join(RATING_COLUMNS)}), found {n_fields[i]}: {lines[i]!r}"
+        )
+    raw = pd.DataFrame(fields, columns=list(RATING_COLUMNS), dtype=str)
+    out = {}
+    for col in RATING_COLUMNS:
+        ok = raw[col].str.fullmatch(r"\s*[+-]?\d+\s*").to_numpy(dtype=bool)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise ValueError(
+                f"{path}, line {i + 1}: column {col!r} is not an integer: {raw[col].iloc[i]!r}"
+            )
+        out[col] = raw[col].astype(np.int64)
+    frame = pd.DataFrame(out)
+    bad_rating = ~frame["rating"].between(1, 5)
+    if bad_rating.any():
+        i = int(np.flatnonzero(bad_rating.to_numpy())[0])
+        raise ValueError(f"{path}, line {i + 1}: rating {frame['rating'].iloc[i]} is outside 1..5")
+    return frame
+
+
+def read_movies(path_or_dir: PathLike | None = None) -> pd.DataFrame:
+    """Read MovieLens-100K ``u.item`` into ``movie_id`` (int64), ``title`` (str)."""
+    path = resolve_file(path_or_dir, "u.item", _SUBDIR, "MovieLens-100K movie list (u.item)")
+    raw = read_csv(
+        path,
+        sep="|",
+        header=None,
+        encoding="latin-1",
+        usecols=[0, 1],
+        names=["movie_id", "title"],
+        dtype=str,
+        keep_default_na=False,
+    )
+    ok = raw["movie_id"].str.fullmatch(r"\d+").to_numpy(dtype=bool)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise ValueError(
+            f"{path}, line {i + 1}: movie id {raw['movie_id'].iloc[i]!r} is not an integer"
+        )
+    return pd.DataFrame({"movie_id": raw["movie_id"].astype(np.int64), "title": raw["title"]})
+
+
+# --------------------------------------------------------------------------- preprocessing
+
+
+def _check_ratings_frame(ratings: pd.DataFrame) -> None:
+    missing = [c for c in RATING_COLUMNS if c not in ratings.columns]
+    if missing:
+        raise ValueError(f"ratings frame lacks columns {missing}; expected {RATING_COLUMNS}")
+
+
+def top_movies(
+    ratings: pd.DataFrame, n: int = 50, tie_break: TieBreak = "smaller_id"
+) -> np.ndarray:
+    """The ``n`` movie ids with the most ratings, most-rated first (ties: see module doc)."""
+    counts = ratings.groupby("movie_id").size().rename("n").reset_index()
+    if tie_break not in ("smaller_id", "larger_id"):
+        raise ValueError(f"tie_break must be 'smaller_id' or 'larger_id', got {tie_break!r}")
+    counts = counts.sort_values(
+        ["n", "movie_id"], ascending=[False, tie_break == "smaller_id"], kind="stable"
+    )
+    return counts["movie_id"].to_numpy()[:n]
+
+
+def _reference_positions(max_size: int, seed: int) -> np.ndarray:
+    """``table[k]``: the row ``group.sample(n=1, random_state=seed)`` keeps in a k-row group."""
+    table = np.zeros(max_size + 1, dtype=np.int64)
+    for k in range(1, max_size + 1):
+        # Exactly what DataFrame.sample does with an int random_state (see module doc, item 3).
+        table[k] = np.random.RandomState(seed).choice(k, size=1, replace=False)[0]
+    return table
+
+
+def _one_per_timestamp(frame: pd.DataFrame, protocol: Protocol, seed: int) -> pd.DataFrame:
+    groups = frame.groupby(["user_id", "timestamp"], sort=False)
+    size = groups["movie_id"].transform("size").to_numpy()
+    pos = groups.cumcount().to_numpy()
+    if protocol == "paper":
+        keep = pos == _reference_positions(int(size.max(initial=0)), seed)[size]
+    elif protocol == "clean":
+        group_id = groups.ngroup().to_numpy()
+        sizes = np.bincount(group_id)
+        chosen = np.random.default_rng(seed).integers(0, sizes) if sizes.size else sizes
+        keep = pos == chosen[group_id]
+    else:
+        raise ValueError(f"protocol must be 'paper' or 'clean', got {protocol!r}")
+    return frame[keep]
+
+
+def _filter_and_recode(
+    ratings: pd.DataFrame,
+    *,
+    n_movies: int,
+    tie_break: TieBreak,
+    drop_single: bool,
+    protocol: Protocol,
+    seed: int,
+) -> pd.DataFrame:
+    data = ratings[ratings["movie_id"].isin(top_movies(ratings, n_movies, tie_break))]
+    per_user = data.groupby("user_id")["timestamp"].agg(["count", "nunique"])
+    keep_users = per_user.index[per_user["count"] / per_user["nunique"] < 2]
+    data = data[data["user_id"].isin(keep_users)]
+    if drop_single:
+        counts = data["user_id"].value_counts()
+        data = data[~data["user_id"].isin(counts.index[counts == 1])]
+    data = _one_per_timestamp(data, protocol, seed)
+    data = data.sort_values(["user_id", "timestamp"], kind="stable").reset_index(drop=True)
+    data = data.assign(
+        item=pd.factorize(data["movie_id"])[0].astype(np.int64) + 1,
+        position=data.groupby("user_id").cumcount().astype(np.int64),
+    )
+    return data.loc[:, list(OUTPUT_COLUMNS)]
+
+
+def preprocess_sequences(
+    ratings: pd.DataFrame,
+    protocol: Protocol = "paper",
+    seed: int = 42,
+    *,
+    n_movies: int = 50,
+    tie_break: TieBreak = "smaller_id",
+) -> pd.DataFrame:
+    """Experiment 1 data: time-ordered movie sequences (902 users, 50 movies, 13,757 rows)."""
+    _check_ratings_frame(ratings)
+    return _filter_and_recode(
+        ratings,
+        n_movies=n_movies,
+        tie_break=tie_break,
+        drop_single=False,
+        protocol=protocol,
+        seed=seed,
+    )
+
+
+def preprocess_ratings(
+    ratings: pd.DataFrame,
+    protocol: Protocol = "paper",
+    seed: int = 42,
+    *,
+    n_movies: int = 50,
+    min_rating: int = 3,
+    tie_break: TieBreak = "smaller_id",
+) -> pd.DataFrame:
+    """Experiment 2 data: ratings ``>= min_rating`` shifted to start at 1 (893 users, 50 movies).
+
+    ``rating`` in the result is ``original - (min_rating - 1)``, i.e. {1, 2, 3} by default.
+    """
+    _check_ratings_frame(ratings)
+    kept = ratings[ratings["rating"] >= min_rating]
+    kept = kept.assign(rating=kept["rating"] - (min_rating - 1))
+    return _filter_and_recode(
+        kept,
+        n_movies=n_movies,
+        tie_break=tie_break,
+        drop_single=True,
+        protocol=protocol,
+        seed=seed,
+    )
+
+
+def summary(frame: pd.DataFrame) -> dict[str, int | float]:
+    """Users, items, rows and sparsity ``1 - rows / (users * items)`` of a preprocessed frame."""
+    n_users = int(frame["user_id"].nunique())
+    n_items = int(frame["item"].nunique())
+    n_rows = len(frame)
+    sparsity = 1.0 - n_rows / (n_users * n_items) if n_users and n_items else float("nan")
+    return {"n_users": n_users, "n_items": n_items, "n_rows": n_rows, "sparsity": sparsity}
+
+
+# --------------------------------------------------------------------------- splitting
+
+
+def _rows_of(frame: pd.DataFrame, users: np.ndarray) -> pd.DataFrame:
+    return frame[frame["user_id"].isin(users)].reset_index(drop=True)
+
+
+def _with_target(frame: pd.DataFrame, target: np.ndarray | None = None) -> pd.DataFrame:
+    flags = np.ones(len(frame), dtype=bool) if target is None else np.asarray(target, dtype=bool)
+    return frame.assign(target=flags)
+
+
+def split_users(
+    frame: pd.DataFrame,
+    protocol: Protocol = "paper",
+    seed: int = 42,
+    *,
+    val_unit: Literal["user", "row"] = "user",
+    val_frac: float = 0.25,
+    test_frac: float = 0.25,
+) -> Splits:
+    """Split a preprocessed frame into train / val / test by user (see module doc, items 6-8).
+
+    Each frame gets a boolean ``target`` column: the rows whose value is predicted in that
+    split. With ``val_unit="row"`` the train and val frames share the train users' rows as
+    context and differ only in ``target``. ``val_frac`` is the share of the non-test part that
+    goes to validation; ``test_frac`` is fixed at 0.25 for protocol "paper".
+    """
+    if val_unit not in ("user", "row"):
+        raise ValueError(f"val_unit must be 'user' or 'row', got {val_unit!r}")
+    users = np.sort(frame["user_id"].unique())
+    n = len(users)
+    if protocol == "paper":
+        if test_frac != 0.25:
+            raise ValueError("protocol 'paper' has a fixed 75/25 user split; use 'clean'")
+        perm = np.random.RandomState(seed).permutation(n)
+        mid = 3 * n // 4
+        # The reference's quirk, kept on purpose: the permutation is indexed by itself and its
+        # values (positions 0..n-1) are then matched against user ids.
+        pool_users = users[np.isin(users, perm[perm[:mid]])]
+        test_users = perm[perm[mid:]]
+        pool = _rows_of(frame, pool_users)
+        if val_unit == "user":
+            # Sorted user ids = the order of the reference's groupby("user_id") sequence list.
+            train_part, val_part = train_test_split(
+                pool_users, test_size=val_frac, random_state=seed
+            )
+        else:
+            train_part, val_part = train_test_split(
+                np.arange(len(pool)), test_size=val_frac, random_state=seed
+            )
+    elif protocol == "clean":
+        rng = np.random.default_rng(seed)
+        perm = rng.permutation(users)
+        n_test = round(test_frac * n)
+        test_users, pool_users = perm[:n_test], perm[n_test:]
+        pool = _rows_of(frame, pool_users)
+        if val_unit == "user":
+            n_val = round(val_frac * len(pool_users))
+            val_part, train_part = pool_users[:n_val], pool_users[n_val:]
+        else:
+            rows = rng.permutation(len(pool))
+            n_val = round(val_frac * len(pool))
+            val_part, train_part = rows[:n_val], rows[n_val:]
+    else:
+        raise ValueError(f"protocol must be 'paper' or 'clean', got {protocol!r}")
+
+    test = _with_target(_rows_of(frame, test_users))
+    if val_unit == "user":
+        return Splits(
+            train=_with_target(_rows_of(pool, train_part)),
+            val=_with_target(_rows_of(pool, val_part)),
+            test=test,
+        )
+    is_val = np.zeros(len(pool), dtype=bool)
+    is_val[val_part] = True
+    return Splits(train=_with_target(pool, ~is_val), val=_with_target(pool, is_val), test=test)

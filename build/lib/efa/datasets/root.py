@@ -1,0 +1,110 @@
+"""One configurable location for the real data sets, and helpers to find files in it.
+
+The data are never shipped with the package (their licences allow research use, not
+redistribution), so every loader reads them from a data root that lives outside the repository:
+
+1. an explicit ``override`` argument, else
+2. the environment variable ``EFA_DATA``, else
+3. ``Path.cwd()/'../shared/data'`` (the layout of a checkout run from its root).
+
+An override or ``EFA_DATA`` that points nowhere is an error rather than a silent fall-back to the
+defaults: a typo in the variable should not quietly load some other copy of the data.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["ENV_VAR", "data_root", "require_file", "resolve_file"]
+
+ENV_VAR = "EFA_DATA"
+
+def _default_candidates() -> list[Path]:
+    # The installed library knows no repository: the default is relative to where it runs.
+    return [Path.cwd() / ".." / "shared" / "data"]
+
+
+def data_root(override: str | os.PathLike[str] | None = None) -> Path:
+    """Return the directory that holds the real data sets.
+
+    Raises ``FileNotFoundError`` naming every path that was tried when none exists.
+    """
+    if override is not None:
+        tried = [("override argument", Path(override))]
+    elif os.environ.get(ENV_VAR):
+        tried = [(f"${ENV_VAR}", Path(os.environ[ENV_VAR]))]
+    else:
+        tried = [("default", p) for p in _default_candidates()]
+    for _, path in tried:
+        if path.is_dir():
+            return path.resolve()
+    listing = "\n".join(f"  - {path} ({source})" for source, path in tried)
+    raise FileNotFoundError(
+        "EFA data root not found. Tried:\n"
+        f"{listing}\n"
+        f"Set the environment variable {ENV_VAR} to the directory that holds the data sets "
+        "(movielens-100k/, instacart/, temperature/), or pass the path explicitly."
+    )
+
+
+def require_file(path: str | os.PathLike[str], what: str) -> Path:
+    """Return ``path`` as a ``Path`` if it is an existing file, else raise a clear error.
+
+    ``what`` describes the expected content, e.g. ``"MovieLens-100K ratings (u.data)"``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"Missing data file {path}: expected {what}. "
+            f"Check the data root (environment variable {ENV_VAR}) or the path you passed."
+        )
+    return path
+
+
+def resolve_file(
+    path_or_dir: str | os.PathLike[str] | None, filename: str, subdir: str, what: str
+) -> Path:
+    """Find ``filename`` from a file path, a data-set directory or the data root.
+
+    ``path_or_dir`` may be the file itself, the directory holding it (e.g. ``.../ml-100k``), the
+    data root holding ``subdir/filename``, or ``None`` for ``data_root()/subdir/filename``. Users
+    who downloaded an original archive can therefore point at wherever they unpacked it.
+    """
+    if path_or_dir is None:
+        return require_file(data_root() / subdir / filename, what)
+    path = Path(path_or_dir)
+    if path.is_dir():
+        for candidate in (path / filename, path / subdir / filename):
+            if candidate.is_file():
+                return candidate
+        return require_file(path / filename, what)
+    return require_file(path, what)
+
+
+def read_csv(path: str | os.PathLike[str], **kwargs):
+    """``pandas.read_csv`` whose failures name the file and the cause (a truncated ``.gz``
+    otherwise surfaces as a bare EOFError)."""
+    import zlib
+
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path, **kwargs)
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError, pd.errors.ParserError,
+            pd.errors.EmptyDataError) as err:
+        raise ValueError(
+            f"{path} cannot be read ({type(err).__name__}: {err}); is the file complete and in "
+            "the expected format?"
+        ) from None
+
+
+def warn_row_count(path, rows: int, expected: int, what: str) -> None:
+    """Warn when a file with a documented size has another number of rows (cut short?)."""
+    import warnings
+
+    if rows != expected:
+        warnings.warn(
+            f"{path} has {rows:,} data rows; the {what} has {expected:,}: is the file complete?",
+            stacklevel=3,
+        )

@@ -1,0 +1,76 @@
+"""Data-parallel training with PyTorch's own engine (``torch.distributed``,
+DistributedDataParallel), as ``efa.fit`` uses it when a process group is initialised — e.g. by
+``torchrun --nproc_per_node 2 -m efa.cli train ...`` (gloo on CPU, nccl on GPUs).
+
+Every rank holds the whole data set and draws the same shuffled order; each global batch is
+split between the ranks, and the loss is normalised by the *global* number of predicted
+positions, so that the ranks together compute exactly the gradient of one process with the
+same batch. Validation is evaluated on a shard per rank and all-reduced, so early stopping
+decides identically everywhere; rank 0 writes the checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) without an initialised process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init_from_environment(device: str | None = None) -> bool:
+    """Initialise the process group from torchrun's environment (RANK, WORLD_SIZE,
+    MASTER_ADDR, ...), with gloo on CPU and nccl on CUDA. False when not launched by torchrun."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or (dist.is_available() and
+                                                       dist.is_initialized()):
+        return False
+    cuda = device is not None and str(device).startswith("cuda")
+    dist.init_process_group(backend="nccl" if cuda else "gloo")
+    return True
+
+
+def all_sum(values: list[float], device: torch.device | None = None) -> list[float]:
+    """Sum of ``values`` over the ranks (float64)."""
+    if world()[1] == 1:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def barrier() -> None:
+    if world()[1] > 1:
+        dist.barrier()
+
+
+class Loss(nn.Module):
+    """The training objective as a module, so that DistributedDataParallel can wrap it (DDP
+    synchronises gradients through the module it wraps)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch, weights=None, counts=None, scale: float = 1.0):
+        return self.model.loss(batch, weights=weights, counts=counts) * scale
+
+
+def check_sizes(n: int, batch_size: int, size: int, drop_last: bool) -> None:
+    """Refuse a world size that does not divide the batches, unless ``drop_last``."""
+    if size == 1:
+        return
+    if batch_size % size:
+        raise ValueError(f"batch_size {batch_size} is not a multiple of the world size {size}")
+    if n % batch_size % size and not drop_last:
+        raise ValueError(
+            f"world size {size} does not divide the data: {n} sequences in batches of "
+            f"{batch_size} leave a last batch of {n % batch_size}; pass drop_last=True (the last "
+            "partial batch is skipped) or use a data size divisible by the world size"
+        )

@@ -1,0 +1,36 @@
+"""Synthetic data with known structure and its Bayes-optimal predictors, as ``Sequences``
+ready for ``efa.fit``.
+
+- :mod:`efa.generators.latent`: exchangeable latent-variable generators (linear-Gaussian,
+  GP-latent, Bernoulli/Poisson emissions) with their Bayes predictors.
+- :mod:`efa.generators.gp`: random functions from Gaussian processes (the UNN note's in-context
+  regression data, the TNP benchmark's prior).
+- :mod:`efa.generators.teacher`: sequences from an attention teacher with known parameters and
+  its exact conditional NLLs (the Bayes limit of a fitted model).
+"""
+
+from efa.generators.gp import (
+    LITERAL,
+    NOISY,
+    TNPGP,
+    NoteGP,
+    TNPData,
+    covariance,
+    cross_covariance,
+    rbf,
+    sample_note,
+    sample_tnp,
+)
+from efa.generators.latent import (
+    BayesPrediction,
+    ExpFamilyLatent,
+    GPLatent,
+    LatentSample,
+    LinearGaussian,
+)
+from efa.generators.teacher import attention_teacher, bayes_nll, sample, student_fields
+
+__all__ = ["LITERAL", "NOISY", "NoteGP", "TNPData", "TNPGP", "covariance", "cross_covariance",
+           "rbf", "sample_note", "sample_tnp",
+           "BayesPrediction", "ExpFamilyLatent", "GPLatent", "LatentSample", "LinearGaussian",
+           "attention_teacher", "bayes_nll", "sample", "student_fields"]

@@ -1,0 +1,167 @@
+"""Sequences from a known unidirectional attention teacher, with their exact conditional NLLs.
+
+The teacher is an :class:`efa.EFA` (causal attention, any mix of ``Category`` / ``Value`` /
+``Attribute`` fields) with known, seeded weights. Sequences are drawn position by position and,
+within a position, field by field in factorisation order, each value from the teacher's own
+conditional given everything drawn before it; ``Attribute`` fields (always-observed covariates)
+are standard normal. The teacher's conditional log-likelihoods of the data are then the exact
+log p(y_i | context) of the generating process, so its mean NLL per field on test data is the
+Bayes limit that a model fitted to the training data can approach (the excess of a student is
+an estimate of its KL divergence from the truth).
+
+>>> from efa.generators import attention_teacher, sample, bayes_nll
+>>> fields = [Category("item", 40), Value("count", Poisson())]
+>>> teacher = attention_teacher(fields, max_len=12, seed=0)
+>>> train = sample(teacher, 20_000, seed=1)
+>>> bayes_nll(teacher, sample(teacher, 5_000, seed=3))   # {"item": ..., "count": ...}
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+from efa.data import Sequences
+from efa.fields import Attribute, Category, Field, Value
+from efa.generators.latent import positive_int
+from efa.model import EFA, EFAConfig
+from efa.train import evaluate
+
+__all__ = ["attention_teacher", "bayes_nll", "sample"]
+
+
+def attention_teacher(fields: list[Field], max_len: int, *, num_layers: int = 1,
+                      num_heads: int = 2, dim: int = 16, strength: float = 2.0,
+                      value_scale: float = 3.0, seed: int = 0) -> EFA:
+    """A unidirectional EFA teacher with known weights drawn from ``seed``.
+
+    Each field is re-declared at width ``dim`` (Value fields keep their family, use a linear
+    read-out and a linear λ₁ of y / ``value_scale``); ``num_layers`` residual softmax attention
+    layers of ``num_heads`` heads, learned positions. ``strength`` scales the embeddings and the
+    attention scores: larger makes the conditionals depend more sharply on the context (lower
+    Bayes NLL).
+    Every weight is drawn from ``seed`` alone, so the same arguments give the same teacher.
+    """
+    for name, v in (("max_len", max_len), ("num_layers", num_layers),
+                    ("num_heads", num_heads), ("dim", dim)):
+        positive_int(name, v)
+    if not isinstance(fields, list | tuple) or not all(isinstance(f, Field) for f in fields):
+        raise TypeError(f"fields must be a list of efa fields (Category, Value, ...), "
+                        f"got {fields!r}")
+    for name, v in (("strength", strength), ("value_scale", value_scale)):
+        if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+    if not fields:
+        raise ValueError("the teacher needs at least one field")
+    own = []
+    for f in fields:
+        if isinstance(f, Category):
+            own.append(Category(f.name, f.num_categories, target=f.target, dim=dim))
+        elif isinstance(f, Value):
+            own.append(Value(f.name, f.family, target=f.target, dim=dim, encoder="linear",
+                             readout="linear", loc=0.0, scale=value_scale))
+        elif isinstance(f, Attribute):
+            own.append(Attribute(f.name, size=f.size, dim=dim, encoder="linear"))
+        else:
+            raise TypeError(f"the teacher does not know the field kind of {f.name!r}")
+    config = EFAConfig(own, max_len=max_len, num_layers=num_layers, num_heads=num_heads,
+                       direction="unidirectional", block="residual")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        teacher = EFA(config).double()
+        with torch.no_grad():
+            for name, p in teacher.named_parameters():
+                _draw(name, p, strength, dim)
+    return teacher.eval()
+
+
+def _draw(name: str, p: torch.Tensor, strength: float, dim: int) -> None:
+    """The teacher's weights: tokens and positions of norm ≈ ``strength``, queries and keys
+    scaled by ``strength`` (sharper attention), norm-preserving values, category logits of
+    spread ≈ ``strength``, and value read-outs kept moderate (a count's log-rate near 1 ± 0.5
+    over typical states, so that rates stay in a range that the data can identify)."""
+    fan_in = p.shape[-1] if p.dim() == 2 else dim
+    if name.startswith("readouts"):
+        value = p.shape[0] == 1 if p.dim() == 2 else p.numel() == 1
+        if name.endswith("bias"):
+            nn.init.constant_(p, 1.0) if value else nn.init.normal_(p, std=0.5)
+        else:
+            nn.init.normal_(p, std=(0.5 / strength if value else 1.0) / fan_in ** 0.5)
+    elif name.endswith("bias"):
+        nn.init.zeros_(p)
+    elif ".attn.q." in name or ".attn.k." in name:
+        nn.init.normal_(p, std=strength ** 0.5 / fan_in ** 0.5)
+    elif ".attn." in name:
+        nn.init.normal_(p, std=1 / fan_in ** 0.5)
+    elif name.startswith("encoders") and p.dim() == 2 and "table" not in name:
+        nn.init.normal_(p, std=strength / fan_in ** 0.5)  # λ₁ / g maps of numbers
+    else:  # category tables, positions, [MASK] vectors
+        nn.init.normal_(p, std=strength / dim ** 0.5)
+
+
+@torch.no_grad()
+def sample(teacher: EFA, n: int, length: int | None = None, seed: int = 0,
+           batch_size: int = 4096) -> Sequences:
+    """``n`` sequences of ``length`` positions (default: the teacher's ``max_len``) drawn from
+    the teacher, position by position and field by field (seeded; float64 values)."""
+    if teacher.direction != "unidirectional":
+        raise ValueError("sampling needs a unidirectional teacher (each position given the "
+                         "previous ones); bidirectional conditionals do not define a joint")
+    positive_int("n", n)
+    positive_int("batch_size", batch_size)
+    if length is None and teacher.max_len is None:
+        raise ValueError("the teacher has no max_len (no positions): pass length=")
+    length = teacher.max_len if length is None else positive_int("length", length)
+    if teacher.max_len is not None and length > teacher.max_len:
+        raise ValueError(f"length {length} exceeds the teacher's max_len {teacher.max_len}")
+    g = torch.Generator().manual_seed(seed)
+    parts = [_sample_batch(teacher, min(batch_size, n - start), length, g)
+             for start in range(0, n, batch_size)]
+    fields = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    return Sequences(fields, torch.full((n,), length))
+
+
+def _sample_batch(teacher: EFA, n: int, length: int, g: torch.Generator) -> dict:
+    dtype = next(teacher.parameters()).dtype
+    fields = {}
+    for f in teacher.fields:  # placeholders in the support; replaced before they are seen
+        if isinstance(f, Attribute):
+            fields[f.name] = torch.randn(n, length, f.size, generator=g, dtype=dtype)
+        elif isinstance(f, Category):
+            fields[f.name] = torch.zeros(n, length, dtype=torch.long)
+        else:
+            eta = f.family.link(torch.zeros(n, length, f.family.num_outputs, dtype=dtype))
+            fields[f.name] = f.family.sample(eta, generator=g)
+    for i in range(length):
+        # Causal: position i depends on positions ≤ i only, so the prefix suffices.
+        prefix = Sequences({k: v[:, : i + 1] for k, v in fields.items()},
+                           torch.full((n,), i + 1))
+        at = torch.zeros(n, i + 1, dtype=torch.bool)
+        at[:, i] = True
+        for f in teacher.target_fields:  # factorisation order: later fields see this one
+            eta = teacher.natural_params_at(prefix, {f.name: at})[f.name]
+            fields[f.name][:, i] = f.family.sample(eta, generator=g).to(fields[f.name].dtype)
+    return fields
+
+
+def bayes_nll(teacher: EFA, data: Sequences) -> dict[str, float]:
+    """The exact mean conditional NLL per target field of ``data`` under the teacher that drew
+    it (full log-likelihoods, nats per predicted position): the Bayes limit."""
+    return {name: -v for name, v in evaluate(teacher, data).items()}
+
+
+def student_fields(teacher: EFA) -> list[Field]:
+    """Fresh fields of the same names, kinds, vocabularies and families at efa's defaults (what
+    a user would declare for these data)."""
+    out = []
+    for f in teacher.fields:
+        if isinstance(f, Category):
+            out.append(Category(f.name, f.num_categories, target=f.target))
+        elif isinstance(f, Value):
+            out.append(Value(f.name, copy.deepcopy(f.family), target=f.target))
+        else:
+            out.append(Attribute(f.name, size=f.size))
+    return out

@@ -1,0 +1,39 @@
+"""Distances on the sphere, for spatial data given as (latitude, longitude) in degrees."""
+
+from __future__ import annotations
+
+import numpy as np
+
+EARTH_RADIUS_KM = 6371.0  # mean Earth radius
+
+
+def haversine_km(lat1, lon1, lat2, lon2) -> np.ndarray:
+    """Great-circle distance in km between points in degrees (numpy broadcasting applies)."""
+    phi1, lam1, phi2, lam2 = (
+        np.radians(np.asarray(x, dtype=np.float64)) for x in (lat1, lon1, lat2, lon2)
+    )
+    a = (
+        np.sin((phi2 - phi1) / 2) ** 2
+        + np.cos(phi1) * np.cos(phi2) * np.sin((lam2 - lam1) / 2) ** 2
+    )
+    # clip: rounding can push a slightly above 1 for antipodal points.
+    return 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.clip(a, 0.0, 1.0)))
+
+
+def nearest_neighbours(lat, lon, k: int) -> np.ndarray:
+    """``[n_sites, k]`` indices of each site's ``k`` nearest *other* sites, nearest first."""
+    lat = np.asarray(lat, dtype=np.float64)
+    lon = np.asarray(lon, dtype=np.float64)
+    if lat.shape != lon.shape or lat.ndim != 1:
+        raise ValueError("lat and lon must be 1-d arrays of the same length")
+    bad = ~(np.isfinite(lat) & np.isfinite(lon))
+    if bad.any():
+        raise ValueError(f"site {int(np.flatnonzero(bad)[0])} has a missing or infinite "
+                         "coordinate")
+    n = lat.size
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k <= n - 1:
+        raise ValueError(f"k must be between 0 and n_sites - 1 = {n - 1}, got {k}")
+    dist = haversine_km(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
+    np.fill_diagonal(dist, np.inf)
+    # Stable sort: equal distances keep the smaller index first.
+    return np.argsort(dist, axis=1, kind="stable")[:, :k]

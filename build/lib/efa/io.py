@@ -1,0 +1,116 @@
+"""Save and load fitted models: weights as safetensors, architecture and metadata as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from efa.model import EFA, EFAConfig
+
+FORMAT_VERSION = 1
+FILES = ("config.json", "model.safetensors")
+
+
+def save(model: EFA, path: str | Path, overwrite: bool = False) -> Path:
+    """Write ``path/config.json`` and ``path/model.safetensors``.
+
+    Refuses to replace anything already there (a model, or any other ``config.json``) unless
+    ``overwrite=True``. Files are written whole (temporary file, then rename) and get the
+    permissions of any new file under the user's umask. The metadata records the efa and torch
+    versions and the torch thread count the model was trained with (results depend on it).
+    """
+    from safetensors.torch import save_file
+
+    from efa import __version__
+
+    if type(model) is not EFA:  # a subclass has weights that EFA(config) does not rebuild
+        raise TypeError(
+            f"save() writes efa.EFA models, which load() rebuilds from their config; got "
+            f"{type(model).__name__}. For the tabular estimator, save the fitted "
+            "AttentionTableClassifier itself the way scikit-learn estimators are saved "
+            "(pickle or joblib, loaded only from a source you trust)")
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{path} exists and is not a folder")
+    present = [n for n in FILES if (path / n).exists()]
+    if present and not overwrite:
+        raise FileExistsError(
+            f"{path} already holds {', '.join(present)}; pass overwrite=True to replace it"
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "format": FORMAT_VERSION,
+        "class": "EFA",
+        "config": model.config.to_dict(),
+        "efa": __version__,
+        "torch": torch.__version__,
+        "train_threads": getattr(model, "train_threads_", None),
+    }
+    # Both files are written in full before either replaces what is there, so a config that
+    # does not serialise (or a full disk) leaves the folder's model as it was.
+    try:
+        text = json.dumps(meta, indent=2, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"the model's config cannot be written as JSON ({err}); nothing was "
+                        f"written to {path}") from None
+    mode = 0o666 & ~_umask()
+    weights, config = path / "model.safetensors", path / "config.json"
+    tmp_weights, tmp_config = weights.with_suffix(".tmp"), config.with_suffix(".tmp")
+    try:
+        state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp_weights))
+        tmp_config.write_text(text)
+        for tmp in (tmp_weights, tmp_config):
+            os.chmod(tmp, mode)
+    except BaseException:
+        for tmp in (tmp_weights, tmp_config):
+            tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp_weights, weights)
+    os.replace(tmp_config, config)
+    return path
+
+
+def load(path: str | Path) -> EFA:
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    for name in FILES:
+        if not (path / name).exists():
+            raise FileNotFoundError(
+                f"{path / name} not found; is {path} a model saved by efa.save?"
+            )
+    try:
+        meta = json.loads((path / "config.json").read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path / 'config.json'} is not valid JSON (truncated?): {err}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION \
+            or meta.get("class") != "EFA":
+        raise ValueError(f"{path / 'config.json'} is not an efa model config")
+    try:
+        config = EFAConfig.from_dict(meta["config"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path / 'config.json'}: invalid model config: {err}") from None
+    model = EFA(config)
+    try:
+        state = load_file(str(path / "model.safetensors"))
+    except Exception as err:  # safetensors raises its own error types
+        raise ValueError(
+            f"{path / 'model.safetensors'} is not readable (truncated?): {err}"
+        ) from None
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"{path / 'model.safetensors'} does not fit the config: {err}") from None
+    model.train_threads_ = meta.get("train_threads")
+    model.eval()
+    return model
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

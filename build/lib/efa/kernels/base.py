@@ -1,0 +1,135 @@
+"""The attention kernel contract: the base class :class:`Kernel`, the registry ``KERNELS``
+filled by :func:`register_kernel`, and :func:`kernel_spec` that checks a config's choice.
+
+A *kernel* maps queries q [B, H, Iq, d], keys k [B, H, Ik, d], values v [B, H, Ik, dv] and an
+``allowed`` mask [B, 1|H, Iq, Ik] to an output [B, H, Iq, dv] and the weights [B, H, Iq, Ik].
+Kernels are plug-ins: subclass :class:`Kernel`, decorate with :func:`register_kernel`, and
+``EFAConfig(attention="name")`` (or ``{"kernel": "name", **options}``) selects it.
+
+A kernel declares ``row_local``: True when query i's weights depend on the context only through
+the keys i may see, one query at a time (softmax, linear, generalized), so a query may bring its
+own key and value for position i (the two-stream algorithm, :mod:`efa.strategies`); False when
+they depend on the whole context jointly (kernel ridge), and only the masked copies are exact.
+
+Score-based kernels implement ``scores`` and ``weights``; the base class does the rest,
+including the two-stream "own key at the diagonal" form.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+KERNELS: dict[str, type[Kernel]] = {}
+
+
+def register_kernel(cls: type[Kernel]) -> type[Kernel]:
+    """Class decorator: make ``cls`` selectable as ``EFAConfig(attention=cls.name)``.
+
+    A name already taken by another kernel is refused: replacing it would switch every model
+    of the process that uses the name. Running the same definition again (a notebook cell, a
+    reloaded module: same module and class name) replaces it."""
+    if not getattr(cls, "name", None):
+        raise TypeError(f"{cls.__name__} needs a class attribute `name`")
+    old = KERNELS.get(cls.name)
+    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__,
+                                                                  cls.__qualname__):
+        raise ValueError(
+            f"attention kernel name {cls.name!r} is already registered by "
+            f"{old.__module__}.{old.__qualname__}; give {cls.__qualname__} another `name`")
+    KERNELS[cls.name] = cls
+    return cls
+
+
+def kernel_spec(attention: str | dict) -> dict:
+    """Normalise ``EFAConfig.attention`` to ``{"kernel": name, **options}`` and check it."""
+    if not isinstance(attention, str | dict):
+        raise TypeError(f"attention must be a kernel name or a dict, got {attention!r}")
+    spec = {"kernel": attention} if isinstance(attention, str) else dict(attention)
+    name = spec.get("kernel")
+    if name not in KERNELS:
+        raise ValueError(f"attention kernel must be one of {sorted(KERNELS)}, got {name!r}")
+    KERNELS[name].check_options({k: v for k, v in spec.items() if k != "kernel"})
+    return spec
+
+
+class Kernel(nn.Module):
+    """Base class of attention kernels. Options are keyword arguments of ``__init__`` beyond
+    the standard ones (``num_heads``, ``head_dim``, ``scale``, ``causal``) and must be
+    JSON-serialisable: they are saved with the model's config."""
+
+    name: ClassVar[str] = ""
+    row_local: ClassVar[bool] = True
+
+    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool, **options):
+        super().__init__()
+        self.check_options(options)
+        self.num_heads, self.head_dim, self.scale, self.causal = num_heads, head_dim, scale, causal
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        if options:
+            raise ValueError(f"attention kernel {cls.name!r} takes no options, got {options}")
+
+    # -- score-based kernels implement these --------------------------------------------------
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """Pairwise scores [B, H, Iq, Ik]."""
+        raise NotImplementedError
+
+    def own_scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """Score of query i against key i alone, [B, H, I, 1] (q, k of equal shape)."""
+        return self.scores(q[..., None, :], k[..., None, :])[..., 0, :]
+
+    def weights(self, s: Tensor, allowed: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Weights [B, H, Iq, Ik] from scores; exactly 0 where ``allowed`` is False."""
+        raise NotImplementedError
+
+    # -- the kernel -----------------------------------------------------------------------
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        allowed: Tensor,
+        own: tuple[Tensor, Tensor] | None = None,
+        q_pos: Tensor | None = None,
+        k_pos: Tensor | None = None,
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``own = (k_own, v_own)`` [B, H, I, d]: query i sees its own key and value at
+        position i instead of k_i, v_i (needs Iq == Ik). ``q_pos`` [B|1, Iq] / ``k_pos``
+        [B|1, Ik]: positions of the queries and keys in the sequence (default 0, 1, ...).
+        ``need_weights=False`` lets a kernel skip returning the weights (and use a fused
+        implementation); it then returns None for them."""
+        if q_pos is None:
+            q_pos = torch.arange(q.shape[-2], device=q.device)[None]
+        if k_pos is None:
+            k_pos = torch.arange(k.shape[-2], device=k.device)[None]
+        s = self.scores(q, k)
+        if own is not None:
+            eye = torch.eye(s.shape[-1], dtype=torch.bool, device=s.device)
+            s = torch.where(eye, self.own_scores(q, own[0]), s)
+        w = self.weights(s, allowed, q_pos, k_pos)
+        out = w @ v
+        if own is not None:
+            # The diagonal weight multiplies the query's own value, the others the context's.
+            out = out + torch.diagonal(w, dim1=-2, dim2=-1)[..., None] * (own[1] - v)
+        return out, w
+
+    def options(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def extra_outputs(cls, options: dict[str, Any]) -> int:
+        """Columns the kernel appends to each head's output after the values' (e.g. CME
+        attention's posterior variance), for these options."""
+        return 0
+
+
+def head_width(attention: str | dict, head_dim: int) -> int:
+    """Width of one head's output: the values' ``head_dim`` plus the kernel's extra columns."""
+    spec = kernel_spec(attention)
+    return head_dim + KERNELS[spec["kernel"]].extra_outputs(
+        {k: v for k, v in spec.items() if k != "kernel"})

@@ -1,0 +1,425 @@
+"""Kernel conditional-mean-embedding (CME) attention (Zhang et al., "An analysis of attention
+via the lens of exchangeability and latent variable models", eqs. 4.4-4.5):
+
+    attn_CME(q, K, V) = Vᵀ (k(K, K) + λ I)⁻¹ k(K, q),
+
+the posterior mean of a Gaussian process with covariance k and noise variance λ fitted to the
+(key, value) pairs of the context and evaluated at the query. Softmax attention is the
+kernel-density (Nadaraya-Watson) approximation of the same conditional mean.
+
+Two ways in:
+
+- :func:`cme` / :func:`cme_weights`: the formula on tensors, for a fixed kernel (oracles,
+  Bayes predictors of :mod:`efa.generators`, the theorem experiments).
+- :class:`CME`: the attention kernel of the core, ``EFAConfig(attention={"kernel": "cme",
+  "similarity": "rbf"})``, with a learned bandwidth γ and ridge λ per head, both positive by
+  parameterisation (γ = exp(β), λ = λ_min + exp(ρ)).
+
+Similarities (``scale`` is the model's 1/√d_head; 1 in :func:`cme`):
+
+- ``rbf``: exp(−scale·‖q − k‖² / (2γ)) = exp(scale·(q·k − ‖q‖²/2 − ‖k‖²/2)/γ), softmax's
+  score with the norms taken out;
+- ``exponential``: exp(scale·q·k/γ), softmax's own kernel (positive definite as the exponential
+  of one; it may overflow, which is an error, never an inf or NaN passed on);
+- ``linear``: scale·q·k/γ (with it CME attention is Bayesian linear regression, Sec. 3.1);
+- ``rbf+linear``: the RBF on the first ``rbf_dims`` features plus scale·q·k on the rest (no γ):
+  an *additive* kernel, e.g. a smooth function of x plus a per-channel offset, which a product
+  kernel on [x; channel] cannot represent (the GP of the in-context regression data).
+
+``posterior_variance=True`` appends to each head's output the GP's posterior variance at the
+query, k(q, q) − k(K, q)ᵀ (k(K, K) + λI)⁻¹ k(K, q) (a column after the values'), so that a
+read-out can turn the attention into the GP's predictive distribution (mean and variance), not
+the mean alone.
+
+Attention masks. The key set of query i is its row of ``allowed``; different rows mean
+different kernel matrices. :class:`CME` recognises the masks the model produces and solves
+them with one Cholesky factorisation per (sequence, head): a key set shared by every query
+(with padding), a causal prefix (leading sub-blocks of the factor), and the query's own
+position added to or removed from either (a Schur-complement step: a downdate through the
+inverse's column and a bordering update). Any other mask falls back to one factorisation per
+query. The two-stream "own" form (query i sees its own key and value at position i) is the
+masked copy i exactly, so :func:`efa.strategies.copies` computes a one-layer CME model's copies
+with one factorisation per sequence (``own_is_copy``).
+
+Degenerate input: an empty key set gives output 0 (the prior mean) and zero weights; a singular
+kernel matrix (duplicate keys with λ = 0 in :func:`cme`; :class:`CME` keeps λ ≥ λ_min > 0) and
+non-finite inputs or kernel values raise a ValueError. No NaN is returned.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from efa.kernels.base import Kernel, register_kernel
+
+SIMILARITIES = ("rbf", "exponential", "linear", "rbf+linear")
+
+
+# --------------------------------------------------------------------------- similarities
+
+
+def similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1.0,
+               rbf_dims: int | None = None) -> Tensor:
+    """k(a_i, b_j) [..., Ia, Ib] for a [..., Ia, d], b [..., Ib, d]; ``bandwidth`` γ is a
+    number or a tensor broadcasting against [..., 1, 1]; ``rbf_dims``: the RBF's features of
+    ``rbf+linear``."""
+    if kind == "rbf+linear":
+        r = _rbf_dims(rbf_dims, a.shape[-1])
+        return (similarity(a[..., :r], b[..., :r], "rbf", bandwidth, scale)
+                + similarity(a[..., r:], b[..., r:], "linear", 1.0, scale))
+    dot = a @ b.transpose(-1, -2)
+    if kind == "linear":
+        return dot * scale / bandwidth
+    if kind == "exponential":
+        return torch.exp(dot * scale / bandwidth)
+    if kind == "rbf":
+        sq = (a * a).sum(-1)[..., :, None] / 2 + (b * b).sum(-1)[..., None, :] / 2
+        # Clamp the rounding of ‖a‖² + ‖b‖² − 2a·b at 0: k ≤ 1 exactly.
+        return torch.exp(-(sq - dot).clamp_min(0) * scale / bandwidth)
+    raise ValueError(f"similarity must be one of {SIMILARITIES}, got {kind!r}")
+
+
+def pair_similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1.0,
+                    rbf_dims: int | None = None) -> Tensor:
+    """k(a_i, b_i) [..., I] row by row for a, b [..., I, d]; ``bandwidth`` a number or a
+    tensor broadcasting against [..., 1, 1] (as in :func:`similarity`)."""
+    if kind == "rbf+linear":
+        r = _rbf_dims(rbf_dims, a.shape[-1])
+        return (pair_similarity(a[..., :r], b[..., :r], "rbf", bandwidth, scale)
+                + pair_similarity(a[..., r:], b[..., r:], "linear", 1.0, scale))
+    bw = bandwidth[..., 0] if isinstance(bandwidth, Tensor) and bandwidth.dim() > 0 else bandwidth
+    if kind == "linear":
+        return (a * b).sum(-1) * scale / bw
+    if kind == "exponential":
+        return torch.exp((a * b).sum(-1) * scale / bw)
+    if kind == "rbf":
+        return torch.exp(-((a - b) ** 2).sum(-1) * scale / (2 * bw))
+    raise ValueError(f"similarity must be one of {SIMILARITIES}, got {kind!r}")
+
+
+def _rbf_dims(rbf_dims, d: int) -> int:
+    if not isinstance(rbf_dims, int) or isinstance(rbf_dims, bool) or not 0 < rbf_dims < d:
+        raise ValueError(f"similarity 'rbf+linear' needs rbf_dims between 1 and {d - 1} (the "
+                         f"features' width is {d}), got {rbf_dims!r}")
+    return rbf_dims
+
+
+def _finite(t: Tensor, what: str) -> Tensor:
+    if not torch.isfinite(t).all():
+        hint = (" (the exponential similarity overflows for large q·k/γ: use 'rbf', a larger "
+                "bandwidth or smaller queries/keys)" if "kernel" in what else "")
+        raise ValueError(f"CME attention: non-finite {what}{hint}")
+    return t
+
+
+def _cholesky(m: Tensor, ridge_zero: bool) -> Tensor:
+    chol, info = torch.linalg.cholesky_ex(m)
+    if (info > 0).any():
+        hint = ("duplicate or linearly dependent keys with ridge 0: use a ridge > 0"
+                if ridge_zero else "increase the ridge (min_ridge)")
+        raise ValueError(f"CME attention: the kernel matrix k(K, K) + λI is singular ({hint})")
+    return chol
+
+
+# --------------------------------------------------------------------------- the formula
+
+
+def cme_weights(q: Tensor, k: Tensor, ridge, similarity_kind: str = "rbf", bandwidth=1.0,
+                scale: float = 1.0, key_mask: Tensor | None = None,
+                rbf_dims: int | None = None) -> Tensor:
+    """α = (k(K, K) + λI)⁻¹ k(K, q) as weights [..., Iq, Ik] (0 on masked keys).
+
+    q [..., Iq, d], k [..., Ik, d]; ``ridge`` λ ≥ 0 and ``bandwidth`` γ > 0 are numbers or
+    tensors broadcasting against [..., 1, 1]; ``key_mask`` [..., Ik] bool selects the keys."""
+    if similarity_kind not in SIMILARITIES:
+        raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity_kind!r}")
+    lam = torch.as_tensor(ridge, dtype=q.dtype, device=q.device)
+    if (lam < 0).any() or not torch.isfinite(lam).all():
+        raise ValueError(f"ridge must be finite and >= 0, got {ridge}")
+    bw = torch.as_tensor(bandwidth, dtype=q.dtype, device=q.device)
+    if (bw <= 0).any() or not torch.isfinite(bw).all():
+        raise ValueError(f"bandwidth must be finite and > 0, got {bandwidth}")
+    _finite(q, "queries")
+    _finite(k, "keys")
+    ik = k.shape[-2]
+    if ik == 0:
+        return q.new_zeros(*q.shape[:-1], 0)
+    m = (torch.ones(k.shape[:-1], dtype=torch.bool, device=k.device) if key_mask is None
+         else key_mask.expand(k.shape[:-1]))
+    g = _finite(similarity(k, k, similarity_kind, bw, scale, rbf_dims), "kernel values k(K, K)")
+    kq = _finite(similarity(k, q, similarity_kind, bw, scale, rbf_dims), "kernel values k(K, q)")
+    mf = m.to(q.dtype)
+    eye = torch.eye(ik, dtype=q.dtype, device=q.device)
+    # Masked keys are decoupled: their rows and columns are the identity's, their rhs is 0.
+    mat = g * mf[..., :, None] * mf[..., None, :] + lam * eye + torch.diag_embed(1 - mf)
+    chol = _cholesky(mat, bool((lam == 0).any()))
+    alpha = torch.cholesky_solve(kq * mf[..., :, None], chol)
+    return (alpha * mf[..., :, None]).transpose(-1, -2)
+
+
+def cme(q: Tensor, k: Tensor, v: Tensor, ridge, similarity_kind: str = "rbf", bandwidth=1.0,
+        scale: float = 1.0, key_mask: Tensor | None = None) -> Tensor:
+    """CME attention Vᵀ (k(K, K) + λI)⁻¹ k(K, q): [..., Iq, dv] for values v [..., Ik, dv]
+    (see :func:`cme_weights`). With no keys the output is 0, the GP's prior mean."""
+    _finite(v, "values")
+    return cme_weights(q, k, ridge, similarity_kind, bandwidth, scale, key_mask) @ v
+
+
+# --------------------------------------------------------------------------- the kernel
+
+
+@register_kernel
+class CME(Kernel):
+    """CME attention with a learned bandwidth γ and ridge λ per head (see the module's
+    docstring). Options: ``similarity`` (one of SIMILARITIES), ``bandwidth`` and
+    ``ridge`` (initial γ and λ), ``min_ridge`` (λ's floor, > 0: λ = min_ridge + exp(ρ)),
+    ``learn`` (False: γ and λ stay fixed buffers), ``rbf_dims`` (the RBF's leading features of
+    ``rbf+linear``), ``posterior_variance`` (append the GP posterior variance to each head's
+    output: one more column per head, :meth:`extra_outputs`)."""
+
+    name = "cme"
+    # Query i's weights depend on every key of its context jointly (a kernel matrix solve).
+    row_local = False
+    # ... but its two-stream ("own") form is the masked copy i exactly: efa.strategies.copies
+    # computes a one-layer model's copies from one factorisation per sequence.
+    own_is_copy = True
+    DEFAULTS = {"similarity": "rbf", "bandwidth": 1.0, "ridge": 1.0, "min_ridge": 1e-4,
+                "learn": True, "rbf_dims": None, "posterior_variance": False}
+
+    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool, **options):
+        super().__init__(num_heads, head_dim, scale, causal, **options)
+        opts = {**self.DEFAULTS, **options}
+        self.similarity = opts["similarity"]
+        self.rbf_dims = opts["rbf_dims"]
+        if self.similarity == "rbf+linear":
+            _rbf_dims(self.rbf_dims, head_dim)
+        self.posterior_variance = bool(opts["posterior_variance"])
+        self.min_ridge = float(opts["min_ridge"])
+        self.learn = bool(opts["learn"])
+        log_bw = torch.full((num_heads,), math.log(opts["bandwidth"]))
+        log_ridge = torch.full((num_heads,), math.log(opts["ridge"] - self.min_ridge))
+        if self.learn:
+            self.log_bandwidth = nn.Parameter(log_bw)
+            self.log_ridge = nn.Parameter(log_ridge)
+        else:
+            self.register_buffer("log_bandwidth", log_bw)
+            self.register_buffer("log_ridge", log_ridge)
+        self._init = opts
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        unknown = set(options) - set(cls.DEFAULTS)
+        if unknown:
+            raise ValueError(
+                f"attention kernel 'cme' takes options {sorted(cls.DEFAULTS)}, got "
+                f"{sorted(unknown)}"
+            )
+        opts = {**cls.DEFAULTS, **options}
+        if opts["similarity"] not in SIMILARITIES:
+            raise ValueError(f"cme: similarity must be one of {SIMILARITIES}, got "
+                             f"{opts['similarity']!r}")
+        for key in ("bandwidth", "ridge", "min_ridge"):
+            v = opts[key]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                    or v <= 0:
+                raise ValueError(f"cme: {key} must be a positive finite number, got {v!r}")
+        if opts["ridge"] <= opts["min_ridge"]:
+            raise ValueError(f"cme: ridge ({opts['ridge']}) must exceed min_ridge "
+                             f"({opts['min_ridge']}): λ = min_ridge + exp(ρ)")
+        for key in ("learn", "posterior_variance"):
+            if not isinstance(opts[key], bool):
+                raise ValueError(f"cme: {key} must be True or False, got {opts[key]!r}")
+        r = opts["rbf_dims"]
+        if (opts["similarity"] == "rbf+linear") != (r is not None):
+            raise ValueError("cme: rbf_dims (a positive integer) goes with similarity "
+                             f"'rbf+linear' and only with it, got rbf_dims={r!r} and similarity="
+                             f"{opts['similarity']!r}")
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
+            raise ValueError(f"cme: rbf_dims must be a positive integer, got {r!r}")
+
+    @classmethod
+    def extra_outputs(cls, options: dict[str, Any]) -> int:
+        return int(bool(options.get("posterior_variance", False)))
+
+    def options(self) -> dict[str, Any]:
+        return {k: self._init[k] for k in self.DEFAULTS}
+
+    def bandwidth(self) -> Tensor:
+        """γ per head [H] (> 0)."""
+        return self.log_bandwidth.exp()
+
+    def ridge(self) -> Tensor:
+        """λ per head [H] (≥ min_ridge > 0)."""
+        return self.min_ridge + self.log_ridge.exp()
+
+    def forward(self, q, k, v, allowed, own=None, q_pos=None, k_pos=None, need_weights=True,
+                structured=True):
+        """``structured=False`` forces one factorisation per query (the general path, used by
+        the tests as a second computation)."""
+        kind, s, r = self.similarity, self.scale, self.rbf_dims
+        bw = self.bandwidth().to(q.dtype)[None, :, None, None]
+        lam = self.ridge().to(q.dtype)[None, :, None, None]
+        _finite(q, "queries")
+        _finite(k, "keys")
+        b, _, iq, _ = q.shape
+        ik = k.shape[-2]
+        a = allowed.expand(b, allowed.shape[1], iq, ik)
+        g = _finite(similarity(k, k, kind, bw, s, r), "kernel values k(K, K)")
+        kq = _finite(similarity(k, q, kind, bw, s, r), "kernel values k(K, q)")
+        ctx = _Context(kind, s, bw, lam, q, k, g, kq, own, r)
+        pattern = _pattern(a) if structured else None
+        w = _per_query(ctx, a) if pattern is None else _structured(ctx, *pattern)
+        out = w @ v
+        diag = torch.diagonal(w, dim1=-2, dim2=-1) if own is not None else None
+        if own is not None:
+            out = out + diag[..., None] * (own[1] - v)
+        if self.posterior_variance:
+            # k(q, q) − Σ_j α_j k(key_j, q), with query i's own key in column i (two-stream).
+            explained = (w * kq.transpose(-1, -2)).sum(-1)
+            if own is not None:
+                explained = explained + diag * (ctx.pair(own[0], q) - ctx.pair(k, q))
+            var = (ctx.pair(q, q) - explained).clamp_min(0)
+            out = torch.cat([out, var[..., None]], -1)
+        return out, w
+
+
+class _Context:
+    """What the solvers share: similarity, γ, λ, queries, keys, k(K, K), k(K, q), own."""
+
+    def __init__(self, kind, scale, bw, lam, q, k, g, kq, own, rbf_dims=None):
+        self.kind, self.scale, self.bw, self.lam = kind, scale, bw, lam
+        self.q, self.k, self.g, self.kq, self.own = q, k, g, kq, own
+        self.rbf_dims = rbf_dims
+
+    def new_keys(self) -> Tensor:
+        """The key that position i adds to query i's set: its own (two-stream) or k_i."""
+        return self.k if self.own is None else self.own[0]
+
+    def cross_new(self) -> Tensor:
+        """k(k_j, new_i) [B, H, Ik, Iq]."""
+        if self.own is None:
+            return self.g
+        return _finite(similarity(self.k, self.own[0], self.kind, self.bw, self.scale,
+                                  self.rbf_dims), "kernel values k(K, own keys)")
+
+    def pair(self, a: Tensor, b: Tensor) -> Tensor:
+        return _finite(pair_similarity(a, b, self.kind, self.bw, self.scale, self.rbf_dims),
+                       "kernel values")
+
+
+def _pattern(a: Tensor):
+    """Recognise ``allowed`` [B, Hm, Iq, Ik]: ('shared', m, None) when every query has the same
+    key set m [B, Hm, Ik]; for square masks, with d [B, Hm, I] = the diagonal, ('full', m, d)
+    when query i sees m plus/minus itself, ('causal', m, d) when it sees {j < i} ∩ m
+    plus/minus itself; None otherwise."""
+    iq, ik = a.shape[-2:]
+    if iq != ik:
+        if bool((a == a[..., :1, :]).all()):
+            return "shared", a[..., 0, :], None
+        return None
+    n = ik
+    d = torch.diagonal(a, dim1=-2, dim2=-1)
+    if n == 1:
+        return "full", d, d
+    eye = torch.eye(n, dtype=torch.bool, device=a.device)
+    off = a & ~eye
+    cols = torch.arange(n, device=a.device)
+    m = off[..., (cols + 1) % n, cols]  # m_j from a row other than j
+    if bool((off == (m[..., None, :] & ~eye)).all()):
+        return "full", m, d
+    lower = torch.ones(n, n, dtype=torch.bool, device=a.device).tril(-1)  # [i, j]: j < i
+    m = torch.cat([off[..., n - 1, : n - 1], torch.zeros_like(d[..., :1])], -1)
+    if bool((off == (m[..., None, :] & lower)).all()):
+        return "causal", m, d
+    return None
+
+
+def _structured(ctx: _Context, kind: str, m: Tensor, d: Tensor | None) -> Tensor:
+    """Weights [B, H, Iq, Ik] for the recognised masks from one Cholesky factor per
+    (sequence, head) of M = k(K_m, K_m) + λI (keys outside m decoupled)."""
+    g, lam = ctx.g, ctx.lam
+    n = g.shape[-1]
+    mf = m.to(g.dtype)
+    eye = torch.eye(n, dtype=g.dtype, device=g.device)
+    mat = g * mf[..., :, None] * mf[..., None, :] + lam * eye + torch.diag_embed(1 - mf)
+    chol = _cholesky(mat, False)
+    if kind == "shared":
+        alpha = torch.cholesky_solve(ctx.kq * mf[..., :, None], chol)
+        return (alpha * mf[..., :, None]).transpose(-1, -2)
+
+    own = ctx.own is not None
+    cols = torch.eye(n, dtype=torch.bool, device=g.device)  # [j, i]: j == i
+    if kind == "full":
+        # Query i's base set R_i: m, without i when i's own key replaces it (two-stream) or
+        # when i may not see itself; key i is then added back (own key, or k_i where i ∉ m).
+        drop = m if own else m & ~d
+        add = d if own else d & ~m
+        base = m[..., :, None] & ~(cols & drop[..., None, :])
+    else:
+        drop = torch.zeros_like(d)
+        add = d
+        base = m[..., :, None] & cols.new_ones(n, n).triu(1)  # [j, i]: j < i
+
+    def solve(x: Tensor) -> Tensor:
+        """The base-set solve (M restricted to R_i)⁻¹ x_i, column by column (x [.., n, c·n],
+        c blocks of n columns, zero outside R_i)."""
+        if kind == "full":
+            y = torch.cholesky_solve(x, chol)
+            if bool(drop.any()):
+                # Removing key i: (M_{-i})⁻¹ x = [M⁻¹x − u_i (M⁻¹x)_i / u_ii] with u_i = M⁻¹e_i.
+                u = torch.cholesky_inverse(chol)
+                blocks = []
+                for y_c in y.split(n, dim=-1):
+                    coef = torch.diagonal(y_c, dim1=-2, dim2=-1) / torch.diagonal(
+                        u, dim1=-2, dim2=-1)
+                    blocks.append(y_c - u * torch.where(drop, coef, 0)[..., None, :])
+                y = torch.cat(blocks, -1)
+            return y
+        # Causal: the leading block of the factor is the factor of the leading block, so a
+        # prefix system is two triangular solves with the rhs and the middle masked.
+        p = base.to(x.dtype).repeat(*([1] * (base.dim() - 1)), x.shape[-1] // n)
+        y = torch.linalg.solve_triangular(chol, x * p, upper=False) * p
+        return torch.linalg.solve_triangular(chol.mT, y, upper=True)
+
+    basef = base.to(g.dtype)
+    kq = ctx.kq * basef
+    if not bool(add.any()):
+        return (solve(kq) * basef).transpose(-1, -2)
+    newk = ctx.new_keys()
+    bm = ctx.cross_new() * basef
+    y = solve(torch.cat([bm, kq], -1))
+    sb, sk = y[..., :n] * basef, y[..., n:] * basef
+    lam_i = lam[..., 0]
+    # Bordering: the Schur complement of the added key is ≥ λ in exact arithmetic.
+    schur = (ctx.pair(newk, newk) + lam_i - (bm * sb).sum(-2)).clamp_min(lam_i)
+    a_new = (ctx.pair(newk, ctx.q) - (bm * sk).sum(-2)) / schur * add
+    alpha = sk - sb * a_new[..., None, :]
+    return alpha.transpose(-1, -2) + torch.diag_embed(a_new)
+
+
+def _per_query(ctx: _Context, a: Tensor) -> Tensor:
+    """Weights for any mask: one factorisation per query of its own kernel matrix (with the
+    query's own key at position i in the two-stream form)."""
+    g, kq, lam = ctx.g, ctx.kq.transpose(-1, -2), ctx.lam  # kq [B, H, Iq, Ik]
+    b, h = g.shape[:2]
+    iq, ik = a.shape[-2:]
+    af = a.to(g.dtype).expand(b, h, iq, ik)
+    gi = g[..., None, :, :].expand(b, h, iq, ik, ik)
+    if ctx.own is not None:
+        e = torch.eye(iq, dtype=torch.bool, device=g.device)
+        bown = ctx.cross_new().transpose(-1, -2)  # [B, H, I(query), Ik]: k(own_i, k_j)
+        c = ctx.pair(ctx.own[0], ctx.own[0])
+        gi = torch.where(e[:, :, None], bown[..., :, None, :], gi)
+        gi = torch.where(e[:, None, :], bown[..., :, :, None], gi)
+        gi = torch.where(e[:, :, None] & e[:, None, :], c[..., :, None, None], gi)
+        kq = torch.where(e, ctx.pair(ctx.own[0], ctx.q)[..., None], kq)
+    eye = torch.eye(ik, dtype=g.dtype, device=g.device)
+    mat = gi * af[..., :, None] * af[..., None, :] + lam[..., None] * eye \
+        + torch.diag_embed(1 - af)
+    chol = _cholesky(mat, False)
+    alpha = torch.cholesky_solve((kq * af)[..., None], chol)[..., 0]
+    return alpha * af

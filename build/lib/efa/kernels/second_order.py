@@ -1,0 +1,36 @@
+"""``second_order``: the second-order closed form of attention as inference (Paper A, Eq. 14
+plugged into the tilt of Eq. 10): λ = α(I + αΣ_u)⁻¹z with Σ_u = Cov_u[t] the preference-
+weighted covariance of the query's templates, p ∝ u exp⟨t, λ⟩. It is the first Newton step of
+the exact dual solve from λ = 0, and exact for a Gaussian u; the paper derives it on the way to
+Eq. 17 but never uses it. The linear solve is conjugate gradients on Σ_u-vector products (no
+d×d matrix), with implicit gradients (:func:`efa.kernels.fenchel.second_order_lambda`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from efa.kernels.base import register_kernel
+from efa.kernels.fenchel import check_tol, second_order_lambda, tilt_weights
+from efa.kernels.preference import PreferenceKernel
+
+
+@register_kernel
+class SecondOrder(PreferenceKernel):
+    """p ∝ u exp⟨t, α(I + αΣ_u)⁻¹z⟩ with t = scale·k, z = q; option ``tol`` (None: 1e-5 in
+    float32, 1e-10 in float64) for the linear solve."""
+
+    name = "second_order"
+    DEFAULTS: ClassVar[dict[str, Any]] = {**PreferenceKernel.DEFAULTS, "tol": None}
+
+    @classmethod
+    def check_options(cls, options):
+        super().check_options(options)
+        check_tol(options.get("tol"), f"attention kernel {cls.name!r}: ")
+
+    def tilt(self, q, k, log_u, k_own, q_pos, k_pos):
+        t = k * self.scale
+        own = None if k_own is None else k_own * self.scale
+        a = self.alpha().to(q.dtype)[None, :, None]
+        lam = second_order_lambda(q, t, log_u, a, own, self.opts["tol"])
+        return tilt_weights(lam, t, log_u, own)

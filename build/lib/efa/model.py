@@ -1,0 +1,634 @@
+"""Exponential family attention (EFA), Wibisono & Wang, Section 2.
+
+    encode   each token's fields and position (efa.fields)      -> tokens  [B, I, d]
+    attend   L blocks of masked self-attention (efa.attention)  -> states  [B, I, d]
+    read out the state of the copy where position i is masked   -> η_i     (efa.strategies)
+    family   log p(y_i | context) = η_i·t(y_i) − A(η_i) + log h(y_i)   (efa.families)
+
+:class:`ConditionalModel` is what EFA shares with its special cases and peers (efa.baselines):
+natural parameters at asked positions, and the (pseudo) log-likelihood they define.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from efa import strategies, vocab
+from efa.attention import BLOCKS, Block
+from efa.data import Sequences, check_sequences
+from efa.fields import ROLES, Field, field_from_config
+from efa.kernels import KERNELS, kernel_spec
+from efa.mlp import mlp
+
+DIRECTIONS = ("bidirectional", "unidirectional")
+
+
+@dataclass
+class EFAConfig:
+    """Sizes and switches of an EFA network (the fields say what a token is).
+
+    direction: ``bidirectional`` (pseudo-likelihood, Remark 4/5) or ``unidirectional`` (causal
+      mask, full likelihood). attention: an attention kernel, ``softmax``, ``linear`` (the
+      paper's softmax-free form of Props 2–3) or any registered in :mod:`efa.kernels`, as a
+      name or ``{"kernel": name, **options}``. scale: ``sqrt`` (1/√d_head, Vaswani) or
+      ``linear`` (1/d_head, the paper's 1/K). block: ``bare`` (Eq. 1 alone), ``residual``
+      (x + MHA(x), the paper's experiments), ``post_ln`` / ``pre_ln`` (transformer blocks),
+      ``residual_linear`` (residual attention, then z + W'z: the linear block whose masked
+      logits are a CBOW mixture of experts, efa.moe). dropout: rate on the attention and
+      feed-forward outputs (0: none).
+      d_model: token width after the optional mixing MLP (None keeps the concatenation of the
+      field embeddings). max_len: size of the learned positional table (None: no positions,
+      for sets). mode: how the exact masked pseudo-likelihood is computed (``two_stream``,
+      ``copies``, or ``auto``: two-stream wherever it is exact, see efa.strategies).
+      attend_self: whether position i attends to its own (masked) token. False is leave-one-out
+      attention (strictly causal when unidirectional, Eq. 14 of the UNN note): the masked token
+      then reaches the read-out only through the block's skip path (``concat``); a position
+      with no other position to attend to (the first one, causally) attends to its own masked
+      token alone, so its prediction is the model's prior given that token's other fields.
+      scale ``none`` leaves the scores unscaled (q·k).
+    """
+
+    fields: list[Field]
+    num_layers: int = 2
+    num_heads: int = 2
+    head_dim: int | None = None
+    d_model: int | None = None
+    mix: str = "none"
+    mix_hidden: int = 64
+    max_len: int | None = None
+    direction: str = "bidirectional"
+    attention: str | dict = "softmax"
+    scale: str = "sqrt"
+    block: str = "residual"
+    ffn_hidden: int = 64
+    dropout: float = 0.0
+    bias: bool = True
+    out_proj: bool = True
+    mode: str = "auto"
+    chunk: int = 4096
+    attend_self: bool = True
+    meta: dict = field(default_factory=dict)  # free-form, saved with the model
+
+    def __post_init__(self):
+        if not isinstance(self.fields, list | tuple) or not all(
+                isinstance(f, Field) for f in self.fields):
+            raise TypeError(f"fields must be a list of efa fields (Category, Value, Attribute, "
+                            f"...), got {self.fields!r}")
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"field names must be unique, got {names}")
+        if not any(f.target for f in self.fields):
+            raise ValueError("at least one field must be a target (target=True)")
+        self.mode = strategies.ALIASES.get(self.mode, self.mode)
+        choices = {
+            "direction": DIRECTIONS,
+            "scale": ("sqrt", "linear", "none"),
+            "block": BLOCKS,
+            "mix": ("none", "linear", "mlp"),
+            "mode": strategies.MODES,
+        }
+        for key, allowed in choices.items():
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"{key} must be one of {allowed}, got {getattr(self, key)!r}")
+        kernel_spec(self.attention)
+        if not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be a rate in [0, 1), got {self.dropout!r}")
+        for key in ("num_layers", "num_heads", "chunk", "mix_hidden", "ffn_hidden"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{key} must be a positive integer, got {v!r}")
+        for key in ("head_dim", "d_model", "max_len"):
+            v = getattr(self, key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"{key} must be a positive integer or None, got {v!r}")
+        _ = self.strategy  # refuses two_stream where it is not exact
+
+    @property
+    def causal(self) -> bool:
+        return self.direction == "unidirectional"
+
+    @property
+    def strategy(self) -> str:
+        """The exact algorithm that ``mode`` selects (efa.strategies)."""
+        row_local = KERNELS[kernel_spec(self.attention)["kernel"]].row_local
+        return strategies.choose(self.mode, self.num_layers, self.causal, row_local)
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "fields"}
+        return {"fields": [f.config() for f in self.fields], **d}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EFAConfig:
+        d = dict(d)
+        d["fields"] = [field_from_config(f) for f in d["fields"]]
+        return cls(**d)
+
+
+class ConditionalModel(nn.Module):
+    """What EFA and its special cases and peers share: natural parameters of every target
+    field at asked positions, and the (pseudo) log-likelihood they define.
+
+    Subclasses set ``fields`` (and ``max_len``, ``direction``) and implement either
+    ``natural_params`` (dense, [B, I, n] at every position) or ``natural_params_at`` (only at
+    the asked positions, for models that pay per position)."""
+
+    fields: list[Field]
+    max_len: int | None = None
+    direction: str = "bidirectional"
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters (or buffers) live; data are moved there."""
+        for t in (*self.parameters(), *self.buffers()):
+            return t.device
+        return torch.device("cpu")
+
+    @property
+    def target_fields(self) -> list[Field]:
+        return [f for f in self.fields if f.target]
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"the model has no field {name!r} (fields: {[f.name for f in self.fields]})")
+
+    def target(self, name: str | None) -> Field:
+        """The target field ``name`` (None: the first), with a clear error otherwise."""
+        if name is None:
+            return self.target_fields[0]
+        f = self.field(name)
+        if not f.target:
+            raise ValueError(
+                f"field {name!r} is not predicted by this model (targets: "
+                f"{[t.name for t in self.target_fields]})"
+            )
+        return f
+
+    def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """η [B, I, num_natural] of every target field at every position (or NaN where the
+        model did not compute it)."""
+        at = {f.name: data.valid() for f in self.target_fields}
+        out = {}
+        for name, eta in self.natural_params_at(data, at).items():
+            full = eta.new_full((*at[name].shape, eta.shape[-1]), float("nan"))
+            full[at[name]] = eta
+            out[name] = full
+        return out
+
+    def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        """η [P, num_natural] of each field in ``at`` at its asked positions ``at[name]``
+        [B, I] bool (in the order of ``at[name].nonzero()``), support restrictions applied."""
+        dense = self.natural_params(data)
+        return {name: self.restrict(name, data, m, dense[name][m]) for name, m in at.items()}
+
+    def restrict(self, name: str, data: Sequences, at: Tensor, eta: Tensor) -> Tensor:
+        """Apply a field's support restriction (``Category(distinct=True)``) at ``at``."""
+        f = self.field(name)
+        if not getattr(f, "distinct", False):
+            return eta
+        return f.restrict(eta, context_items(data, name, f.num_categories, self.direction, at))
+
+    def forward(self, data: Sequences) -> dict[str, Tensor]:
+        return self.natural_params(data)
+
+    def _here(self, data: Sequences, at: Tensor | None = None):
+        """``data`` (and a position mask) on the model's device."""
+        device = self.device
+        if data.device != device:
+            data = data.to(device)
+        if at is not None and (not isinstance(at, Tensor) or at.dtype != torch.bool
+                               or at.shape != data.valid().shape):
+            raise ValueError(
+                f"at must be a bool tensor of shape {list(data.valid().shape)} (sequences × "
+                f"positions) saying where to predict, got "
+                + (f"{at.dtype} of shape {list(at.shape)}" if isinstance(at, Tensor)
+                   else type(at).__name__))
+        return data, (None if at is None else at.to(device))
+
+    def check(self, data: Sequences) -> None:
+        dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
+        check_sequences(data, self.fields, self.max_len, dtype)
+
+    def log_likelihood(
+        self, data: Sequences, base_measure: bool = True, check: bool = True,
+        weights: Tensor | None = None,
+    ) -> dict[str, tuple[Tensor, int]]:
+        """Per target field: (sum of log p(y_i | context) over predicted positions, count).
+        ``weights`` [B]: a weight per sequence on its terms (sampled positions, see fit)."""
+        if check:
+            self.check(data)
+        at = {f.name: data.predicted(f.name) for f in self.target_fields}
+        lps = self.log_probs_at(data, at, base_measure)
+        out = {}
+        for f in self.target_fields:
+            m = at[f.name]
+            lp = lps[f.name]
+            if weights is not None:
+                lp = lp * weights[m.nonzero()[:, 0]].to(lp.dtype)
+            out[f.name] = (lp.sum(), int(m.sum()))
+        return out
+
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
+                     base_measure: bool = True) -> dict[str, Tensor]:
+        """log p(y_i | context) [P] of each field in ``at`` at its asked positions."""
+        etas = self.natural_params_at(data, at)
+        return {name: self.field(name).family.log_prob(data.fields[name][m], etas[name],
+                                                       base_measure)
+                for name, m in at.items()}
+
+    def log_likelihoods(self, data: Sequences, base_measure: bool = True) -> dict[str, Tensor]:
+        """log p(y_i | context) [B, I] per target field; NaN where not predicted."""
+        at = {f.name: data.predicted(f.name) for f in self.target_fields}
+        lps = self.log_probs_at(data, at, base_measure)
+        out = {}
+        for f in self.target_fields:
+            m = at[f.name]
+            full = lps[f.name].new_full(m.shape, float("nan"))
+            full[m] = lps[f.name]
+            out[f.name] = full
+        return out
+
+    def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
+             counts: dict[str, int] | None = None) -> Tensor:
+        """Training objective: the sum over target fields of the mean negative log-likelihood
+        (+ the model's ``penalty()``, if it has one). ``counts`` replaces each field's number of
+        predicted positions as the denominator (the global count across data-parallel ranks, or
+        of the full batch when positions are sampled); ``weights`` as in
+        :meth:`log_likelihood`."""
+        ll = self.log_likelihood(data, check=check, weights=weights)
+        loss = -sum(s / max(n if counts is None else counts[name], 1)
+                    for name, (s, n) in ll.items())
+        penalty = self.penalty()
+        return loss if penalty is None else loss + penalty
+
+    def penalty(self) -> Tensor | None:
+        """A prior's negative log-density added to the training loss (None: no prior)."""
+        return None
+
+    def standardise(self, data: Sequences) -> ConditionalModel:
+        """Called by ``efa.fit`` with the training data before it trains (nothing here)."""
+        return self
+
+    @torch.no_grad()
+    def predict_mean(self, data: Sequences, at: Tensor | None = None) -> dict[str, Tensor]:
+        """E[y_i | context] [B, I] (class probabilities [B, I, K] for categories) of every target
+        field at the positions ``at`` [B, I] (default: every real position, missing values
+        included: an imputation); NaN elsewhere. A non-finite mean at an asked position is a
+        FloatingPointError naming the field, sequence and position."""
+        out, at = self._means_at(data, at)
+        for name, full in out.items():
+            bad = at & ~torch.isfinite(full.reshape(*at.shape, -1)).all(-1)
+            if bad.any():
+                b, i = bad.nonzero()[0].tolist()
+                raise FloatingPointError(
+                    f"predict_mean: non-finite predicted mean of field {name!r} at sequence {b}, "
+                    f"position {i}: the parameters diverged (a NaN/inf weight) or a context "
+                    "value is extreme for the model")
+        return out
+
+    def _means_at(self, data: Sequences, at: Tensor | None) -> tuple[dict[str, Tensor], Tensor]:
+        """predict_mean's numbers, unchecked, and the positions they are at."""
+        self.check(data)
+        data, at = self._here(data, at)
+        at = data.valid() if at is None else at & data.valid()
+        etas = self.natural_params_at(data, {f.name: at for f in self.target_fields})
+        out = {}
+        for f in self.target_fields:
+            mean = f.family.mean(etas[f.name])
+            full = mean.new_full((*at.shape, *mean.shape[1:]), float("nan"))
+            full[at] = mean
+            out[f.name] = full
+        return out, at
+
+
+def context_items(data: Sequences, name: str, k: int, direction: str, at: Tensor) -> Tensor:
+    """[P, K] bool: which items of category ``name`` are in the context of each asked
+    position (observed, real positions j ≠ i; j < i unidirectionally)."""
+    x = data.fields[name]
+    present = data.valid() & data.observed.get(name, data.valid())
+    onehot = F.one_hot(torch.where(present, x, 0).long(), k) * present[..., None]
+    if direction == "bidirectional":
+        counts = onehot.sum(1, keepdim=True) - onehot
+    else:
+        counts = onehot.cumsum(1) - onehot
+    return counts[at] > 0
+
+
+def context_bag(data: Sequences, name: str, table: Tensor, direction: str, at: Tensor) -> Tensor:
+    """[P, n]: Σ_{j in c(i)} table[x_j] over the context items of category ``name`` of each
+    asked position (observed, real positions j ≠ i; j < i unidirectionally), i.e. tableᵀ n_c(i)
+    with n_c(i) the context's item counts: the linear term of the multinomial logit on context
+    counts (``Category(bag=True)``). By a gather and a (cumulative) sum, O(B·I·n)."""
+    x = data.fields[name]
+    present = data.valid() & data.observed.get(name, data.valid())
+    rows = F.embedding(torch.where(present, x, 0).long(), table) * present[..., None]
+    if direction == "bidirectional":
+        return (rows.sum(1, keepdim=True) - rows)[at]
+    return (rows.cumsum(1) - rows)[at]
+
+
+def context_pairs(data: Sequences, name: str, direction: str, at: Tensor) -> tuple[Tensor, Tensor]:
+    """The items of category ``name`` in the context of each asked position, as (row, item)
+    pairs (row = index among ``at.nonzero()``): the sparse form of :func:`context_items` for
+    large vocabularies."""
+    b_idx, i_idx = at.nonzero(as_tuple=True)
+    x = data.fields[name]
+    present = data.valid() & data.observed.get(name, data.valid())
+    j = torch.arange(x.shape[1], device=x.device)
+    ctx = present[b_idx] & (j[None, :] != i_idx[:, None])  # [P, I]
+    if direction != "bidirectional":
+        ctx &= j[None, :] < i_idx[:, None]
+    rows, cols = ctx.nonzero(as_tuple=True)
+    return rows, x[b_idx[rows], cols]
+
+
+class EFA(ConditionalModel):
+    """An exponential family attention model over any mix of fields.
+
+    >>> model = EFA(EFAConfig([Category("movie", 50, target=False),
+    ...                        Value("rating", Poisson(shift=1))], max_len=44))
+    """
+
+    def __init__(self, config: EFAConfig | None = None, **kwargs):
+        super().__init__()
+        # The model owns a copy: fit standardises unset Value loc/scale in place (standardise),
+        # which must not change the fields the user built it from (they may build another).
+        if config is not None and kwargs:  # they would be ignored: the config decides
+            raise TypeError(f"EFA takes a config or keyword settings, not both; got a config "
+                            f"and {sorted(kwargs)}")
+        cfg = copy.deepcopy(config or EFAConfig(**kwargs))
+        self.config = cfg
+        self.fields = cfg.fields
+        self.max_len = cfg.max_len
+        self.direction = cfg.direction
+        width = sum(f.dim for f in cfg.fields)
+        d = cfg.d_model or width
+        self.encoders = nn.ModuleDict({f.name: f.build_encoder() for f in cfg.fields})
+        if cfg.mix == "none":
+            if cfg.d_model not in (None, width):
+                raise ValueError(
+                    f"d_model={cfg.d_model} needs mix='linear' or 'mlp' (width {width})"
+                )
+            self.mix = nn.Identity()
+        elif cfg.mix == "linear":
+            self.mix = nn.Linear(width, d)
+        else:
+            self.mix = mlp([width, cfg.mix_hidden, d])
+        if cfg.max_len is not None:
+            self.pos = nn.Embedding(cfg.max_len, d)
+            nn.init.normal_(self.pos.weight, std=0.1)
+        head_dim = cfg.head_dim or d // cfg.num_heads
+        if head_dim < 1:
+            raise ValueError(f"the model width {d} is smaller than num_heads={cfg.num_heads}, so "
+                             "each head would have width 0: use fewer heads, wider fields, or "
+                             "set head_dim")
+        blocks, width = [], d
+        for layer in range(cfg.num_layers):
+            blocks.append(Block(width, head_dim, cfg, self._inputs() if layer == 0 else None))
+            width = blocks[-1].d_out  # grows with block="concat"
+        self.blocks = nn.ModuleList(blocks)
+        self.readouts = nn.ModuleDict({f.name: f.build_readout(width) for f in self.target_fields})
+        bags = [f for f in self.target_fields if getattr(f, "bag", False)]
+        if bags:  # created last and at zero: the rest of the model starts as without them
+            self.bags = nn.ParameterDict({
+                f.name: nn.Parameter(torch.zeros(f.num_categories, f.num_categories))
+                for f in bags})
+
+    def _inputs(self) -> dict | None:
+        """The token columns that the first layer's queries, keys, values and skip path read
+        (``Field.feeds``; None where every field feeds it)."""
+        cols, start = {role: [] for role in ROLES}, 0
+        for f in self.fields:
+            for role in f.feeds:
+                cols[role] += range(start, start + f.dim)
+            start += f.dim
+        restricted = {r: c for r, c in cols.items() if len(c) < start}
+        if not restricted:
+            return None
+        if self.config.mix != "none":
+            raise ValueError(
+                "fields that feed only some of q, k, v, skip need mix='none' (a mixed token "
+                "has no per-field columns)"
+            )
+        for role in ("q", "k", "v"):
+            if role in restricted and not restricted[role]:
+                raise ValueError(f"no field feeds {role!r} of the attention")
+        return restricted
+
+    @torch.no_grad()
+    def standardise(self, data: Sequences) -> EFA:
+        """Set every Value field's unset ``loc``/``scale`` to the mean and standard deviation
+        of its observed values in ``data`` (1 if they are constant): λ₁ then sees standardised
+        values and Gaussian read-outs work in standardised units. ``efa.fit`` calls this with
+        the training data; fields whose loc and scale are set are left alone. Returns self."""
+        for f in self.fields:
+            if f.kind != "value" or (f.loc is not None and f.scale is not None):
+                continue
+            y = data.fields[f.name][data.valid() & data.observed.get(f.name, data.valid())]
+            y = y.double()
+            if f.loc is None:
+                f.loc = float(y.mean()) if len(y) else 0.0
+            if f.scale is None:
+                std = float(y.std()) if len(y) > 1 else 0.0
+                f.scale = std if std > 0 and std < float("inf") else 1.0
+            encoder = self.encoders[f.name]
+            if hasattr(encoder, "loc"):
+                encoder.loc.fill_(f.loc)
+                encoder.scale.fill_(f.scale)
+            if f.name in self.readouts:
+                self.readouts[f.name].loc, self.readouts[f.name].scale = f.loc, f.scale
+        return self
+
+    # -- encode -----------------------------------------------------------------------------
+    def encode(self, data: Sequences, hidden: dict[str, Tensor | bool]) -> Tensor:
+        """Token embeddings [B, I, d]; ``hidden[name]`` [B, I] marks values replaced by [MASK]
+        (``True``: every value of the field, whose encoder then need not run)."""
+        parts = []
+        for f in self.fields:
+            h, enc, x = hidden.get(f.name), self.encoders[f.name], data.fields[f.name]
+            parts.append(enc.masked(x.shape[:2]) if h is True else enc(x, h))
+        x = self.mix(torch.cat(parts, dim=-1))
+        if self.max_len is not None:
+            x = x + self.pos.weight[: x.shape[1]].to(x.dtype)
+        return x
+
+    def hidden_for(self, data: Sequences, target: str | None) -> dict[str, Tensor | bool]:
+        """Masks of the tokens that predict ``target`` (None: the unmasked content tokens).
+        Missing values are always hidden; predicting target field k hides fields k, k+1, ...
+        at every position (``True``: the query stream uses only the asked positions)."""
+        hidden = {name: ~m for name, m in data.observed.items()}
+        if target is None:
+            return hidden
+        names = [f.name for f in self.target_fields]
+        for name in names[names.index(target) :]:
+            hidden[name] = True
+        return hidden
+
+    def allowed(self, data: Sequences) -> Tensor:
+        """[B, 1, I, I] which key j each query i may see. Each position sees itself, unless
+        ``attend_self=False``: then only where it would otherwise see nothing."""
+        valid = data.valid()
+        n = valid.shape[1]
+        eye = torch.eye(n, dtype=torch.bool, device=valid.device)
+        a = valid[:, None, :].expand(-1, n, -1)
+        if self.config.causal:
+            a = a & torch.ones(n, n, dtype=torch.bool, device=valid.device).tril()
+        if not self.config.attend_self:
+            a = a & ~eye
+            return (a | (eye & ~a.any(-1, keepdim=True)))[:, None]
+        return (a | eye)[:, None]
+
+    # -- attend + read out ------------------------------------------------------------------
+    def states(self, data: Sequences, target: str, at: Tensor, want_weights: bool = False,
+               head=None, content: Tensor | None = None, stream: list | None = None):
+        """The last layer's state [P, d] that predicts ``target`` at each asked position of
+        ``at`` [B, I] (``head(state)`` if given), and the masked queries' attention rows
+        [L, P, H, I] if ``want_weights``. ``content``: the unmasked tokens, if already encoded;
+        ``stream``: a list shared by the target fields of one batch, in which the two-stream
+        strategy keeps the content stream's layers (computed once, not once per field)."""
+        if content is None:
+            content = self.encode(data, self.hidden_for(data, None))
+        query = self.encode(data, self.hidden_for(data, target))
+        name = self.config.strategy
+        # Inference only: counting the asked positions is a host sync, kept off the training step.
+        if name == "two_stream" and self.config.mode == "auto" and not self.training \
+                and not want_weights and strategies.sparse(at):
+            name = "copies"  # exact too, and cheaper for so few positions
+        run = strategies.STRATEGIES[name]
+        kw = {} if head is None else {"head": head}
+        if name == "two_stream" and stream is not None:
+            kw["stream"] = stream
+        return run(self.blocks, content, query, self.allowed(data), at, want_weights,
+                   chunk=self.config.chunk, **kw)
+
+    def penalty(self) -> Tensor | None:
+        """(bag_l2 / 2)·‖U‖² of every ``Category(bag=True)`` field with a prior on U."""
+        terms = [0.5 * f.bag_l2 * f.bag_table(self.bags[f.name]).pow(2).sum()
+                 for f in self.target_fields if getattr(f, "bag", False) and f.bag_l2 > 0]
+        return sum(terms) if terms else None
+
+    def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        content, stream = self.encode(data, self.hidden_for(data, None)), []
+        out = {}
+        for name, m in at.items():
+            eta, _ = self.states(data, self.target(name).name, m, head=self.readouts[name],
+                                 content=content, stream=stream)
+            if hasattr(self, "bags") and name in self.bags:
+                table = self.field(name).bag_table(self.bags[name])
+                eta = eta + context_bag(data, name, table, self.direction, m)
+            out[name] = self.restrict(name, data, m, eta)
+        return out
+
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
+                     base_measure: bool = True) -> dict[str, Tensor]:
+        """As ``ConditionalModel.log_probs_at``; a category with ``vocab_chunk`` is scored
+        without its [positions × D] logits (``efa.vocab``), and during training with
+        ``sampling`` set (by ``fit(..., sampled_softmax=k)``) by the sampled softmax."""
+        sampling = getattr(self, "sampling", None) if self.training else None
+        large = [name for name in at if self.field(name).kind == "category" and (
+            sampling is not None or getattr(self.field(name), "vocab_chunk", None))]
+        if not large:
+            return super().log_probs_at(data, at, base_measure)
+        out = super().log_probs_at(data, {k: v for k, v in at.items() if k not in large},
+                                   base_measure) if len(large) < len(at) else {}
+        content, stream = self.encode(data, self.hidden_for(data, None)), []
+        for name in large:
+            f, m = self.field(name), at[name]
+            if f.bag:
+                raise ValueError(f"field {name!r} has bag=True, which needs the dense logits: "
+                                 "train it without sampled_softmax")
+            h, _ = self.states(data, name, m, content=content, stream=stream)
+            net = self.readouts[name].net
+            y = data.fields[name][m]
+            excluded = context_pairs(data, name, self.direction, m) if f.distinct else None
+            if sampling is not None:
+                out[name] = vocab.sampled_log_prob(
+                    h, net.weight, net.bias, y, sampling["k"], sampling["log_q"][name],
+                    sampling["generator"], excluded)
+            else:
+                out[name] = vocab.chunked_log_prob(h, net.weight, net.bias, y,
+                                                   f.vocab_chunk or f.num_categories, excluded)
+        return {name: out[name] for name in at}
+
+    @torch.no_grad()
+    def attention_weights(self, data: Sequences, target: str | None = None,
+                          at: Tensor | None = None) -> Tensor:
+        """Attention weights [L, B, H, I, I]: row i of layer l is what the masked query i pays
+        to each position in the copy where i is masked (Figure 3 of the paper); rows of
+        positions not in ``at`` (default: every real position) are zero."""
+        self.check(data)
+        f = self.target(target)
+        data, at = self._here(data, at)
+        at = data.valid() if at is None else at & data.valid()
+        _, rows = self.states(data, f.name, at, want_weights=True)
+        b_idx, i_idx = at.nonzero(as_tuple=True)
+        num_layers, _, heads, n = rows.shape
+        full = rows.new_zeros(num_layers, at.shape[0], heads, n, n)
+        full[:, b_idx, :, i_idx] = rows.permute(1, 0, 2, 3)
+        return full
+
+    def warm_start(self, base: EFA) -> EFA:
+        """Start this model exactly at ``base``, whose fields are a subset of this model's (a
+        same-day model for a model with lagged inputs): shared modules are copied, and the
+        token mixer's input columns of the fields ``base`` lacks are zeroed (their encoders keep
+        their initialisation and get gradients at once). Returns self."""
+        if self.config.mix == "none" or base.config.mix != self.config.mix:
+            raise ValueError(
+                "warm_start needs both models to mix tokens with the same 'linear'/'mlp'"
+            )
+        mine = {f.name: f for f in self.fields}
+        for f in base.fields:
+            if f.name not in mine:
+                raise ValueError(f"base has field {f.name!r}, this model does not")
+            if mine[f.name].dim != f.dim:
+                raise ValueError(
+                    f"field {f.name!r} has dim {mine[f.name].dim} here, {f.dim} in base"
+                )
+        first = lambda m: m if isinstance(m, nn.Linear) else m[0]  # noqa: E731
+        with torch.no_grad():
+            for name, module in base.named_children():
+                if name == "mix":
+                    continue
+                _copy_module(getattr(self, name), module, name)
+            _copy_module(self.mix, base.mix, "mix", skip=first(self.mix))
+            w, base_w = first(self.mix).weight, first(base.mix).weight
+            w.zero_()
+            first(self.mix).bias.copy_(first(base.mix).bias)
+            offsets, start = {}, 0
+            for f in self.fields:
+                offsets[f.name], start = start, start + f.dim
+            start = 0
+            for f in base.fields:
+                w[:, offsets[f.name] : offsets[f.name] + f.dim] = base_w[:, start : start + f.dim]
+                start += f.dim
+        return self
+
+
+def _copy_module(dst: nn.Module, src: nn.Module, where: str, skip: nn.Module | None = None):
+    """Copy ``src``'s parameters and buffers into ``dst`` (same structure), except ``skip``;
+    a ModuleDict copies only the keys ``src`` has."""
+    if isinstance(src, nn.ModuleDict):
+        for key, m in src.items():
+            if key not in dst:
+                raise ValueError(f"{where}.{key} has no counterpart in this model")
+            _copy_module(dst[key], m, f"{where}.{key}", skip)
+        return
+    if src is skip or dst is skip:
+        return
+    ps, pd = dict(src.named_parameters(recurse=False)), dict(dst.named_parameters(recurse=False))
+    ps.update(src.named_buffers(recurse=False))
+    pd.update(dst.named_buffers(recurse=False))
+    for key, t in ps.items():
+        if key not in pd or pd[key].shape != t.shape:
+            raise ValueError(f"{where}.{key} does not match between the two models")
+        pd[key].copy_(t)
+    for key, child in src.named_children():
+        if not hasattr(dst, key):
+            raise ValueError(f"{where}.{key} has no counterpart in this model")
+        _copy_module(getattr(dst, key), child, f"{where}.{key}", skip)

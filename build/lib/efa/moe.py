@@ -1,0 +1,301 @@
+"""Bidirectional attention as a mixture of continuous-bag-of-words experts (Wibisono & Wang,
+UAI 2023, Lemma 1 and Theorem 2), executable.
+
+The paper's Appendix-B block is an efa configuration (:func:`appendix_b`): token embeddings C
+with a [MASK] row, learned positions P, one ``residual_linear`` block (z' = x + MHA(x),
+z'' = z' + W'z', no LayerNorm, no biases) and the read-out W''. With the masked token at m and
+x'_j the token at j of the masked copy (x'_m = c_[MASK] + p_m), its logits are exactly
+
+    F_m = Σ_h Σ_j π^h_j f^h_j,   π^h = softmax_j(x'_jᵀ W^KQ_h x'_m / √d_w),
+    f^h_j = W^LOV_h x'_j + (g + D e_m) / H,
+
+with W^ℓ = W''(I + W'), W^KQ_h = W^K_hᵀ W^Q_h, W^LOV_h = W^ℓ W^O_h W^V_h, g = W^ℓ c_[MASK],
+D = W^ℓ Pᵀ (:func:`reparameterise`). The sum over j includes the [MASK] slot j = m.
+
+- :func:`mixture` computes the gates π and the expert logits f of any one-layer
+  ``residual_linear`` efa model from its encoded tokens (so any field mix, e.g. the tabular
+  estimator's columns) and :func:`two_layer_terms` the exact decomposition of two layers
+  (``docs/moe.md``).
+- :class:`CBOWMoE` is the explicit model: *tied* (its parameters are the reparameterisation of an
+  attention model's, recomputed from them at every call, so training one trains the other) or
+  *free* (its own W^KQ, W^LOV, g, D, C, P: a superset of the attention model, whose W^LOV and
+  W^KQ have rank ≤ d_w and whose g, D, W^LOV share W^ℓ).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from efa.data import Sequences
+from efa.fields import Category
+from efa.model import EFA, ConditionalModel, EFAConfig
+
+
+def appendix_b(vocab_size: int, seq_len: int, dim: int, num_heads: int = 1,
+               head_dim: int | None = None, name: str = "token") -> EFA:
+    """The Appendix-B attention model over sentences of ``seq_len`` tokens of a vocabulary of
+    ``vocab_size`` words (bidirectional, one masked token predicted at a time)."""
+    return EFA(EFAConfig(
+        [Category(name, vocab_size, dim=dim)], num_layers=1, num_heads=num_heads,
+        head_dim=head_dim, max_len=seq_len, block="residual_linear", bias=False,
+        out_proj=True, scale="sqrt", direction="bidirectional",
+    ))
+
+
+@dataclass
+class Reparam:
+    """Lemma 1's parameters of one layer: W^KQ [H, p, p], W^LOV [H, V, p], W^ℓ [V, p], the score
+    scale 1/√d_w, and (for a single Category field with positions) C [V+1, p] (row V is
+    [MASK]) and P [S, p]."""
+
+    W_KQ: Tensor
+    W_LOV: Tensor
+    W_l: Tensor
+    scale: float
+    C: Tensor | None = None
+    P: Tensor | None = None
+    b: Tensor | None = None  # the read-out's bias (Category(readout_bias=True)), else None
+
+    def offset(self, query: Tensor) -> Tensor:
+        """W^ℓ x'_m (+ b): g + D e_m for the Appendix-B tokens, [..., V]."""
+        out = query @ self.W_l.T
+        return out if self.b is None else out + self.b
+
+    @property
+    def g(self) -> Tensor:
+        """g = W^ℓ c_[MASK] [V] (plus the read-out bias, if any)."""
+        g = self.W_l @ self.C[-1]
+        return g if self.b is None else g + self.b
+
+    @property
+    def D(self) -> Tensor:
+        """D = W^ℓ Pᵀ [V, S]."""
+        return self.W_l @ self.P.T
+
+
+def _check_linear(model: EFA, layers: int | None = 1) -> None:
+    cfg = model.config
+    if layers is not None and cfg.num_layers != layers:
+        raise ValueError(f"the map needs {layers} layer(s), the model has {cfg.num_layers}")
+    if cfg.block != "residual_linear" or cfg.bias or cfg.attention != "softmax":
+        raise ValueError(
+            "Lemma 1 holds for the bias-free residual_linear block with softmax attention "
+            f"(EFAConfig(block='residual_linear', bias=False)); got block={cfg.block!r}, "
+            f"bias={cfg.bias}, attention={cfg.attention!r}"
+        )
+    if not isinstance(model.blocks[0].attn.o, nn.Linear):
+        raise ValueError("the map needs out_proj=True (W^O)")
+
+
+def _layer(block, W_read: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
+    """(W^KQ [H, p, p], W^LOV [H, V, p], W^ℓ [V, p], scale) of one residual_linear block read out
+    by ``W_read`` [V, p]."""
+    attn = block.attn
+    h, d = attn.num_heads, attn.head_dim
+    p = attn.q.weight.shape[1]
+    Wq = attn.q.weight.view(h, d, p)
+    Wk = attn.k.weight.view(h, d, p)
+    Wv = attn.v.weight.view(h, d, p)
+    Wo = attn.o.weight.view(p, h, d).transpose(0, 1)  # [H, p, d]: W^O_hᵀ in the paper's terms
+    W_l = W_read + W_read @ block.lin.weight  # W'' (I + W')
+    W_KQ = Wk.transpose(1, 2) @ Wq
+    W_LOV = W_l @ (Wo @ Wv)  # [H, V, p]
+    return W_KQ, W_LOV, W_l, attn.kernel.scale
+
+
+def reparameterise(model: EFA, target: str | None = None) -> Reparam:
+    """Lemma 1's map (W^Q, W^K, W^V, W^O, W', W'', C, P) → (W^KQ, W^LOV, g, D) of a one-layer
+    bias-free ``residual_linear`` model, read out for ``target`` (default: the first target).
+    Differentiable: the result is a function of the model's parameters."""
+    _check_linear(model)
+    f = model.target(target)
+    read = model.readouts[f.name].net
+    W_KQ, W_LOV, W_l, scale = _layer(model.blocks[0], read.weight)
+    C = P = None
+    if len(model.fields) == 1 and isinstance(model.fields[0], Category):
+        C = model.encoders[model.fields[0].name].table.weight
+        P = model.pos.weight if model.max_len is not None else None
+    return Reparam(W_KQ, W_LOV, W_l, scale, C, P, read.bias)
+
+
+def copy_tokens(content: Tensor, query: Tensor) -> Tensor:
+    """[B, M, J, p]: the tokens of masked copy m (content everywhere, the query token at m)."""
+    n = content.shape[1]
+    eye = torch.eye(n, dtype=torch.bool, device=content.device)[None, :, :, None]
+    return torch.where(eye, query[:, :, None, :], content[:, None, :, :])
+
+
+def gates_and_experts(rep: Reparam, tokens: Tensor, query: Tensor, allowed: Tensor,
+                      experts: bool = True) -> tuple[Tensor, Tensor | None]:
+    """Theorem 2 on copies: ``tokens`` [B, M, J, p] (copy m's tokens), ``query`` [B, M, p] (the
+    masked token of copy m), ``allowed`` [B, 1|M, J] (real positions). Returns gates π
+    [B, M, H, J] and expert logits f [B, M, H, J, V] (None unless ``experts``)."""
+    H = rep.W_KQ.shape[0]
+    h = torch.einsum("bmjp,hpq,bmq->bmhj", tokens, rep.W_KQ, query) * rep.scale
+    h = h.masked_fill(~allowed[:, :, None, :], float("-inf"))
+    pi = torch.softmax(h, dim=-1)
+    if not experts:
+        return pi, None
+    bias = rep.offset(query) / H  # (g + D e_m) / H = W^ℓ x'_m / H, [B, M, V]
+    f = torch.einsum("hvp,bmjp->bmhjv", rep.W_LOV, tokens) + bias[:, :, None, None, :]
+    return pi, f
+
+
+def mixture(model: EFA, data: Sequences, target: str | None = None, experts: bool = True):
+    """Gates π [B, M, H, J] and expert logits f [B, M, H, J, V] of the masked copies of every
+    position m of a one-layer ``residual_linear`` model (``Σ_{h,j} π f`` is its logits at m).
+    Padding: gates of padded keys are 0; rows of padded m are meaningless."""
+    _check_linear(model)
+    f = model.target(target)
+    content = model.encode(data, model.hidden_for(data, None))
+    query = model.encode(data, model.hidden_for(data, f.name))
+    rep = reparameterise(model, f.name)
+    valid = data.valid()
+    return gates_and_experts(rep, copy_tokens(content, query), query, valid[:, None, :],
+                             experts)
+
+
+def moe_logits(pi: Tensor, f: Tensor) -> Tensor:
+    """F = Σ_h Σ_j π^h_j f^h_j: [B, M, V]."""
+    return torch.einsum("bmhj,bmhjv->bmv", pi, f)
+
+
+def two_layer_terms(model: EFA, data: Sequences, target: str | None = None) -> dict[str, Tensor]:
+    """The exact decomposition of a two-layer bias-free ``residual_linear`` model's masked
+    logits into mixtures over the input tokens x'_j of copy m (derivation in docs/moe.md).
+    With T = I + W'_1, L = W''(I + W'_2), M^l_h = W^O_h W^V_h of layer l, A¹_h (all rows) and
+    A²_h (row m) the two layers' attention in copy m:
+
+        F_m = L T x'_m                                      ("self")
+            + Σ_h  Σ_j A¹_h[m, j]        L T M¹_h x'_j      ("layer1": H₁ MoEs)
+            + Σ_h  Σ_i A²_h[m, i]        L M²_h T x'_i      ("layer2": H₂ MoEs)
+            + Σ_hh' Σ_j (A²_h A¹_h')[m, j] L M²_h T M¹_h' x'_j  ("path": H₁H₂ MoEs)
+
+    Every gate row is a distribution over the tokens (A²A¹ is a product of stochastic
+    matrices), but the layer-2 gates are a softmax of the *layer-1 states*, which in copy m
+    depend on the [MASK] at m: the states are not those of the unmasked sentence.
+    Returns the four terms [B, M, V] and the gates "A1" [B, M, H, J, J], "A2" [B, M, H, J]."""
+    _check_linear(model, layers=2)
+    f = model.target(target)
+    content = model.encode(data, model.hidden_for(data, None))
+    query = model.encode(data, model.hidden_for(data, f.name))
+    X = copy_tokens(content, query)  # [B, M, J, p]
+    valid = data.valid()
+    b1, b2 = model.blocks
+    W_read = model.readouts[f.name].net.weight
+    p = X.shape[-1]
+    T = torch.eye(p, dtype=X.dtype) + b1.lin.weight
+    L = W_read + W_read @ b2.lin.weight
+
+    def heads(block):
+        a = block.attn
+        h, d = a.num_heads, a.head_dim
+        Wq, Wk, Wv = (w.weight.view(h, d, p) for w in (a.q, a.k, a.v))
+        Wo = a.o.weight.view(p, h, d).transpose(0, 1)
+        return Wk.transpose(1, 2) @ Wq, Wo @ Wv, a.kernel.scale  # W^KQ, M, scale
+
+    KQ1, M1, s1 = heads(b1)
+    KQ2, M2, s2 = heads(b2)
+    keys = valid[:, None, None, None, :]  # [B, 1, 1, 1, J]
+    A1 = torch.softmax((torch.einsum("bmjp,hpq,bmiq->bmhij", X, KQ1, X) * s1)
+                       .masked_fill(~keys, float("-inf")), -1)  # [B, M, H, I, J]
+    # Layer-1 states of copy m at every i: T (x'_i + Σ_h Σ_j A1 M1_h x'_j).
+    Z = torch.einsum("pq,bmiq->bmip", T, X + torch.einsum("bmhij,hpq,bmjq->bmip", A1, M1, X))
+    n = X.shape[1]
+    zm = Z[:, torch.arange(n), torch.arange(n)]  # [B, M, p]: the state at the masked slot
+    A2 = torch.softmax((torch.einsum("bmip,hpq,bmq->bmhi", Z, KQ2, zm) * s2)
+                       .masked_fill(~valid[:, None, None, :], float("-inf")), -1)
+    diag = torch.arange(n)
+    A1m = A1[:, diag, :, diag]  # [M, B, H, J] -> row m of copy m
+    A1m = A1m.permute(1, 0, 2, 3)  # [B, M, H, J]
+    xm = X[:, diag, diag]  # [B, M, p]
+    terms = {
+        "self": xm @ (L @ T).T,
+        "layer1": torch.einsum("bmhj,vp,pq,hqr,bmjr->bmv", A1m, L, T, M1, X),
+        "layer2": torch.einsum("bmhi,vp,hpq,qr,bmir->bmv", A2, L, M2, T, X),
+        "path": torch.einsum("bmhi,bmgij,vp,hpq,qr,grs,bmjs->bmv", A2, A1, L, M2, T, M1, X),
+    }
+    bias = model.readouts[f.name].net.bias
+    if bias is not None:  # a read-out bias is a constant expert
+        terms["self"] = terms["self"] + bias
+    terms["A1"], terms["A2"] = A1, A2
+    return terms
+
+
+class CBOWMoE(ConditionalModel):
+    """The CBOW mixture of experts of Theorem 2 over one Category field with positions.
+
+    ``CBOWMoE.tied(model)``: parameters are :func:`reparameterise` of the attention ``model``
+    (recomputed at every call; gradients reach the attention weights). ``CBOWMoE(field,
+    seq_len, dim, num_heads, head_dim)``: free parameters W^KQ [H, p, p], W^LOV [H, V, p],
+    g [V], D [V, S], C [V+1, p], P [S, p], score scale 1/√head_dim."""
+
+    def __init__(self, field: Category | None = None, seq_len: int | None = None,
+                 dim: int = 16, num_heads: int = 1, head_dim: int | None = None,
+                 source: EFA | None = None):
+        super().__init__()
+        self.direction = "bidirectional"
+        if source is not None:
+            _check_linear(source)
+            if len(source.fields) != 1 or not isinstance(source.fields[0], Category):
+                raise ValueError("a tied CBOWMoE needs an attention model over one Category "
+                                 "field (efa.moe.appendix_b)")
+            if source.max_len is None:
+                raise ValueError("a tied CBOWMoE needs learned positions (max_len)")
+            self.fields, self.max_len = source.fields, source.max_len
+            self._source = [source]  # a list: not registered as a submodule (no double params)
+            return
+        if field is None or seq_len is None:
+            raise ValueError("a free CBOWMoE needs a Category field and seq_len")
+        self.fields, self.max_len, self._source = [field], seq_len, None
+        V, p, H = field.num_categories, dim, num_heads
+        self.scale = 1 / math.sqrt(head_dim or max(1, dim // num_heads))
+        init = lambda *s: nn.Parameter(torch.randn(*s) * 0.1)  # noqa: E731
+        self.W_KQ, self.W_LOV = init(H, p, p), init(H, V, p)
+        self.g, self.D = init(V), init(V, seq_len)
+        self.C, self.P = init(V + 1, p), init(seq_len, p)
+
+    @classmethod
+    def tied(cls, model: EFA) -> CBOWMoE:
+        return cls(source=model)
+
+    @property
+    def source(self) -> EFA | None:
+        return self._source[0] if self._source else None
+
+    def parts(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float]:
+        """(C, P, W^KQ, W^LOV, g, D, scale)."""
+        if self.source is not None:
+            r = reparameterise(self.source)
+            return r.C, r.P, r.W_KQ, r.W_LOV, r.g, r.D, r.scale
+        return self.C, self.P, self.W_KQ, self.W_LOV, self.g, self.D, self.scale
+
+    def gates_and_experts(self, data: Sequences, experts: bool = True):
+        """π [B, M, H, J] and f [B, M, H, J, V] for every masked position m."""
+        self.check(data)
+        C, P, W_KQ, W_LOV, g, D, scale = self.parts()
+        x = data.fields[self.fields[0].name].long()
+        n = x.shape[1]
+        content = C[x] + P[:n]
+        query = (C[-1] + P[:n]).expand_as(content)
+        tokens = copy_tokens(content, query)
+        H = W_KQ.shape[0]
+        h = torch.einsum("bmjp,hpq,bmq->bmhj", tokens, W_KQ, query) * scale
+        h = h.masked_fill(~data.valid()[:, None, None, :], float("-inf"))
+        pi = torch.softmax(h, -1)
+        if not experts:
+            return pi, None
+        bias = (g[:, None] + D[:, :n]).T / H  # [M, V]: (g + D e_m) / H
+        f = torch.einsum("hvp,bmjp->bmhjv", W_LOV, tokens) + bias[None, :, None, None, :]
+        return pi, f
+
+    def gates(self, data: Sequences) -> Tensor:
+        return self.gates_and_experts(data, experts=False)[0]
+
+    def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        pi, f = self.gates_and_experts(data)
+        return {self.fields[0].name: moe_logits(pi, f)}

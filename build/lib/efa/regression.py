@@ -1,0 +1,323 @@
+"""In-context regression with efa: points (x, y, channel) of one random function form a
+sequence, and y is predicted from the points before it (the UNN note, ``docs/in-context-
+regression.md``).
+
+- :func:`note_model`: the note's model exactly, as an efa configuration: x feeds only the
+  queries and keys (Eqs. 10–11), y only the values (Eq. 12), a query does not see its own
+  token (Eq. 14: row j is normalised over h < j), and the read-out is a linear map of [x, k,
+  attended value] (a ``concat`` block), a leaky ReLU (0.01) and a linear map to (μ, σ)
+  (Eqs. 16–18), all without biases; heteroscedastic Gaussian likelihood.
+- :func:`regression_efa`: the model a user would pick instead: every field feeds the attention,
+  several pre-LN transformer blocks.
+- :func:`gp_attention`: one head of kernel-ridge (CME) attention with the data's additive kernel
+  family, returning the GP posterior mean and variance: the Bayes predictive is in the class.
+- :func:`frame_to_sequences`: a user's long table of (function, x, y, channel) rows.
+- :func:`predict`: the predictive (mean, sd) at new points given a context, each target
+  predicted from the context alone (not from the other targets).
+
+σ is floored (``HeteroscedasticGaussian(min_scale)``, in standardised units): a network can
+otherwise drive σ → 0 on points it fits well and the likelihood → ∞; the default floor 0.01
+also keeps the float32 natural parameters (μ/σ², −1/2σ²) accurate. Predictions at the floor
+are reported by the experiment.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from efa.data import Sequences
+from efa.families import HeteroscedasticGaussian
+from efa.fields import Attribute, Category, Value
+from efa.model import EFA, EFAConfig
+
+MIN_SCALE = 0.01  # σ floor, standardised units (× the y scale in the data's units)
+
+
+def _stats(train: Sequences) -> tuple[float, float, float, float]:
+    """(x loc, x scale, y loc, y scale) over the training points."""
+    valid = train.valid()
+    x = train.fields["x"][valid].double().flatten()
+    y = train.fields["y"][valid].double()
+    return float(x.mean()), float(x.std()), float(y.mean()), float(y.std())
+
+
+def _channels(channels) -> tuple[int, tuple | None]:
+    """(number of channels, their labels or None) from a count or a list of labels (the
+    labels :func:`frame_to_sequences` returns, which the model then keeps)."""
+    if isinstance(channels, bool):
+        raise ValueError(f"channels must be a count or a list of labels, got {channels!r}")
+    if isinstance(channels, int | np.integer):
+        return int(channels), None
+    labels = tuple(v.item() if hasattr(v, "item") else v for v in channels)
+    return len(labels), labels
+
+
+def channel_labels(model) -> list | None:
+    """The channel labels a model was built with (None: it knows only their number)."""
+    for f in model.fields:
+        if f.name == "channel" and getattr(f, "labels", None) is not None:
+            return list(f.labels)
+    return None
+
+
+def _fields(train: Sequences, dims: dict, feeds: dict, readout: dict, hidden: int,
+            min_scale: float, channels, encoder: str = "mlp") -> list:
+    """[x, y, channel] standardised on ``train``; ``encoder`` embeds x and y ("mlp" or, with
+    dims 1, "identity"); ``channels``: a count or the labels (see :func:`_channels`)."""
+    channels, labels = _channels(channels)
+    x_loc, x_scale, y_loc, y_scale = _stats(train)
+    fields = [
+        Attribute("x", size=1, dim=dims["x"], hidden=hidden, encoder=encoder, loc=[x_loc],
+                  scale=[x_scale], feeds=feeds["x"]),
+        Value("y", HeteroscedasticGaussian(min_scale), dim=dims["y"], hidden=hidden,
+              encoder=encoder, loc=y_loc, scale=y_scale, feeds=feeds["y"], **readout),
+    ]
+    if channels:
+        fields.append(Category("channel", channels, target=False, dim=dims["channel"],
+                               feeds=feeds["channel"], labels=labels))
+    return fields
+
+
+def note_model(train: Sequences, e: int = 64, ell: int = 64, hidden: int = 64,
+               min_scale: float = MIN_SCALE, channels: int | list = 2) -> EFA:
+    """The UNN note's model (Eqs. 7–18), standardised on ``train``. ``channels``: their
+    number, or their labels (as :func:`frame_to_sequences` returns them: kept with the model,
+    so :func:`predict_frame` maps a table's channels the way training did).
+
+    Choices for what the note leaves open: the embeddings of x and y (Eqs. 7–8) are efa's
+    learned maps of the standardised number, 1 → ``hidden`` → ``e`` with a ReLU (a linear map
+    cannot make attention local: q·k is then bilinear in (x_i, x_j)); k's is a table (Eq. 9);
+    σ = y_scale·(softplus(z₂) + ``min_scale``) from the second output of A4 and μ = y_loc +
+    y_scale·z₁; one head of width e, unscaled scores (Eq. 13), no biases anywhere in Eqs.
+    10–18."""
+    fields = _fields(
+        train, {"x": e, "y": e, "channel": e},
+        {"x": ("q", "k", "skip"), "y": ("v",), "channel": ("skip",)},
+        {"readout": "mlp", "readout_hidden": (ell,), "readout_activation": "leaky_relu",
+         "readout_bias": False}, hidden, min_scale, channels)
+    return EFA(EFAConfig(fields, num_layers=1, num_heads=1, head_dim=e, max_len=None,
+                         direction="unidirectional", attention="softmax", scale="none",
+                         block="concat", bias=False, out_proj=False, attend_self=False,
+                         meta={"model": "unn-note"}))
+
+
+def _need_fields(data: Sequences, what: str, names) -> None:
+    absent = [n for n in names if n not in data.fields]
+    if absent:
+        raise KeyError(f"{what} has no field(s) {absent} (it has {list(data.fields)}); build it "
+                       "with efa.regression.frame_to_sequences")
+
+
+def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int = 32,
+                   y_dim: int = 16, channel_dim: int = 16, hidden: int = 64, ffn: int = 128,
+                   readout_hidden: int = 64, min_scale: float = MIN_SCALE,
+                   channels: int | list = 2) -> EFA:
+    """The efa model a user would pick: tokens [g(x); λ₁(y); channel] feeding the whole
+    attention, ``layers`` pre-LN transformer blocks, causal, no positions (the points of a
+    function are a set in random order), standardised on ``train``. ``channels``: their
+    number, or their labels (kept with the model, as in :func:`note_model`)."""
+    _need_fields(train, "train", ("x", "y"))
+    every = ("q", "k", "v", "skip")
+    fields = _fields(
+        train, {"x": x_dim, "y": y_dim, "channel": channel_dim},
+        {"x": every, "y": every, "channel": every},
+        {"readout": "mlp", "readout_hidden": (readout_hidden,)}, hidden, min_scale, channels)
+    return EFA(EFAConfig(fields, num_layers=layers, num_heads=heads, max_len=None,
+                         direction="unidirectional", block="pre_ln", ffn_hidden=ffn,
+                         meta={"model": "regression-efa"}))
+
+
+def gp_attention(train: Sequences, channels: int | list = 2, channel_dim: int = 2,
+                 readout_hidden: int = 64, min_scale: float = MIN_SCALE) -> EFA:
+    """One head of kernel-ridge (CME) attention that can *be* the GP: queries and keys read
+    the standardised x (identity encoder) and the channel's embedding, values read the
+    standardised y; the similarity is additive, exp(−(x − x')²/2γ) on the first feature plus
+    the dot product of the channel features (RBF + per-channel offsets, the data's kernel
+    family), with the ridge λ learned; the head returns the GP posterior mean *and* variance
+    (``posterior_variance``), and an MLP read-out of [x, channel, mean, variance] gives (μ, σ).
+    ``channels``: their number, or their labels (kept with the model, as in
+    :func:`note_model`).
+    With W^Q = W^K, the true length-scale, offset variance and noise, the attention's two
+    outputs are the Bayes predictive's mean and variance (up to the noise λ):
+    ``tests/test_regression.py``. Causal, no self-attention, no positions."""
+    head = 1 + channel_dim
+    fields = _fields(
+        train, {"x": 1, "y": 1, "channel": channel_dim},
+        {"x": ("q", "k", "skip"), "y": ("v",), "channel": ("q", "k", "skip")},
+        {"readout": "mlp", "readout_hidden": (readout_hidden,)}, 128, min_scale, channels,
+        encoder="identity")
+    attention = {"kernel": "cme", "similarity": "rbf+linear", "rbf_dims": 1,
+                 "posterior_variance": True, "bandwidth": 0.1, "ridge": 0.1}
+    model = EFA(EFAConfig(fields, num_layers=1, num_heads=1, head_dim=head, max_len=None,
+                          direction="unidirectional", attention=attention, scale="none",
+                          block="concat", bias=False, out_proj=False, attend_self=False,
+                          meta={"model": "gp-attention"}))
+    with torch.no_grad():  # start from W^Q = W^K = I: the kernel on (x, channel) itself
+        attn = model.blocks[0].attn
+        attn.q.weight.copy_(torch.eye(head))
+        attn.k.weight.copy_(torch.eye(head))
+    return model
+
+
+def gaussian_mean_sd(eta: Tensor) -> tuple[Tensor, Tensor]:
+    """(mean, sd) of a Gaussian from its natural parameters (η₁, η₂) = (μ/σ², −1/2σ²)."""
+    eta = eta.double()
+    return eta[..., 0] / (-2 * eta[..., 1]), torch.rsqrt(-2 * eta[..., 1])
+
+
+def causal_predictive(model, data: Sequences) -> tuple[Tensor, Tensor]:
+    """(mean, sd) [B, I] float64 of y_i given the points before it, at every real position
+    (NaN at padding), for an efa model or any peer with a ``predictive`` method."""
+    if hasattr(model, "predictive"):
+        return model.predictive(data)
+    model.eval()
+    with torch.no_grad():
+        eta = model.natural_params(data)["y"]
+    return gaussian_mean_sd(eta)
+
+
+def frame_to_sequences(frame, function: str, x: str, y: str, channel: str | None = None,
+                       channels: list | None = None) -> tuple[Sequences, list]:
+    """One sequence per function id from a long table, its rows in table order (shuffle the
+    rows first for the note's random order). Returns (sequences, channel labels): channel
+    labels map to 0..K−1 in the order of ``channels`` (default: the sorted labels of the
+    table); a label outside ``channels`` is an error naming its function and row. NaN in x or
+    y is an error naming the function (use the rows you have: a missing point is simply
+    absent). The first point of each function is not scored: it has no context."""
+    import pandas as pd
+
+    if not isinstance(frame, pd.DataFrame) or frame.empty:
+        raise ValueError("frame_to_sequences needs a non-empty pandas DataFrame")
+    cols = [function, x, y] + ([channel] if channel else [])
+    absent = [c for c in cols if c not in frame]
+    if absent:
+        raise KeyError(f"columns {absent} are not in the frame (it has {list(frame)})")
+    frame = frame[cols].copy()
+    fields = {"x": [x], "y": y}
+    if channel:
+        labels = sorted(frame[channel].dropna().unique().tolist()) if channels is None \
+            else list(channels)
+        labels = [v.item() if hasattr(v, "item") else v for v in labels]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"channels must be distinct labels, got {labels}")
+        index = {label: i for i, label in enumerate(labels)}
+        unknown = ~frame[channel].isin(list(index))
+        if unknown.any():
+            row = frame.index[unknown.to_numpy().nonzero()[0][0]]
+            raise ValueError(
+                f"unknown channel {frame.loc[row, channel]!r} in row {row} (function "
+                f"{frame.loc[row, function]!r}); expected one of {labels}"
+            )
+        frame["_channel"] = frame[channel].map(index).astype(np.int64)
+        fields["channel"] = "_channel"
+    else:
+        labels = []
+    for col in (x, y):
+        if not pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(
+                frame[col]):
+            raise TypeError(f"column {col!r} must be numeric, got {frame[col].dtype}")
+        bad = ~np.isfinite(frame[col].to_numpy(dtype=float))
+        if bad.any():
+            row = frame.index[bad.nonzero()[0][0]]
+            raise ValueError(
+                f"{int(bad.sum())} NaN/inf value(s) in column {col!r}, first in row {row} "
+                f"(function {frame.loc[row, function]!r}); drop such rows (a point that was "
+                "not observed is simply absent from its function's context)"
+            )
+    frame[x] = frame[x].astype(np.float32)
+    frame[y] = frame[y].astype(np.float32)
+    data = Sequences.from_frame(frame, by=function, fields=fields)
+    data.fields["x"] = data.fields["x"].reshape(*data.fields["x"].shape[:2], 1)  # an attribute
+    scored = data.valid().clone()
+    scored[:, 0] = False
+    return data.with_scored(scored), labels
+
+
+@torch.no_grad()
+def predict(model: EFA, context: Sequences, targets: Sequences) -> tuple[Tensor, Tensor]:
+    """Predictive (mean, sd) [B, T] float64 of y at the target points (fields ``x`` and, if the
+    model has it, ``channel``; a ``y`` field is ignored) of each function given its context
+    points (sequence b of ``targets`` belongs to sequence b of ``context``).
+
+    Every target is predicted as a token appended after the whole context, seeing the context
+    and its own (masked) token, never the other targets: for a unidirectional model this is
+    exactly its prediction of a point that follows the context. One pass for all targets."""
+    if not isinstance(model, EFA) or model.max_len is not None:
+        raise ValueError("predict needs an efa.EFA model without positions (max_len=None)")
+    if len(context) != len(targets):
+        raise ValueError(
+            f"context has {len(context)} functions, targets {len(targets)}; sequence b of each "
+            "must be the same function"
+        )
+    model.check(context)
+    _need_fields(targets, "targets", ("x",))
+    filled = dict(targets.fields)
+    filled["y"] = torch.zeros(targets.fields["x"].shape[:2])
+    targets = Sequences(filled, targets.lengths)
+    model.check(targets)
+    model.eval()
+    content = model.encode(context, model.hidden_for(context, None))
+    query = model.encode(targets, model.hidden_for(targets, "y"))
+    b, c, t = len(context), context.max_len, targets.max_len
+    own = torch.eye(t, dtype=torch.bool).expand(b, t, t)
+    keys = context.valid()[:, None, :].expand(b, t, c)
+    if not model.config.attend_self:
+        own = own & ~keys.any(-1, keepdim=True)  # never: a context has at least one point
+    allowed_q = torch.cat([keys, own], dim=-1)[:, None]
+    allowed_c = model.allowed(context)
+    for layer, block in enumerate(model.blocks):
+        query, _ = block(query, allowed_q, memory=torch.cat([content, query], dim=1))
+        if layer + 1 < len(model.blocks):
+            content, _ = block(content, allowed_c)
+    mean, sd = gaussian_mean_sd(model.readouts["y"](query))
+    pad = ~targets.valid()
+    return mean.masked_fill(pad, float("nan")), sd.masked_fill(pad, float("nan"))
+
+
+def predict_frame(model: EFA, context, targets, function: str, x: str, y: str,
+                  channel: str | None = None, channels: list | None = None):
+    """A copy of ``targets`` (rows (function, x[, channel])) with columns ``mean`` and ``sd``:
+    the predictive of y at each target row given every row of the same function in
+    ``context`` (a table like the training one, with y). A target function without context
+    rows is an error: an empty context has no predictive here."""
+    import pandas as pd
+
+    for name, frame in (("context", context), ("targets", targets)):
+        if not isinstance(frame, pd.DataFrame) or frame.empty:
+            raise ValueError(f"predict_frame needs a non-empty pandas DataFrame of {name}")
+    for name, frame in (("context", context), ("targets", targets)):
+        absent = [c for c in (function, x, *([y] if name == "context" else []),
+                              *([channel] if channel else [])) if c not in frame]
+        if absent:
+            raise KeyError(f"{name} lacks the columns {absent} (it has {list(frame)})")
+    missing = sorted(map(str, set(targets[function]) - set(context[function])))
+    if missing:
+        raise ValueError(
+            f"function(s) {missing[:5]} have target rows but no context rows: the predictive "
+            "needs at least one observed (x, y) point of the function"
+        )
+    if channel is not None:
+        known = channel_labels(model)
+        if known is None and channels is None:
+            raise ValueError(
+                "the model does not know its channel labels: pass channels= (the labels "
+                "frame_to_sequences returned for the training table), or build the model with "
+                "channels=those labels so that it keeps them")
+        if known is not None and channels is not None and list(channels) != known:
+            raise ValueError(f"channels={list(channels)} differ from the labels the model was "
+                             f"built with, {known}")
+        channels = known if known is not None else channels
+    ctx, labels = frame_to_sequences(context, function, x, y, channel, channels)
+    ids = sorted(context[function].unique())  # the order of from_frame's groups
+    tids = sorted(targets[function].unique())
+    tgt = targets.assign(_y=0.0)
+    seqs, _ = frame_to_sequences(tgt, function, x, "_y", channel, labels or None)
+    take = torch.as_tensor([ids.index(f) for f in tids])
+    mean, sd = predict(model, ctx[take], seqs)
+    seq = tgt[function].map({f: i for i, f in enumerate(tids)}).to_numpy()
+    pos = tgt.groupby(function, sort=False).cumcount().to_numpy()
+    out = targets.copy()
+    out["mean"], out["sd"] = mean.numpy()[seq, pos], sd.numpy()[seq, pos]
+    return out

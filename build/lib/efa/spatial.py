@@ -1,0 +1,323 @@
+"""Spatial and spatiotemporal data (Sec 3.2 of the EFA paper): long site × time tables in,
+``Sequences`` and the spatial models standardised on them out.
+
+One sequence is one time step: a set of sites, each a token [g(lat, lon); λ₁(value)], with no
+positional embedding; the masked site's value is predicted as a Gaussian from all the other
+sites (and, with ``lags``, from every site's value at the previous time steps).
+
+- :func:`frame_to_sequences`: a long table (site, time, lat, lon, value) → :class:`Sequences`
+  (missing values → ``observed=False``: hidden from the model and not predicted).
+- :func:`spatial_efa` / :func:`knn_fm`: the temperature experiment's EFA network and k-NN
+  factorisation model, standardised on the training data.
+- :func:`site_means` / :func:`anomalies`: per-site centring (squared errors are unchanged).
+
+The peers live in :mod:`efa.baselines` (``KNNFM``, ``Climatology``, ``GaussianConditional``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from efa.baselines.fm import KNNFM
+from efa.data import Sequences
+from efa.families import Gaussian
+from efa.fields import Attribute, Category, Value
+from efa.model import EFA, EFAConfig
+
+__all__ = [
+    "anomalies",
+    "frame_to_sequences",
+    "knn_fm",
+    "site_means",
+    "spatial_efa",
+]
+
+COORDS = "coords"
+LAG = "lag"
+SENTINELS = (-99.0, -999.0, -9999.0)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def frame_to_sequences(
+    df: pd.DataFrame,
+    *,
+    site: str,
+    time: str,
+    lat: str,
+    lon: str,
+    value: str,
+    lags: int = 0,
+    step=None,
+    target: str | None = None,
+    name: str = "value",
+    layout: str = "tokens",
+    sites=None,
+    return_index: bool = False,
+    missing: float | None = None,
+):
+    """A long table with one row per (site, time) → one :class:`Sequences` row per time.
+
+    ``missing``: a sentinel that marks a missing value in ``value`` (e.g. -99 in the Kaggle
+    temperature file); without it only NaN is missing, and a warning names a column holding a
+    common sentinel (-99, -999, -9999).
+
+    Sequence n holds the sites at time ``times[n]`` (in ``sites`` order: sorted unique site ids
+    unless given). Fields: ``coords`` [N, I, 2] (lat, lon in degrees) and ``name`` [N, I] (the
+    value). With ``lags=L`` the values at ``t − step``, …, ``t − L·step`` (``step`` defaults to
+    one day for datetime times and 1 otherwise) are added as context, in one of two layouts:
+
+    - ``layout="tokens"`` (the paper's): L more blocks of the same sites, I = S·(L+1) tokens, a
+      ``lag`` category field (0 = today, l = l steps back); only lag-0 tokens are targets.
+    - ``layout="fields"``: still S tokens, each carrying its own past values in extra value
+      fields ``{name}_lag1``, …, ``{name}_lag{L}`` (context only, never predicted).
+
+    Missing values -- NaN in ``value``, or no row for a (site, time) -- become
+    ``observed[name] = False``: the model sees [MASK] there and does not predict them (the
+    stored number is 0, never NaN). ``target`` names an optional bool column: only times where it
+    is True get a sequence (other rows can still serve as lag context). A site needs one
+    (lat, lon); a duplicated (site, time) is an error.
+
+    Returns the Sequences, or ``(sequences, sites, times)`` with ``return_index=True``.
+    """
+    for col in (site, time, lat, lon, value, *([target] if target else [])):
+        if col not in df.columns:
+            raise KeyError(f"column {col!r} not in the table (has {list(df.columns)})")
+    if isinstance(lags, bool) or not isinstance(lags, int | np.integer) or lags < 0:
+        raise ValueError(f"lags must be an integer >= 0, got {lags!r}")
+    if layout not in ("tokens", "fields"):
+        raise ValueError(f"layout must be 'tokens' or 'fields', got {layout!r}")
+    for col in (lat, lon):
+        if not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
+            raise ValueError(f"column {col!r} must hold numbers (degrees), got {df[col].dtype}")
+    if df[[lat, lon]].isna().any().any():
+        raise ValueError(f"columns {lat!r}/{lon!r} have missing coordinates")
+    if df[site].isna().any():
+        row = df.index[df[site].isna().to_numpy()][0]
+        raise ValueError(f"column {site!r} (the site) is missing in row {row!r}")
+    if df[time].isna().any():
+        row = df.index[df[time].isna().to_numpy()][0]
+        raise ValueError(f"column {time!r} is missing in row {row!r}: every row needs a time")
+    if target is not None:
+        flags = df[target]
+        if flags.isna().any() or not pd.api.types.is_bool_dtype(flags.dtype):
+            raise ValueError(f"column {target!r} (target) must hold True/False only, got dtype "
+                             f"{flags.dtype}" + (" with missing values" if flags.isna().any()
+                                                  else ""))
+    places = df.groupby(site)[[lat, lon]].agg(["min", "max"])
+    moving = (places[(lat, "min")] != places[(lat, "max")]) | (
+        places[(lon, "min")] != places[(lon, "max")]
+    )
+    if moving.any():
+        raise ValueError(f"site {moving[moving].index[0]!r} has more than one (lat, lon)")
+    if df.duplicated([site, time]).any():
+        row = df[df.duplicated([site, time])].iloc[0]
+        raise ValueError(f"site {row[site]!r} has more than one row at time {row[time]!r}")
+    try:
+        values = pd.to_numeric(df[value], errors="raise").astype(np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"column {value!r} is not numeric: {err}") from None
+    if missing is not None:
+        values = values.mask(values == missing)
+    else:
+        for sentinel in SENTINELS:
+            hits = int((values == sentinel).sum())
+            if hits:
+                warnings.warn(
+                    f"column {value!r} has {hits} values equal to {sentinel:g}, a common marker "
+                    f"of a missing value; pass missing={sentinel:g} if that is what they are",
+                    stacklevel=2,
+                )
+    if np.isinf(values).any():
+        raise ValueError(f"column {value!r} has infinite values")
+
+    sites = pd.Index(sorted(df[site].unique()) if sites is None else list(sites))
+    if sites.has_duplicates:
+        raise ValueError(f"sites must be distinct, got {list(sites[sites.duplicated()])[:5]} "
+                         "more than once")
+    unknown = set(df[site].unique()) - set(sites)
+    if unknown:
+        raise ValueError(f"sites not in `sites`: {sorted(unknown)[:5]}")
+    coords = places.reindex(sites)
+    if coords.isna().any().any():
+        missing = list(coords.index[coords.isna().any(axis=1)])[:5]
+        raise ValueError(f"no rows (hence no coordinates) for sites {missing}")
+    latlon = np.stack([coords[(lat, "min")], coords[(lon, "min")]], axis=1)
+
+    wide = pd.DataFrame({"s": df[site], "t": df[time], "v": values}).pivot(
+        index="t", columns="s", values="v"
+    )
+    wide = wide.reindex(columns=sites)
+    times = df.loc[df[target].astype(bool), time] if target else df[time]
+    times = pd.Index(sorted(times.unique()))
+    dated = pd.api.types.is_datetime64_any_dtype(times)
+    if step is None:
+        step = pd.Timedelta(days=1) if dated else 1
+    elif lags and dated != isinstance(step, pd.Timedelta | np.timedelta64):
+        raise ValueError(f"step {step!r} does not fit column {time!r} of {times.dtype}: "
+                         "datetime times take a pd.Timedelta step, numeric times a number")
+    blocks = [wide.reindex(times - lag * step).to_numpy() for lag in range(lags + 1)]
+    n, s = len(times), len(sites)
+    if layout == "fields":
+        names = [name] + [f"{name}_lag{lag}" for lag in range(1, lags + 1)]
+        latlon_tokens, lag_ids = latlon, None
+    else:
+        blocks, names = [np.concatenate(blocks, axis=1)], [name]  # [N, S·(L+1)]
+        latlon_tokens = np.tile(latlon, (lags + 1, 1))
+        lag_ids = torch.arange(lags + 1).repeat_interleave(s) if lags else None
+    width = latlon_tokens.shape[0]
+    fields = {
+        COORDS: torch.as_tensor(latlon_tokens, dtype=torch.float32).expand(n, -1, -1).contiguous()
+    }
+    observed = {}
+    for field_name, y in zip(names, blocks, strict=True):
+        seen = ~np.isnan(y)
+        fields[field_name] = torch.as_tensor(np.where(seen, y, 0.0), dtype=torch.float32)
+        observed[field_name] = torch.as_tensor(seen)
+    scored = None
+    if lag_ids is not None:
+        fields[LAG] = lag_ids.expand(n, -1).contiguous()
+        scored = (lag_ids == 0).expand(n, -1).contiguous()
+    data = Sequences(fields, torch.full((n,), width), observed=observed, scored=scored)
+    return (data, sites, times) if return_index else data
+
+
+def site_means(train: Sequences, name: str = "value") -> Tensor:
+    """Per-site mean of the observed target values of ``train`` (sequences of one layout)."""
+    m = train.predicted(name)
+    y = torch.where(m, train.fields[name].double(), 0.0)
+    sums, counts = y.sum(0), m.sum(0)
+    s = int(train.scored_positions()[0].sum())  # lag-0 tokens come first in both layouts
+    if (counts[:s] == 0).any():
+        raise ValueError("every site needs at least one observed training value")
+    return sums[:s] / counts[:s]
+
+
+def anomalies(data: Sequences, means: Tensor, name: str = "value") -> Sequences:
+    """Subtract each site's (training) mean from its value and from its lagged values.
+
+    A shift per site does not change squared errors, so an EFA fitted to anomalies reports MSE
+    in the data's units; the model then needs only departures from each site's climatology (at
+    the price of not predicting sites that have no training data)."""
+    means = torch.as_tensor(means)
+    if name not in data.fields:
+        raise KeyError(f"no field {name!r}: the sequences have {list(data.fields)}")
+    width = data.fields[name].shape[1]
+    # The tokens layout with lags repeats the S sites once per lag (LAG says which block).
+    sites = int((data.fields[LAG][0] == 0).sum()) if LAG in data.fields else width
+    if means.dim() != 1 or len(means) != sites:
+        raise ValueError(f"means must hold one value per site: the data have {sites} sites, "
+                         f"means has shape {tuple(means.shape)}")
+    if means.dtype == torch.bool or means.is_complex() or not torch.isfinite(means).all():
+        raise ValueError("means must be finite real numbers (site_means(train) gives them)")
+    means = means.double()
+    fields = dict(data.fields)
+    for k, y in data.fields.items():
+        if k == name or k.startswith(f"{name}_lag"):
+            reps = y.shape[1] // len(means)  # the tokens layout repeats the sites per lag
+            shift = means.repeat(reps).to(torch.float64)
+            seen = data.observed.get(k, torch.ones_like(y, dtype=torch.bool))
+            fields[k] = torch.where(seen, y.double() - shift, 0.0).to(y.dtype)
+    return Sequences(fields, data.lengths, data.observed, data.scored)
+
+
+# --------------------------------------------------------------------------- EFA
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _moments(data: Sequences, name: str) -> tuple[list[float], list[float], float, float]:
+    """Means and standard deviations of the coordinates and values of ``data``. A constant
+    (one latitude for every site, a single site, constant values) has no scale: it is centred
+    and left unscaled (scale 1), with a warning, rather than divided by zero."""
+    m = data.predicted(name)
+    if not m.any():
+        raise ValueError(f"the training data have no observed {name!r} value to standardise on")
+    y = data.fields[name][m].double()
+    c = data.fields[COORDS][data.valid()].double()
+    c_scale = [_scale(v, f"coordinate {k} ({'lat' if k == 0 else 'lon'})")
+               for k, v in enumerate(c.std(0).nan_to_num(0.0).tolist())]
+    y_scale = _scale(float(y.std()) if len(y) > 1 else 0.0, f"the values of {name!r}")
+    return c.mean(0).tolist(), c_scale, float(y.mean()), y_scale
+
+
+def _scale(std: float, what: str) -> float:
+    if std > 0:
+        return std
+    warnings.warn(f"{what} is constant in the training data: it is centred but not scaled",
+                  stacklevel=3)
+    return 1.0
+
+
+def spatial_efa(
+    train: Sequences,
+    num_layers: int = 2,
+    name: str = "value",
+    sigma: float = 1.0,
+    dim: int = 32,
+    **config,
+) -> EFA:
+    """The paper's spatial EFA (App. H.4), standardised on ``train``.
+
+    Tokens: g(standardised lat, lon) = MLP(2→128→32), λ₁(standardised value) = MLP(1→128→32)
+    with a learned [MASK] vector, and with lags a 32-d lag embedding; concatenated and mixed by
+    MLP(→64→32). ``num_layers`` post-LN transformer blocks (2 heads × 16, FFN 64), no positions,
+    bidirectional, no attention mask. λ₂ = MLP(32→128→16→1) gives the Gaussian mean in the
+    value's units (σ fixed at ``sigma``: maximum likelihood = least squares). ``config``
+    overrides any :class:`EFAConfig` entry.
+    """
+    c_loc, c_scale, y_loc, y_scale = _moments(train, name)
+    fields = [
+        Attribute(COORDS, size=2, dim=dim, hidden=128, loc=c_loc, scale=c_scale),
+        Value(
+            name,
+            Gaussian(sigma),
+            dim=dim,
+            hidden=128,
+            readout_hidden=(128, 16),
+            loc=y_loc,
+            scale=y_scale,
+        ),
+    ]
+    for k in train.fields:
+        if k.startswith(f"{name}_lag"):  # the "fields" layout: past values of the same site
+            fields.append(
+                Value(
+                    k, Gaussian(sigma), target=False, dim=dim, hidden=128, loc=y_loc, scale=y_scale
+                )
+            )
+    if LAG in train.fields:  # the "tokens" layout: which day a token is from
+        fields.append(Category(LAG, int(train.fields[LAG].max()) + 1, target=False, dim=dim))
+    cfg = dict(
+        num_layers=num_layers,
+        num_heads=2,
+        head_dim=16,
+        d_model=32,
+        mix="mlp",
+        mix_hidden=64,
+        max_len=None,
+        direction="bidirectional",
+        block="post_ln",
+        ffn_hidden=64,
+    )
+    cfg.update(config)
+    return EFA(EFAConfig(fields, **cfg))
+
+
+def knn_fm(train: Sequences, k: int, name: str = "value", **kw) -> KNNFM:
+    """The temperature experiment's k-NN FM (``efa.baselines.KNNFM``), standardised on
+    ``train`` like :func:`spatial_efa`."""
+    c_loc, c_scale, y_loc, y_scale = _moments(train, name)
+    return KNNFM(
+        Attribute(COORDS, size=2, loc=c_loc, scale=c_scale),
+        Value(name, Gaussian(1.0), loc=y_loc, scale=y_scale),
+        k,
+        **kw,
+    )

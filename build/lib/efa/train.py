@@ -1,0 +1,719 @@
+"""Fitting: Adam(W) with a schedule, early stopping on the validation log-likelihood with the
+best weights restored, seeded shuffling, a progress bar, and checkpoints that resume.
+
+Works for any ``ConditionalModel`` (EFA and the factorisation baselines alike). Nothing here
+returns a non-finite number without an error that says where it came from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import random
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from efa import checkpoint, distributed
+from efa.data import Sequences
+from efa.model import ConditionalModel
+
+SCHEDULES = ("anneal", "plateau", "cosine", "constant")
+DEFAULTS = {"device": None}  # set by `efa reproduce --device` in its worker processes
+# The running job's checkpoint folder in an `efa reproduce` journal (set by the runner around
+# each job) and how many fits the job has started: fit K checkpoints to folder/fitK, so a
+# killed run resumes its long jobs mid-fit.
+_JOB = {"folder": None, "fits": 0}
+JOB_SAVE_SECONDS = 60.0
+
+
+def job_checkpoints(folder: Path | None) -> None:
+    """Checkpoint every following ``fit`` without a ``checkpoint_dir`` of its own under
+    ``folder`` (None: stop); the runner calls it around each job."""
+    _JOB["folder"], _JOB["fits"] = (None if folder is None else Path(folder)), 0
+
+
+def _job_fit_folder(size: int) -> Path | None:
+    """The next fit's folder in the running job (single-process fits only: the time-based
+    saves of a job's fits need no agreement between ranks)."""
+    if _JOB["folder"] is None or size != 1:
+        return None
+    _JOB["fits"] += 1
+    return _JOB["folder"] / f"fit{_JOB['fits'] - 1}"
+
+
+class StillImproving(UserWarning):
+    """The best validation epoch was the last one: more epochs may help."""
+
+
+@dataclass
+class TrainConfig:
+    """Training settings.
+
+    The defaults (AdamW 6e-3, batches of 256 sequences, the learning rate halved after every
+    validation epoch that does not improve on the best by ``min_delta`` = 1e-4 nats, stop
+    after ``patience`` = 3 such epochs in a row, best epoch restored) fit efa's own teacher
+    data to within 0.01 nats of the Bayes limit in about 17 epochs (``efa reproduce
+    teacher``, docs/peers.md).
+    schedule: "anneal" (halve the rate on every stalled validation epoch), "plateau" (halve it
+      after ``max(1, patience // 3) + 1`` stalled epochs in a row, PyTorch's relative threshold
+      of 1e-4; the earlier default), "cosine" (per step, over ``max_epochs``, after
+      ``warmup_steps``), "constant". Without validation data "anneal" and "plateau" keep the
+      rate constant.
+    threads: torch CPU threads during ``fit`` (None: leave torch's setting). Results depend on
+      the thread count; on a shared or small machine 1 thread is often fastest (no
+      oversubscription). resume: with ``checkpoint_dir``, continue from a checkpoint written by
+      the same model, data and settings (False: start over, replacing it).
+    device: where to train ("cuda", "cuda:1", "cpu"; None: where the model is, or the
+      default set by ``efa reproduce --device``); batches are moved there one at a time.
+    autocast: "bf16" or "fp16" mixed precision for the forward pass (None: off).
+    positions: m > 0 samples m scored positions per sequence per step (uniformly, with weights
+      that keep the objective unbiased) instead of all of them — the cheap stochastic masked
+      pseudo-likelihood for long sequences in copies mode; evaluation stays exact.
+    drop_last: skip a last partial batch (needed when a data-parallel world size does not
+      divide the data).
+    sampled_softmax: k > 0 trains category read-outs by the sampled softmax with k negatives
+      per batch from the ``proposal`` ("unigram": training frequencies, or "uniform"), with
+      the log-Q correction (large vocabularies; evaluation stays exact).
+    monitor: the target fields whose summed validation log-likelihood decides early stopping
+      and the schedule (None: every target field), e.g. only the response of a classifier
+      trained on the joint pseudo-likelihood; training still fits every field.
+    """
+
+    lr: float = 6e-3
+    weight_decay: float = 0.0
+    batch_size: int = 256
+    max_epochs: int = 200
+    patience: int = 3
+    schedule: str = "anneal"
+    min_delta: float = 1e-4  # a smaller validation improvement counts as a stalled epoch
+    warmup_steps: int = 0
+    grad_clip: float | None = 1.0
+    seed: int = 0
+    eval_batch_size: int = 1024
+    progress: bool = True
+    checkpoint_dir: str | None = None
+    threads: int | None = None
+    resume: bool = True
+    device: str | None = None
+    autocast: str | None = None
+    positions: int | None = None
+    drop_last: bool = False
+    sampled_softmax: int | None = None
+    proposal: str = "unigram"
+    monitor: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        for name in ("progress", "resume", "drop_last"):  # 'False' would be truthy
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.monitor is not None:
+            if isinstance(self.monitor, str) or not all(isinstance(m, str) for m in self.monitor) \
+                    or not self.monitor:
+                raise ValueError("monitor must be None or a non-empty tuple of field names, got "
+                                 f"{self.monitor!r}")
+            self.monitor = tuple(self.monitor)
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        for name in ("batch_size", "max_epochs", "patience", "eval_batch_size"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("warmup_steps", self.warmup_steps, 0)
+        _check_int("seed", self.seed, None)
+        if self.threads is not None:
+            _check_int("threads", self.threads, 1)
+        if self.positions is not None:
+            _check_int("positions", self.positions, 1)
+        if self.sampled_softmax is not None:
+            _check_int("sampled_softmax", self.sampled_softmax, 1)
+        if self.proposal not in ("unigram", "uniform"):
+            raise ValueError(f"proposal must be 'unigram' or 'uniform', got {self.proposal!r}")
+        if self.autocast not in (None, "bf16", "fp16"):
+            raise ValueError(f"autocast must be None, 'bf16' or 'fp16', got {self.autocast!r}")
+        for name, low in (("lr", 0.0), ("weight_decay", None), ("grad_clip", 0.0),
+                          ("min_delta", None)):
+            v = getattr(self, name)
+            if name == "grad_clip" and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                    or (low is not None and v <= low) or v < 0:
+                raise ValueError(f"{name} must be a finite number {'> 0' if low == 0 else '>= 0'}"
+                                 f", got {v!r}")
+
+
+def _check_int(name, v, low):
+    if isinstance(v, bool) or not isinstance(v, int | np.integer) or (low is not None and v < low):
+        bound = f" >= {low}" if low is not None else ""
+        raise ValueError(f"{name} must be an integer{bound}, got {v!r}")
+
+
+@dataclass
+class History:
+    train_loss: list[float] = field(default_factory=list)
+    val_loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)  # after each epoch's schedule step
+    best_epoch: int = -1
+    best_val: float = math.inf
+    epochs_run: int = 0
+    seconds: float = 0.0
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch: same seed, same numbers (on the same machine, with the same
+    number of torch threads)."""
+    _check_int("seed", seed, 0)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def _batches(data: Sequences, batch_size: int, device: torch.device | None = None):
+    _check_int("batch_size", batch_size, 1)
+    for start in range(0, len(data), batch_size):
+        idx = torch.arange(start, min(start + batch_size, len(data)))
+        batch = data[idx]
+        yield idx, batch if device is None or batch.device == device else batch.to(device)
+
+
+@contextlib.contextmanager
+def _scoring(model: ConditionalModel, data: Sequences):
+    """Check ``data`` against the model and score in eval mode; the model's training mode is
+    restored afterwards, also when scoring raises."""
+    model.check(data)
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
+def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
+                    base_measure: bool = True) -> dict[str, torch.Tensor]:
+    """log p(y_i | context) per target field as [N, I] float64, NaN where not predicted: the
+    per-position numbers behind ``evaluate``, for paired comparisons between models. A
+    non-finite value at a predicted position is an error naming it, as in ``evaluate``."""
+    out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
+           for f in model.target_fields}
+    with _scoring(model, data):
+        for idx, batch in _batches(data, batch_size, model.device):
+            for name, lp in model.log_likelihoods(batch, base_measure).items():
+                if not torch.isfinite(lp[batch.predicted(name)]).all():
+                    _raise_non_finite(model, batch, idx, "log_likelihoods")
+                out[name][idx, : lp.shape[1]] = lp.double().cpu()
+    return out
+
+
+@torch.no_grad()
+def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
+             base_measure: bool = True, fields: tuple[str, ...] | None = None
+             ) -> dict[str, float]:
+    """Mean log-likelihood per target field (of ``fields`` only, if given) over all predicted
+    positions of ``data``. A field with no predicted position gets NaN and a warning; a
+    non-finite log-likelihood is an error naming the field, sequence and position."""
+    if fields is not None:
+        _check_targets(model, fields)
+    names = [f.name for f in model.target_fields if fields is None or f.name in fields]
+    sums: dict[str, float] = dict.fromkeys(names, 0.0)
+    counts: dict[str, int] = dict.fromkeys(names, 0)
+    with _scoring(model, data):
+        for idx, batch in _batches(data, batch_size, model.device):
+            for name, (s, n) in model.log_likelihood(batch, base_measure, check=False).items():
+                if name not in sums:
+                    continue
+                if not torch.isfinite(s):
+                    _raise_non_finite(model, batch, idx, "evaluate")
+                sums[name] += float(s)
+                counts[name] += n
+    out = {}
+    for name in sums:
+        if counts[name] == 0:
+            warnings.warn(f"field {name!r} has no predicted position in the data (all values "
+                          "missing or not scored): its log-likelihood is NaN", stacklevel=2)
+            out[name] = float("nan")
+        else:
+            out[name] = sums[name] / counts[name]
+    return out
+
+
+def _check_targets(model: ConditionalModel, names) -> None:
+    targets = [f.name for f in model.target_fields]
+    unknown = [n for n in names if n not in targets]
+    if unknown:
+        raise ValueError(f"{unknown} are not target fields of the model; its target fields "
+                         f"are {targets}")
+
+
+def _raise_non_finite(model, batch: Sequences, idx: torch.Tensor, where: str, extra: str = ""):
+    """Find the first position whose log-likelihood is not finite and say where it is."""
+    with torch.no_grad():
+        lps = model.log_likelihoods(batch)
+    for name, lp in lps.items():
+        bad = batch.predicted(name) & ~torch.isfinite(lp)
+        if bad.any():
+            b, i = bad.nonzero()[0].tolist()
+            y = batch.fields[name][b, i].item()
+            raise FloatingPointError(
+                f"{where}: non-finite log-likelihood {lp[b, i].item()} of field {name!r} at "
+                f"sequence {int(idx[b])}, position {i} (value {y!r}){extra}: the value may be "
+                "extreme for the model (check it, and a Value field's loc/scale) or the "
+                "parameters diverged (lower the learning rate)"
+            )
+    raise FloatingPointError(f"{where}: non-finite loss with finite log-likelihoods at every "
+                             f"position{extra}: the parameters diverged; lower the learning rate")
+
+
+@torch.no_grad()
+def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size: int = 1024):
+    """(observed y, predicted mean E[y | context]) at every predicted position of ``name``."""
+    f = model.target(name)
+    ys, means = [], []
+    with _scoring(model, data):
+        for idx, batch in _batches(data, batch_size, model.device):
+            mask = batch.predicted(name)
+            mean = model._means_at(batch, mask)[0][name][mask]  # checked here: global ids
+            bad = ~torch.isfinite(mean.reshape(len(mean), -1) if len(mean) else
+                                  mean.new_zeros(0, 1)).all(1)
+            if bad.any():
+                b, i = mask.nonzero()[bad][0]
+                raise FloatingPointError(
+                    f"predictions: non-finite predicted mean of field {f.name!r} at sequence "
+                    f"{int(idx[b])}, position {int(i)}"
+                )
+            ys.append(batch.fields[name][mask].cpu())
+            means.append(mean.cpu())
+    return torch.cat(ys), torch.cat(means)
+
+
+def mean_squared_error(model: ConditionalModel, data: Sequences, name: str) -> float:
+    """Mean squared error of the predicted mean of value field ``name`` (in its units²)."""
+    f = model.target(name)
+    if f.kind != "value":
+        raise ValueError(f"field {name!r} is a {f.kind}: the mean squared error needs a numeric "
+                         "value field (use evaluate for a log-likelihood)")
+    y, mu = predictions(model, data, name)
+    if len(y) == 0:
+        raise ValueError(f"field {name!r} has no predicted position in the data")
+    return float(((y.to(mu.dtype) - mu) ** 2).mean())
+
+
+def _val_loss(model, data, batch_size, monitor=None) -> float:
+    rank, size = distributed.world()
+    if size == 1:
+        return -sum(evaluate(model, data, batch_size, fields=monitor).values())
+    # Each rank scores its shard; the all-reduced sums make the same decision everywhere.
+    shard = data[torch.arange(rank, len(data), size)] if rank < len(data) else None
+    sums = {f.name: [0.0, 0] for f in model.target_fields
+            if monitor is None or f.name in monitor}
+    if shard is not None:
+        with torch.no_grad():
+            model.eval()
+            for _, batch in _batches(shard, batch_size, model.device):
+                for name, (s, n) in model.log_likelihood(batch, check=False).items():
+                    if name in sums:
+                        sums[name][0] += float(s)
+                        sums[name][1] += n
+            model.train()
+    flat = distributed.all_sum([v for pair in sums.values() for v in pair])
+    return -sum(flat[2 * k] / max(flat[2 * k + 1], 1) for k in range(len(sums)))
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+def fit(
+    model: ConditionalModel,
+    train: Sequences,
+    val: Sequences | None = None,
+    config: TrainConfig | None = None,
+    **overrides,
+) -> History:
+    """Maximise the (pseudo) log-likelihood of ``train``; stop early on ``val``.
+
+    Without ``val`` the model trains for ``max_epochs`` and keeps the last weights. With
+    ``checkpoint_dir`` the full state is saved after every epoch and a killed run resumes from
+    the last completed epoch with identical results; the checkpoint is tied to the model, the
+    data and the settings, and anything else is refused (``resume=False`` starts over).
+    """
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(
+            f"fit's fourth argument is a TrainConfig, got {config!r}; pass settings as keywords, "
+            "e.g. fit(model, train, val, max_epochs=30)"
+        )
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise TypeError(f"fit got unknown settings {sorted(unknown)}; TrainConfig has "
+                        f"{sorted(known)}")
+    cfg = config or TrainConfig()
+    if overrides:
+        cfg = TrainConfig(**{**asdict(cfg), **overrides})
+    if cfg.monitor is not None:
+        _check_targets(model, cfg.monitor)
+    if cfg.positions is not None or distributed.world()[1] > 1:
+        _check_weighted_loss(model, "positions=m" if cfg.positions is not None else
+                             "data-parallel training")
+    if cfg.positions is not None and cfg.positions > train.max_len:
+        raise ValueError(
+            f"positions={cfg.positions} is more than the sequences hold ({train.max_len}); "
+            "use positions=None for the exact objective"
+        )
+    for what, data in (("training", train), ("validation", val)):
+        if data is None:
+            continue
+        model.check(data)
+        watched = [f.name for f in model.target_fields if what == "training"
+                   or cfg.monitor is None or f.name in cfg.monitor]
+        empty = [name for name in watched if not data.predicted(name).any()]
+        if empty:
+            raise ValueError(
+                f"the {what} data have no predicted position for field(s) {empty} (all values "
+                "missing, or `scored` all False): there is nothing to fit or to stop early on"
+            )
+    model.standardise(train)  # Value fields left at loc/scale None: standardised on train
+    device = cfg.device or DEFAULTS["device"]
+    if device is not None:
+        _check_device(device)
+        model.to(device)
+    threads = torch.get_num_threads()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _fit(model, train, val, cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _check_device(device) -> None:
+    d = torch.device(device)
+    if d.type == "cpu":
+        return
+    backend = getattr(torch, d.type, None)
+    if backend is None or not backend.is_available() or (
+            d.index is not None and d.index >= backend.device_count()):
+        raise ValueError(f"device {device!r} does not exist on this machine")
+
+
+def _fit(model, train, val, cfg: TrainConfig) -> History:
+    rank, size = distributed.world()
+    distributed.check_sizes(len(train), cfg.batch_size, size, cfg.drop_last)
+    device = model.device
+    gen = torch.Generator().manual_seed(cfg.seed)
+    sampler = torch.Generator().manual_seed(cfg.seed + 7919)  # sampled positions
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    n_batches = len(train) // cfg.batch_size if cfg.drop_last else \
+        math.ceil(len(train) / cfg.batch_size)
+    if n_batches == 0:
+        raise ValueError(f"drop_last with {len(train)} sequences in batches of "
+                         f"{cfg.batch_size} leaves no batch")
+    sched, plateau = _scheduler(opt, cfg, n_batches)
+    hist, best_state, bad, start_epoch = History(), None, 0, 0
+    initial = copy.deepcopy(model.state_dict())
+    fingerprint = {
+        "model": checkpoint.model_fingerprint(model),
+        "data": checkpoint.data_fingerprint(train, val),
+        "settings": _resume_key(asdict(cfg)),
+        "initial": checkpoint.weights_fingerprint(initial),
+    }
+    own = bool(cfg.checkpoint_dir)
+    folder = Path(cfg.checkpoint_dir) if own else _job_fit_folder(size)
+    if own and folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"checkpoint_dir {str(folder)!r} is a file, not a folder")
+    if folder is not None and cfg.resume:
+        state = checkpoint.load(folder)
+        if state is not None:
+            try:
+                hist, best_state, bad = _restore(state, folder, fingerprint, model, opt,
+                                                 plateau or sched, gen, sampler)
+                start_epoch = hist.epochs_run
+            except ValueError:
+                # The user's folder: say what differs. A job's own checkpoint written for
+                # another model, data or settings: start that fit over (_restore checks the
+                # fingerprint before it changes anything; the next save replaces the file).
+                if own:
+                    raise
+    negatives = torch.Generator().manual_seed(cfg.seed + 104729)
+    if cfg.sampled_softmax is not None:
+        model.sampling = {"k": cfg.sampled_softmax, "generator": negatives,
+                          "log_q": _proposals(model, train, cfg.proposal)}
+    objective = distributed.Loss(model)
+    if size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        objective = DistributedDataParallel(objective, find_unused_parameters=True)
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.autocast)
+
+    t0 = saved = time.perf_counter() - hist.seconds
+    bar = tqdm(
+        range(start_epoch, cfg.max_epochs),
+        # On a terminal only: piped into a log, a bar writes hundreds of carriage returns.
+        disable=not cfg.progress or not sys.stderr.isatty() or rank != 0,
+        desc="fit",
+        unit="epoch",
+        initial=start_epoch,
+        total=cfg.max_epochs,
+    )
+    try:
+        for epoch in bar:
+            if bad >= cfg.patience:
+                break
+            model.train()
+            order = torch.randperm(len(train), generator=gen)
+            total = 0.0
+            for start in range(0, n_batches * cfg.batch_size, cfg.batch_size):
+                idx = order[start : start + cfg.batch_size]
+                batch = train[idx[rank::size]]
+                if batch.device != device:
+                    batch = batch.to(device)
+                weights = counts = None
+                if size > 1 or cfg.positions is not None:
+                    # Normalise by the predicted positions of the whole batch (all ranks, all
+                    # positions): the ranks then sum to one process's exact-batch gradient.
+                    whole = train[idx] if size > 1 else batch
+                    counts = {f.name: int(whole.predicted(f.name).sum())
+                              for f in model.target_fields}
+                if cfg.positions is not None:
+                    batch, weights = _sample_positions(batch, cfg.positions, sampler)
+                with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                    if counts is None:
+                        loss = model.loss(batch)
+                    else:
+                        loss = objective(batch, weights, counts, float(size))
+                if not torch.isfinite(loss):
+                    _raise_non_finite(model, batch, idx[rank::size], "fit", f" at epoch {epoch}")
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                opt.step()
+                if sched is not None:
+                    sched.step()
+                total += float(loss.detach()) / size
+            hist.train_loss.append(distributed.all_sum([total])[0] / n_batches)
+            if val is not None:
+                v = _val_loss(model, val, cfg.eval_batch_size, cfg.monitor)
+                hist.val_loss.append(v)
+                if plateau is not None:
+                    plateau.step(v)
+                if v < hist.best_val - cfg.min_delta:
+                    hist.best_val, hist.best_epoch, bad = v, epoch, 0
+                    best_state = copy.deepcopy(model.state_dict())
+                else:
+                    bad += 1
+            hist.lr.append(opt.param_groups[0]["lr"])
+            hist.epochs_run = epoch + 1
+            hist.seconds = time.perf_counter() - t0
+            bar.set_postfix(
+                train=f"{hist.train_loss[-1]:.4f}",
+                val=f"{hist.val_loss[-1]:.4f}" if hist.val_loss else "-",
+            )
+            # A job's own checkpoints are written at most every JOB_SAVE_SECONDS: many short
+            # fits are not slowed down, and a kill costs at most that much of a long one.
+            if folder is not None and (own or time.perf_counter() - saved >= JOB_SAVE_SECONDS):
+                if rank == 0:
+                    _save(folder, model, opt, plateau or sched, gen, sampler, hist, best_state,
+                          bad, cfg, fingerprint)
+                saved = time.perf_counter()
+                distributed.barrier()
+    except FloatingPointError:
+        # Leave the user a usable model, not the destroyed weights.
+        model.load_state_dict(best_state if best_state is not None else initial)
+        model.eval()
+        raise
+    finally:
+        bar.close()
+        if hasattr(model, "sampling"):
+            del model.sampling
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    model.train_threads_ = torch.get_num_threads()
+    if val is not None and hist.best_epoch == hist.epochs_run - 1 and \
+            hist.epochs_run == cfg.max_epochs:
+        warnings.warn(
+            f"the best validation epoch was the last one ({hist.epochs_run}): the model may "
+            "still be improving; consider more epochs", StillImproving, stacklevel=3)
+    return hist
+
+
+def _proposals(model, train: Sequences, kind: str) -> dict[str, torch.Tensor]:
+    """log Q per category target: training frequencies (add-one) or uniform."""
+    out = {}
+    for f in model.target_fields:
+        if f.kind != "category":
+            continue
+        k = f.num_categories
+        if kind == "uniform":
+            q = torch.full((k,), 1.0 / k, dtype=torch.float64)
+        else:
+            counts = torch.bincount(train.fields[f.name][train.predicted(f.name)].cpu(),
+                                    minlength=k).double() + 1
+            q = counts / counts.sum()
+        out[f.name] = q.log().to(model.device, next(model.parameters()).dtype)
+    return out
+
+
+def _check_weighted_loss(model, what: str) -> None:
+    """Sampled positions and data-parallel ranks need ``loss(data, weights=, counts=)`` (the
+    generic pseudo-likelihood's); a model with an objective of its own cannot take them."""
+    import inspect
+
+    params = inspect.signature(model.loss).parameters
+    if not {"weights", "counts"} <= set(params):
+        raise ValueError(f"{what} needs a model whose loss takes per-sequence weights and "
+                         f"global counts, as efa.EFA's does; {type(model).__name__}.loss "
+                         "computes its own objective: train it without " + what)
+
+
+def _sample_positions(batch: Sequences, m: int, gen: torch.Generator):
+    """Keep m scored positions per sequence, uniformly at random (all when fewer), and the
+    weights n_b / m_b that make the sum of the kept terms an unbiased estimate of the sum of
+    all of them."""
+    slots = batch.scored_positions()
+    keys = torch.rand(slots.shape, generator=gen).to(slots.device)
+    keys = keys.masked_fill(~slots, 2.0)  # never picked before a real slot
+    k = min(m, slots.shape[1])
+    chosen = torch.zeros_like(slots)
+    chosen.scatter_(1, keys.topk(k, dim=1, largest=False).indices, True)
+    chosen &= slots
+    n = slots.sum(1)
+    weights = n.double() / chosen.sum(1).clamp(min=1)
+    return batch.with_scored(chosen), weights
+
+
+def _resume_key(cfg: dict) -> dict:
+    """The settings a resumed run must share with the run that wrote the checkpoint."""
+    return {k: v for k, v in cfg.items()
+            if k not in ("progress", "checkpoint_dir", "threads", "resume")}
+
+
+def _scheduler(opt, cfg: TrainConfig, steps_per_epoch: int):
+    """(per-step scheduler, per-epoch plateau scheduler); exactly one is not None."""
+    if cfg.schedule == "anneal":
+        # The rate comes down exactly when validation stops responding to it; the stall test is
+        # early stopping's own (an improvement of at least min_delta on the best).
+        return None, torch.optim.lr_scheduler.ReduceLROnPlateau(
+            opt, factor=0.5, patience=0, threshold=cfg.min_delta, threshold_mode="abs"
+        )
+    if cfg.schedule == "plateau":
+        return None, torch.optim.lr_scheduler.ReduceLROnPlateau(
+            opt, factor=0.5, patience=max(1, cfg.patience // 3)
+        )
+    total = cfg.max_epochs * steps_per_epoch
+
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        progress = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor), None
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _save(folder: Path, model, opt, sched, gen, sampler, hist, best_state, bad, cfg,
+          fingerprint):
+    tensors = {f"model/{k}": v for k, v in model.state_dict().items()}
+    if best_state is not None:
+        tensors |= {f"best/{k}": v for k, v in best_state.items()}
+    opt_state = opt.state_dict()
+    scalars = {}
+    for i, st in opt_state["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optimizer/{i}/{k}"] = v
+            else:
+                scalars[f"{i}/{k}"] = v
+    tensors["rng/generator"] = gen.get_state()
+    tensors["rng/sampler"] = sampler.get_state()
+    tensors["rng/torch"] = torch.get_rng_state()
+    meta = {
+        "format": 1,
+        "fingerprint": fingerprint,
+        "history": asdict(hist),
+        "bad": bad,
+        "has_best": best_state is not None,
+        "optimizer": {"param_groups": opt_state["param_groups"], "scalars": scalars},
+        "scheduler": sched.state_dict(),
+    }
+    checkpoint.save(folder, tensors, meta)
+    (folder / "history.json").write_text(json.dumps(asdict(hist)))
+
+
+def _restore(state, folder: Path, fingerprint: dict, model, opt, sched, gen, sampler):
+    tensors, meta = state
+    path = folder / checkpoint.FILE
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} is damaged: its metadata is not a JSON object")
+    saved = meta.get("fingerprint", {})
+    # Data first: fit standardises unset Value loc/scale on the training data, so other data
+    # also make another model config; the data are the cause to report.
+    for part, what in (("data", "data (training or validation)"), ("model", "model"),
+                       ("settings", "training settings"),
+                       ("initial", "initialisation (the weights this fit starts from)")):
+        if not isinstance(saved, dict) or saved.get(part) != fingerprint[part]:
+            old = saved.get(part) if isinstance(saved, dict) else None
+            diff = (checkpoint.differences(old or {}, fingerprint[part])
+                    if isinstance(fingerprint[part], dict) and isinstance(old, dict | None) else
+                    [f"the {'contents' if part == 'data' else 'weights'} differ"
+                     + ("" if part == "data" else " (another seed?)")])
+            raise ValueError(
+                f"{path} was written for another {what}: "
+                + "; ".join(diff[:5])
+                + ". Use another checkpoint_dir, or resume=False to start over"
+            )
+    # Read everything before changing anything: a damaged file leaves the model as it was.
+    try:
+        weights = {k[6:]: v for k, v in tensors.items() if k.startswith("model/")}
+        best = ({k[5:]: v for k, v in tensors.items() if k.startswith("best/")}
+                if meta["has_best"] else None)
+        opt_state = {"state": {}, "param_groups": meta["optimizer"]["param_groups"]}
+        for k, v in tensors.items():
+            if k.startswith("optimizer/"):
+                _, i, name = k.split("/", 2)
+                opt_state["state"].setdefault(int(i), {})[name] = v
+        for k, v in meta["optimizer"]["scalars"].items():
+            i, name = k.split("/", 1)
+            opt_state["state"].setdefault(int(i), {})[name] = v
+        sched_state = dict(meta["scheduler"])
+        sched_state.pop("_scale_fn_ref", None)
+        rngs = [tensors[f"rng/{k}"] for k in ("generator", "sampler", "torch")]
+        hist, bad = History(**meta["history"]), int(meta["bad"])
+        current = model.state_dict()
+        if set(weights) != set(current):
+            raise KeyError("the model's weights")
+        for k, v in weights.items():
+            if v.shape != current[k].shape:
+                raise ValueError(f"weight {k!r} of shape {list(v.shape)}, the model's is "
+                                 f"{list(current[k].shape)}")
+        for name, r, now in zip(("generator", "sampler", "torch"), rngs,
+                                (gen.get_state(), sampler.get_state(), torch.get_rng_state()),
+                                strict=True):
+            if r.dtype != now.dtype or r.shape != now.shape:
+                raise ValueError(f"random state rng/{name} of {r.dtype} {list(r.shape)}, "
+                                 f"expected {now.dtype} {list(now.shape)}")
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path} is damaged (missing or malformed {err}); delete it, or pass "
+                         "resume=False to start over") from None
+    model.load_state_dict(weights)
+    opt.load_state_dict(opt_state)
+    sched.load_state_dict(sched_state)
+    gen.set_state(rngs[0])
+    sampler.set_state(rngs[1])
+    torch.set_rng_state(rngs[2])
+    return hist, best, bad

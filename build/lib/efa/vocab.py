@@ -1,0 +1,116 @@
+"""Categorical read-outs over large vocabularies (catalogues of 10⁴–10⁶ items).
+
+The read-out δ turns a state h into logits over D items. Holding [tokens × D] logits at once
+costs tokens·D floats (12,800 tokens × 10⁵ items = 5 GB); here the log-softmax is computed in
+chunks of the vocabulary with a running log-sum-exp, and the backward pass recomputes each
+chunk instead of storing it — exact, with memory O(tokens × chunk).
+
+For training, :func:`sampled_log_prob` is the cheaper sampled softmax: the target and k
+negatives drawn from a proposal Q, with the usual correction (each logit minus log(k·Q)), so
+that the sampled normaliser estimates the full one (Jean et al., 2015). It is biased and
+used for training only; evaluation stays exact.
+
+The ``distinct`` support restriction works at that size too: the excluded items are given as
+(row, item) pairs instead of a [tokens × D] mask.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+EXCLUDED = -1e4  # the same finite "impossible" logit as efa.fields.EXCLUDED
+
+
+def _chunk_logits(h, weight, bias, start, stop, excluded):
+    z = h @ weight[start:stop].T
+    if bias is not None:
+        z = z + bias[start:stop]
+    if excluded is not None:
+        rows, items = excluded
+        inside = (items >= start) & (items < stop)
+        z = z.index_put((rows[inside], items[inside] - start),
+                        torch.tensor(EXCLUDED, dtype=z.dtype, device=z.device))
+    return z
+
+
+class _ChunkedLogProb(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, weight, bias, y, chunk, rows, items):
+        excluded = None if rows is None else (rows, items)
+        lse = h.new_full((h.shape[0],), float("-inf"))
+        for start in range(0, weight.shape[0], chunk):
+            z = _chunk_logits(h, weight, bias, start, start + chunk, excluded)
+            lse = torch.logaddexp(lse, torch.logsumexp(z, dim=1))
+        target = (h * weight[y]).sum(1) + (bias[y] if bias is not None else 0)
+        if excluded is not None:  # a target among the excluded has the excluded logit
+            hit = torch.zeros_like(y, dtype=torch.bool)
+            hit[rows[items == y[rows]]] = True
+            target = torch.where(hit, torch.full_like(target, EXCLUDED), target)
+        ctx.save_for_backward(h, weight, bias, y, lse, rows, items)
+        ctx.chunk = chunk
+        return target - lse
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, weight, bias, y, lse, rows, items = ctx.saved_tensors
+        excluded = None if rows is None else (rows, items)
+        gh = torch.zeros_like(h)
+        gw = torch.zeros_like(weight)
+        gb = torch.zeros_like(bias) if bias is not None else None
+        for start in range(0, weight.shape[0], ctx.chunk):
+            stop = min(start + ctx.chunk, weight.shape[0])
+            p = torch.exp(_chunk_logits(h, weight, bias, start, stop, excluded) - lse[:, None])
+            if excluded is not None:  # excluded logits are constants: no gradient through them
+                inside = (items >= start) & (items < stop)
+                p = p.index_put((rows[inside], items[inside] - start),
+                                torch.zeros((), dtype=p.dtype, device=p.device))
+            g = -p * grad[:, None]  # d(−lse)/dz = −softmax
+            gh += g @ weight[start:stop]
+            gw[start:stop] += g.T @ h
+            if gb is not None:
+                gb[start:stop] += g.sum(0)
+        # The target logit's own gradient (+1 at y), unless the target is excluded.
+        keep = grad.clone()
+        if excluded is not None:
+            keep[rows[items == y[rows]]] = 0
+        gh += keep[:, None] * weight[y]
+        gw.index_add_(0, y, keep[:, None] * h)
+        if gb is not None:
+            gb.index_add_(0, y, keep)
+        return gh, gw, gb, None, None, None, None
+
+
+def chunked_log_prob(h: Tensor, weight: Tensor, bias: Tensor | None, y: Tensor, chunk: int,
+                     excluded: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """log softmax(h Wᵀ + b)[y] [P] without holding [P × D] logits: D in chunks. ``excluded``
+    = (rows [E], items [E]): item ``items[e]`` is impossible at row ``rows[e]`` (logit
+    ``EXCLUDED``)."""
+    rows, items = excluded if excluded is not None else (None, None)
+    return _ChunkedLogProb.apply(h, weight, bias, y, chunk, rows, items)
+
+
+def sampled_log_prob(h: Tensor, weight: Tensor, bias: Tensor | None, y: Tensor, k: int,
+                     log_q: Tensor, generator: torch.Generator | None = None,
+                     excluded: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """Sampled-softmax estimate of log p(y) for training: k negatives shared by the batch,
+    drawn from Q (``log_q`` [D], log-probabilities) with replacement; logits corrected by
+    −log(k·Q); a negative equal to a row's target (an accidental hit) or excluded at that row
+    is removed from that row's normaliser."""
+    q = log_q.exp()
+    neg = torch.multinomial(q.cpu(), k, replacement=True, generator=generator).to(y.device)
+    correction = torch.log(torch.tensor(float(k), dtype=h.dtype, device=h.device))
+    z_neg = h @ weight[neg].T - (log_q[neg] + correction)  # [P, k]
+    z_pos = (h * weight[y]).sum(1) - (log_q[y] + correction)
+    if bias is not None:
+        z_neg = z_neg + bias[neg]
+        z_pos = z_pos + bias[y]
+    drop = neg[None, :] == y[:, None]
+    if excluded is not None:
+        rows, items = excluded
+        d = weight.shape[0]
+        keys = torch.arange(y.shape[0], device=y.device)[:, None] * d + neg[None, :]
+        drop |= torch.isin(keys, rows * d + items)
+    z_neg = z_neg.masked_fill(drop, float("-inf"))
+    lse = torch.logsumexp(torch.cat([z_pos[:, None], z_neg], dim=1), dim=1)
+    return z_pos - lse
