@@ -57,13 +57,10 @@ def _quiet() -> None:
     warnings.simplefilter("ignore", StillImproving)
 
 
-def _init_worker(threads: int, device: str | None = None) -> None:
+def _init_worker(threads: int) -> None:
     import torch
 
-    from efa import train
-
     torch.set_num_threads(threads)
-    train.DEFAULTS["device"] = device
     _quiet()
     with contextlib.suppress(Exception):  # Linux: die with the parent, even on SIGKILL
         import ctypes
@@ -106,7 +103,7 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
               + (f"; {mid} resume from their fits' checkpoints" if mid else ""), flush=True)
     todo = sorted((i for i, k in enumerate(keys) if k not in done),
                   key=lambda i: -jobs[i].get("cost", 1.0))
-    _init_worker(threads, device)
+    _init_worker(threads)
 
     def finished(i, result):
         _announce(result, progress)
@@ -120,13 +117,14 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
 
     if workers <= 1 or len(todo) <= 1:
         for i in todo:
-            finished(i, _run(task, jobs[i], fits[keys[i]]))
+            finished(i, _run(task, jobs[i], fits[keys[i]], device))
     else:
         ctx = mp.get_context("spawn")  # fork after torch's thread pools start is unsafe
         with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                    initargs=(threads, device)) as pool, \
+                                    initargs=(threads,)) as pool, \
                 _terminate_on_sigterm(pool):
-            futures = {pool.submit(_run, task, jobs[i], fits[keys[i]]): i for i in todo}
+            futures = {pool.submit(_run, task, jobs[i], fits[keys[i]], device): i
+                       for i in todo}
             # A failed job must not stop the others' results from reaching the journal:
             # leaving this block waits for every queued job anyway. Each failure is printed
             # when it happens and the first is raised once the rest have finished.
@@ -147,15 +145,13 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
     return [r for rs in results for r in (rs if isinstance(rs, list) else [rs])]
 
 
-def _run(task, job: dict, checkpoints: Path | None):
-    """``task(job)`` with every fit in it checkpointing under ``checkpoints`` (when given)."""
+def _run(task, job: dict, checkpoints: Path | None, device: str | None = None):
+    """``task(job)`` with every fit in it on ``device`` and checkpointing under
+    ``checkpoints`` (when given)."""
     from efa import train
 
-    train.job_checkpoints(checkpoints)
-    try:
+    with train.fit_context(device, checkpoints):
         return task(job)
-    finally:
-        train.job_checkpoints(None)
 
 
 def job_key(job: dict) -> str:

@@ -315,10 +315,11 @@ def test_16_no_progress_bar_in_logs(capfd):
 
 def test_17_thread_count_is_recorded(tmp_path):
     model = _model()
-    efa.fit(model, _data(), None, max_epochs=1, progress=False, threads=1)
-    path = efa.save(model, tmp_path / "m")
+    hist = efa.fit(model, _data(), None, max_epochs=1, progress=False, threads=1)
+    assert hist.threads == 1 and not hasattr(model, "train_threads_")  # nothing on the model
+    path = efa.save(model, tmp_path / "m", history=hist)
     assert json.loads((path / "config.json").read_text())["train_threads"] == 1
-    assert efa.load(path).train_threads_ == 1
+    assert efa.io.metadata(path)["train_threads"] == 1
     assert "thread" in (ROOT / "README.md").read_text()
 
 
@@ -515,7 +516,7 @@ def test_22_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monke
         runner.run_jobs(_two_fits, jobs, workers=1, journal=journal)
     key = runner.job_key(jobs[0])
     assert sorted(p.name for p in (journal / f"{key}.fits").iterdir()) == ["fit0", "fit1"]
-    assert train_mod._JOB["folder"] is None  # reset after the job, also on a kill
+    assert train_mod._CONTEXT.get() is None  # reset after the job, also on a kill
     saved = []
     monkeypatch.setattr(train_mod, "_save", lambda *a, **k: saved.append(1) or real_save(*a, **k))
     resumed = runner.run_jobs(_two_fits, jobs, workers=1, journal=journal)
@@ -531,7 +532,7 @@ def test_22_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monke
     assert runner.run_jobs(_two_fits, jobs, workers=1, journal=stale) == clean
     # nothing is checkpointed outside a journal (--quick runs) or after the job
     runner.run_jobs(_two_fits, jobs, workers=1)
-    assert train_mod._JOB["folder"] is None
+    assert train_mod._CONTEXT.get() is None
 
 
 def test_22_only_runs_some_jobs_into_the_journal_and_the_full_run_finishes(tmp_path, monkeypatch):

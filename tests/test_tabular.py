@@ -318,18 +318,22 @@ def test_glm_stage_skips_the_attention_without_changing_the_loss(response, addit
     calls = []
     hooks = [m.register_forward_hook(lambda *_: calls.append(1))
              for m in [model.blocks[0], *model.encoders.values()]]
+    from efa.tabular import _GLM_STAGE
+
     results = []
     for glm_only in (False, True):
-        model.glm_only = glm_only
-        model.zero_grad()
-        calls.clear()
-        loss = model.loss(data)
-        loss.backward()
+        token = _GLM_STAGE.set(model if glm_only else None)
+        try:
+            model.zero_grad()
+            calls.clear()
+            loss = model.loss(data)
+            loss.backward()
+        finally:
+            _GLM_STAGE.reset(token)
         results.append((loss.detach(), [p.grad.clone() for p in model.glm_parameters()]))
         assert bool(calls) != glm_only  # attention and encoders run only outside the GLM stage
     for hook in hooks:
         hook.remove()
-    model.glm_only = False
     torch.testing.assert_close(results[0][0], results[1][0], atol=0, rtol=0)
     for a, b in zip(results[0][1], results[1][1], strict=True):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)

@@ -38,7 +38,8 @@ _EXPORTS = {
     "predictions": "efa.train",
     "seed_everything": "efa.train",
 }
-_MODULES = ("families", "baselines", "spatial", "attention", "strategies", "datasets")
+_MODULES = ("families", "baselines", "spatial", "attention", "kernels", "strategies", "datasets",
+            "io")
 
 __all__ = sorted([*_EXPORTS, *_MODULES])
 

@@ -95,7 +95,7 @@ def train(
             settings["device"] = device
         hist = efa.fit(net, train_data, val_data, **settings)
         if rank == 0:
-            efa.save(net, out, overwrite=force)
+            efa.save(net, out, overwrite=force, history=hist)
             typer.echo(f"trained {hist.epochs_run} epochs (best {hist.best_epoch + 1}); "
                        f"wrote {out}/", err=True)
     except Exception as err:  # one line for the user; the traceback with --debug

@@ -58,8 +58,8 @@ class Loss(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, batch, weights=None, counts=None, scale: float = 1.0):
-        return self.model.loss(batch, weights=weights, counts=counts) * scale
+    def forward(self, batch, weights=None, counts=None, scale: float = 1.0, sampling=None):
+        return self.model.loss(batch, weights=weights, counts=counts, sampling=sampling) * scale
 
 
 def check_sizes(n: int, batch_size: int, size: int, drop_last: bool) -> None:

@@ -14,13 +14,14 @@ FORMAT_VERSION = 1
 FILES = ("config.json", "model.safetensors")
 
 
-def save(model: EFA, path: str | Path, overwrite: bool = False) -> Path:
+def save(model: EFA, path: str | Path, overwrite: bool = False, history=None) -> Path:
     """Write ``path/config.json`` and ``path/model.safetensors``.
 
     Refuses to replace anything already there (a model, or any other ``config.json``) unless
     ``overwrite=True``. Files are written whole (temporary file, then rename) and get the
-    permissions of any new file under the user's umask. The metadata records the efa and torch
-    versions and the torch thread count the model was trained with (results depend on it).
+    permissions of any new file under the user's umask. The metadata (:func:`metadata`)
+    records the efa and torch versions and, given the ``history`` that ``fit`` returned, the
+    torch thread count the model was trained with (results depend on it).
     """
     from safetensors.torch import save_file
 
@@ -47,7 +48,7 @@ def save(model: EFA, path: str | Path, overwrite: bool = False) -> Path:
         "config": model.config.to_dict(),
         "efa": __version__,
         "torch": torch.__version__,
-        "train_threads": getattr(model, "train_threads_", None),
+        "train_threads": None if history is None else history.threads,
     }
     # Both files are written in full before either replaces what is there, so a config that
     # does not serialise (or a full disk) leaves the folder's model as it was.
@@ -105,9 +106,23 @@ def load(path: str | Path) -> EFA:
         model.load_state_dict(state)
     except RuntimeError as err:
         raise ValueError(f"{path / 'model.safetensors'} does not fit the config: {err}") from None
-    model.train_threads_ = meta.get("train_threads")
     model.eval()
     return model
+
+
+def metadata(path: str | Path) -> dict:
+    """What ``save`` recorded beside a model's config: the efa and torch versions and the
+    torch thread count it was trained with (``train_threads``, None if not given)."""
+    path = Path(path) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; is {path.parent} a model saved by efa.save?")
+    try:
+        meta = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON (truncated?): {err}") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} is not an efa model config")
+    return {k: v for k, v in meta.items() if k != "config"}
 
 
 def _umask() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -129,6 +130,22 @@ class EFAConfig:
         return cls(**d)
 
 
+def _no_sampling(model, sampling) -> None:
+    if sampling is not None:
+        raise ValueError(f"{type(model).__name__} cannot train by the sampled softmax (efa.EFA's "
+                         "category targets can): train it without sampled_softmax")
+
+
+def refuse_generic_options(model, weights, counts, sampling) -> None:
+    """For a model with an objective of its own: sampled positions (``weights``), data-parallel
+    ``counts`` and the sampled softmax are refused by name."""
+    given = [n for n, v in (("weights (positions=m)", weights), ("counts (data-parallel)", counts),
+                            ("sampling (sampled_softmax)", sampling)) if v is not None]
+    if given:
+        raise ValueError(f"{type(model).__name__}.loss computes its own objective: it takes no "
+                         f"{', '.join(given)}; train it without them")
+
+
 class ConditionalModel(nn.Module):
     """What EFA and its special cases and peers share: natural parameters of every target
     field at asked positions, and the (pseudo) log-likelihood they define.
@@ -139,6 +156,10 @@ class ConditionalModel(nn.Module):
 
     fields: list[Field]
     max_len: int | None = None
+    # True for a model whose loss is an objective of its own (a cloze task, cell dropout, a
+    # context split): sampled positions, data-parallel normalisation and the sampled softmax,
+    # which reweight the generic pseudo-likelihood, do not apply to it.
+    own_objective: ClassVar[bool] = False
     direction: str = "bidirectional"
 
     @property
@@ -217,14 +238,15 @@ class ConditionalModel(nn.Module):
 
     def log_likelihood(
         self, data: Sequences, base_measure: bool = True, check: bool = True,
-        weights: Tensor | None = None,
+        weights: Tensor | None = None, sampling: vocab.Sampling | None = None,
     ) -> dict[str, tuple[Tensor, int]]:
         """Per target field: (sum of log p(y_i | context) over predicted positions, count).
-        ``weights`` [B]: a weight per sequence on its terms (sampled positions, see fit)."""
+        ``weights`` [B]: a weight per sequence on its terms (sampled positions, see fit);
+        ``sampling``: train category targets by the sampled softmax (see fit)."""
         if check:
             self.check(data)
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
-        lps = self.log_probs_at(data, at, base_measure)
+        lps = self.log_probs_at(data, at, base_measure, sampling)
         out = {}
         for f in self.target_fields:
             m = at[f.name]
@@ -234,9 +256,10 @@ class ConditionalModel(nn.Module):
             out[f.name] = (lp.sum(), int(m.sum()))
         return out
 
-    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
-                     base_measure: bool = True) -> dict[str, Tensor]:
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
+                     sampling: vocab.Sampling | None = None) -> dict[str, Tensor]:
         """log p(y_i | context) [P] of each field in ``at`` at its asked positions."""
+        _no_sampling(self, sampling)
         etas = self.natural_params_at(data, at)
         return {name: self.field(name).family.log_prob(data.fields[name][m], etas[name],
                                                        base_measure)
@@ -255,13 +278,15 @@ class ConditionalModel(nn.Module):
         return out
 
     def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
-             counts: dict[str, int] | None = None) -> Tensor:
+             counts: dict[str, int] | None = None,
+             sampling: vocab.Sampling | None = None) -> Tensor:
         """Training objective: the sum over target fields of the mean negative log-likelihood
         (+ the model's ``penalty()``, if it has one). ``counts`` replaces each field's number of
         predicted positions as the denominator (the global count across data-parallel ranks, or
-        of the full batch when positions are sampled); ``weights`` as in
-        :meth:`log_likelihood`."""
-        ll = self.log_likelihood(data, check=check, weights=weights)
+        of the full batch when positions are sampled); ``weights`` and ``sampling`` as in
+        :meth:`log_likelihood`. Every model takes these arguments; one whose objective is its
+        own (``own_objective``) refuses the last three (:func:`refuse_generic_options`)."""
+        ll = self.log_likelihood(data, check=check, weights=weights, sampling=sampling)
         loss = -sum(s / max(n if counts is None else counts[name], 1)
                     for name, (s, n) in ll.items())
         penalty = self.penalty()
@@ -525,12 +550,12 @@ class EFA(ConditionalModel):
             out[name] = self.restrict(name, data, m, eta)
         return out
 
-    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
-                     base_measure: bool = True) -> dict[str, Tensor]:
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
+                     sampling: vocab.Sampling | None = None) -> dict[str, Tensor]:
         """As ``ConditionalModel.log_probs_at``; a category with ``vocab_chunk`` is scored
-        without its [positions × D] logits (``efa.vocab``), and during training with
-        ``sampling`` set (by ``fit(..., sampled_softmax=k)``) by the sampled softmax."""
-        sampling = getattr(self, "sampling", None) if self.training else None
+        without its [positions × D] logits (``efa.vocab``), and in training with ``sampling``
+        (``fit(..., sampled_softmax=k)``) by the sampled softmax."""
+        sampling = sampling if self.training else None
         large = [name for name in at if self.field(name).kind == "category" and (
             sampling is not None or getattr(self.field(name), "vocab_chunk", None))]
         if not large:
@@ -549,8 +574,8 @@ class EFA(ConditionalModel):
             excluded = context_pairs(data, name, self.direction, m) if f.distinct else None
             if sampling is not None:
                 out[name] = vocab.sampled_log_prob(
-                    h, net.weight, net.bias, y, sampling["k"], sampling["log_q"][name],
-                    sampling["generator"], excluded)
+                    h, net.weight, net.bias, y, sampling.k, sampling.log_q[name],
+                    sampling.generator, excluded)
             else:
                 out[name] = vocab.chunked_log_prob(h, net.weight, net.bias, y,
                                                    f.vocab_chunk or f.num_categories, excluded)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from contextvars import ContextVar
 
 import numpy as np
 import pandas as pd
@@ -33,11 +34,17 @@ from torch import nn
 from efa.data import Sequences
 from efa.families import HeteroscedasticGaussian, Ordinal
 from efa.fields import EXCLUDED, Category, Value
-from efa.model import EFA, EFAConfig
+from efa.model import EFA, EFAConfig, refuse_generic_options
 from efa.train import TrainConfig, fit, seed_everything
 
 BACKBONES = ("paper", "linear")
 RESPONSES = ("categorical", "ordinal")
+
+
+# The model whose init="glm" first stage is running (AttentionTableClassifier._fit_glm): its
+# read-outs' weights are held at 0, so TableEFA.states skips the network. A context, not a
+# flag written onto the model.
+_GLM_STAGE: ContextVar[TableEFA | None] = ContextVar("efa_glm_stage", default=None)
 
 
 class TableEFA(EFA):
@@ -49,12 +56,13 @@ class TableEFA(EFA):
     same numbers as the restricted full softmax, whose excluded logits underflow to exactly 0,
     at the cost of the column's size instead of the whole vocabulary's)."""
 
+    own_objective = True  # see ConditionalModel.own_objective
+
     def __init__(self, config: EFAConfig, support: torch.Tensor, cell_dropout: float = 0.0,
                  additive: int = 0, response: str = "cat", ordered_classes: int = 0):
         super().__init__(config)
         self.register_buffer("support", support)
         self.cell_dropout = cell_dropout
-        self.glm_only = False  # set while init="glm" fits the GLM part (see states)
         self.response = response
         if additive:
             # The response's GLM term (AttentionTableClassifier(additive=True)): an effect per
@@ -123,7 +131,7 @@ class TableEFA(EFA):
 
     def states(self, data, target, at, want_weights=False, head=None, content=None,
                stream=None):
-        if not self.glm_only:
+        if _GLM_STAGE.get() is not self:
             return super().states(data, target, at, want_weights, head, content, stream)
         # The first stage of init="glm" holds every read-out weight at 0, so the state a
         # read-out reads does not matter: a zero state gives the same outputs bit for bit
@@ -167,12 +175,13 @@ class TableEFA(EFA):
             return eta
         return eta.masked_fill(~self.support[at.nonzero()[:, 1]], EXCLUDED)
 
-    def loss(self, data, check=False):
+    def loss(self, data, check=False, weights=None, counts=None, sampling=None):
         """Sum over fields of the mean negative log-likelihood of the masked cells. In training,
         each observed cell is also hidden with probability ``cell_dropout`` (hidden from the
         context and not scored): the likelihood of a cell given a random subset of the others,
         so that the model learns to read rows with [MASK]s in them (missing cells, unseen
         levels) as well as rows without."""
+        refuse_generic_options(self, weights, counts, sampling)
         if check:
             self.check(data)
         if self.training and self.cell_dropout > 0:
@@ -660,11 +669,11 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         frozen = [p for p in model.parameters() if id(p) not in glm]
         for p in frozen:
             p.requires_grad_(False)
-        model.glm_only = True
+        token = _GLM_STAGE.set(model)
         try:
             return fit(model, train, val, cfg)
         finally:
-            model.glm_only = False
+            _GLM_STAGE.reset(token)
             for p in frozen:
                 p.requires_grad_(True)
 

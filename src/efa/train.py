@@ -15,6 +15,7 @@ import random
 import sys
 import time
 import warnings
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -22,32 +23,45 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from efa import checkpoint, distributed
+from efa import checkpoint, distributed, vocab
 from efa.data import Sequences
 from efa.model import ConditionalModel
 
 SCHEDULES = ("anneal", "plateau", "cosine", "constant")
-DEFAULTS = {"device": None}  # set by `efa reproduce --device` in its worker processes
-# The running job's checkpoint folder in an `efa reproduce` journal (set by the runner around
-# each job) and how many fits the job has started: fit K checkpoints to folder/fitK, so a
-# killed run resumes its long jobs mid-fit.
-_JOB = {"folder": None, "fits": 0}
 JOB_SAVE_SECONDS = 60.0
 
 
-def job_checkpoints(folder: Path | None) -> None:
-    """Checkpoint every following ``fit`` without a ``checkpoint_dir`` of its own under
-    ``folder`` (None: stop); the runner calls it around each job."""
-    _JOB["folder"], _JOB["fits"] = (None if folder is None else Path(folder)), 0
+@dataclass
+class _Context:
+    device: str | None = None
+    checkpoints: Path | None = None
+    fits: int = 0  # fits started in this context: fit K checkpoints to checkpoints/fitK
+
+
+_CONTEXT: ContextVar[_Context | None] = ContextVar("efa_fit_context", default=None)
+
+
+@contextlib.contextmanager
+def fit_context(device: str | None = None, checkpoints: str | Path | None = None):
+    """Within the block, every ``fit`` without a device of its own trains on ``device``, and
+    every fit without a ``checkpoint_dir`` of its own checkpoints to ``checkpoints/fitK`` (the
+    K-th fit of the block), so that a killed job resumes its fits mid-way. `efa reproduce` runs
+    each job inside one; nothing is written onto a model or into a module."""
+    token = _CONTEXT.set(_Context(device, None if checkpoints is None else Path(checkpoints)))
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
 
 
 def _job_fit_folder(size: int) -> Path | None:
-    """The next fit's folder in the running job (single-process fits only: the time-based
+    """The next fit's folder in the running context (single-process fits only: the time-based
     saves of a job's fits need no agreement between ranks)."""
-    if _JOB["folder"] is None or size != 1:
+    context = _CONTEXT.get()
+    if context is None or context.checkpoints is None or size != 1:
         return None
-    _JOB["fits"] += 1
-    return _JOB["folder"] / f"fit{_JOB['fits'] - 1}"
+    context.fits += 1
+    return context.checkpoints / f"fit{context.fits - 1}"
 
 
 class StillImproving(UserWarning):
@@ -163,6 +177,7 @@ class History:
     best_val: float = math.inf
     epochs_run: int = 0
     seconds: float = 0.0
+    threads: int | None = None  # torch threads it trained with (numbers depend on them)
 
 
 def seed_everything(seed: int) -> None:
@@ -361,9 +376,13 @@ def fit(
         cfg = TrainConfig(**{**asdict(cfg), **overrides})
     if cfg.monitor is not None:
         _check_targets(model, cfg.monitor)
-    if cfg.positions is not None or distributed.world()[1] > 1:
-        _check_weighted_loss(model, "positions=m" if cfg.positions is not None else
-                             "data-parallel training")
+    generic = [what for what, on in (("positions=m", cfg.positions is not None),
+                                     ("data-parallel training", distributed.world()[1] > 1),
+                                     ("sampled_softmax", cfg.sampled_softmax is not None)) if on]
+    if generic and getattr(model, "own_objective", False):
+        raise ValueError(f"{generic[0]} needs a model whose loss takes per-sequence weights and "
+                         f"global counts, as efa.EFA's does; {type(model).__name__}.loss "
+                         f"computes its own objective: train it without {generic[0]}")
     if cfg.positions is not None and cfg.positions > train.max_len:
         raise ValueError(
             f"positions={cfg.positions} is more than the sequences hold ({train.max_len}); "
@@ -382,7 +401,7 @@ def fit(
                 "missing, or `scored` all False): there is nothing to fit or to stop early on"
             )
     model.standardise(train)  # Value fields left at loc/scale None: standardised on train
-    device = cfg.device or DEFAULTS["device"]
+    device = cfg.device or getattr(_CONTEXT.get(), "device", None)
     if device is not None:
         _check_device(device)
         model.to(device)
@@ -444,9 +463,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                 if own:
                     raise
     negatives = torch.Generator().manual_seed(cfg.seed + 104729)
-    if cfg.sampled_softmax is not None:
-        model.sampling = {"k": cfg.sampled_softmax, "generator": negatives,
-                          "log_q": _proposals(model, train, cfg.proposal)}
+    sampling = None if cfg.sampled_softmax is None else vocab.Sampling(
+        cfg.sampled_softmax, _proposals(model, train, cfg.proposal), negatives)
     objective = distributed.Loss(model)
     if size > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -486,10 +504,11 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                 if cfg.positions is not None:
                     batch, weights = _sample_positions(batch, cfg.positions, sampler)
                 with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-                    if counts is None:
-                        loss = model.loss(batch)
+                    if counts is None:  # options only when used: a subclass may narrow loss
+                        loss = model.loss(batch) if sampling is None else model.loss(
+                            batch, sampling=sampling)
                     else:
-                        loss = objective(batch, weights, counts, float(size))
+                        loss = objective(batch, weights, counts, float(size), sampling)
                 if not torch.isfinite(loss):
                     _raise_non_finite(model, batch, idx[rank::size], "fit", f" at epoch {epoch}")
                 opt.zero_grad(set_to_none=True)
@@ -533,12 +552,10 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         raise
     finally:
         bar.close()
-        if hasattr(model, "sampling"):
-            del model.sampling
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
-    model.train_threads_ = torch.get_num_threads()
+    hist.threads = torch.get_num_threads()
     if val is not None and hist.best_epoch == hist.epochs_run - 1 and \
             hist.epochs_run == cfg.max_epochs:
         warnings.warn(
@@ -562,18 +579,6 @@ def _proposals(model, train: Sequences, kind: str) -> dict[str, torch.Tensor]:
             q = counts / counts.sum()
         out[f.name] = q.log().to(model.device, next(model.parameters()).dtype)
     return out
-
-
-def _check_weighted_loss(model, what: str) -> None:
-    """Sampled positions and data-parallel ranks need ``loss(data, weights=, counts=)`` (the
-    generic pseudo-likelihood's); a model with an objective of its own cannot take them."""
-    import inspect
-
-    params = inspect.signature(model.loss).parameters
-    if not {"weights", "counts"} <= set(params):
-        raise ValueError(f"{what} needs a model whose loss takes per-sequence weights and "
-                         f"global counts, as efa.EFA's does; {type(model).__name__}.loss "
-                         "computes its own objective: train it without " + what)
 
 
 def _sample_positions(batch: Sequences, m: int, gen: torch.Generator):

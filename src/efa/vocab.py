@@ -16,8 +16,20 @@ The ``distinct`` support restriction works at that size too: the excluded items 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What ``fit(..., sampled_softmax=k)`` hands to the loss: k negatives per position, drawn
+    by ``generator`` from the log-proposal ``log_q[name]`` of each category target."""
+
+    k: int
+    log_q: dict[str, Tensor]
+    generator: torch.Generator
 
 EXCLUDED = -1e4  # the same finite "impossible" logit as efa.fields.EXCLUDED
 

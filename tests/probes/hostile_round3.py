@@ -1894,12 +1894,13 @@ def _():
 def _():
     p = tmpdir("save_rt") / "m"
     m = gv_model()
-    quiet_fit(m, gv_data(), max_epochs=2)
-    efa.save(m, p)
+    hist = quiet_fit(m, gv_data(), max_epochs=2)
+    efa.save(m, p, history=hist)
     n = efa.load(p)
     a, b = m.predict_mean(gv_data())["y"], n.predict_mean(gv_data())["y"]
+    threads = efa.io.metadata(p)["train_threads"]
     return torch.equal(a, b) and n.fields[1].loc == m.fields[1].loc \
-        and n.train_threads_ == 1, (float((a - b).abs().max()), n.train_threads_)
+        and threads == 1, (float((a - b).abs().max()), threads)
 
 
 @probe(A, "save/load round trip with every kernel option and a bag", kind="works")

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from efa.baselines.fm import context_sum
 from efa.data import Sequences
 from efa.fields import Category, Value
-from efa.model import ConditionalModel, context_pairs
+from efa.model import ConditionalModel, _no_sampling, context_pairs
 
 
 class Unigram(ConditionalModel):
@@ -55,10 +55,11 @@ class Unigram(ConditionalModel):
         shape = (*data.fields[f.name].shape, f.num_categories)
         return {f.name: self.log_probs.expand(shape)}
 
-    def log_probs_at(self, data: Sequences, at: dict[str, Tensor],
-                     base_measure: bool = True) -> dict[str, Tensor]:
+    def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
+                     sampling=None) -> dict[str, Tensor]:
         """log p(y) without [positions × D] logits (any vocabulary size): the frequency, and
         with ``distinct`` the renormalisation over the items not in the context."""
+        _no_sampling(self, sampling)
         f = self.fields[0]
         m = at[f.name]
         lp = self.log_probs[data.fields[f.name][m]]

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from efa.data import Sequences
 from efa.fields import Category
-from efa.model import ConditionalModel
+from efa.model import ConditionalModel, refuse_generic_options
 from efa.train import _batches, _scoring
 
 # RecBole's defaults (properties/model/*.yaml, properties/overall.yaml).
@@ -116,6 +116,8 @@ class BERT4Rec(ConditionalModel):
     copy per position (bidirectional, the exact pseudo-likelihood) or the history followed by
     [MASK] (unidirectional, RecBole's next-item prediction). Training is the cloze task."""
 
+    own_objective = True  # see ConditionalModel.own_objective
+
     def __init__(self, field: Category, max_len: int, direction: str = "bidirectional",
                  dim: int = 64, layers: int = 2, heads: int = 2, inner: int = 256,
                  dropout: float = 0.2, mask_ratio: float = 0.2, chunk: int = 2048):
@@ -149,14 +151,12 @@ class BERT4Rec(ConditionalModel):
         return out
 
     def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
-             counts: dict[str, int] | None = None) -> Tensor:
+             counts: dict[str, int] | None = None, sampling=None) -> Tensor:
         """The cloze task in training mode (each predicted item masked with probability
         ``mask_ratio``; at least one per batch); the exact pseudo-likelihood otherwise."""
         if not self.training:
-            return super().loss(data, check, weights, counts)
-        if weights is not None or counts is not None:
-            raise ValueError("BERT4Rec trains by its cloze task: sampled positions and "
-                             "data-parallel normalisation do not apply")
+            return super().loss(data, check, weights, counts, sampling)
+        refuse_generic_options(self, weights, counts, sampling)
         if check:
             self.check(data)
         f = self.fields[0]

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from efa.data import Sequences
-from efa.model import ConditionalModel
+from efa.model import ConditionalModel, refuse_generic_options
 from efa.regression import _stats
 
 
@@ -36,6 +36,8 @@ def build_mlp(dim_in: int, dim_hid: int, dim_out: int, depth: int) -> nn.Sequent
 
 
 class TNPD(ConditionalModel):
+    own_objective = True  # see ConditionalModel.own_objective
+
     direction = "unidirectional"
 
     def __init__(self, train: Sequences, fields: list, channels: int = 2, d_model: int = 64,
@@ -75,9 +77,11 @@ class TNPD(ConditionalModel):
         mean = self.norm[2] + self.norm[3] * out[..., 0]
         return mean, self.norm[3] * torch.exp(out[..., 1])
 
-    def loss(self, data: Sequences, check: bool = False) -> Tensor:
+    def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
+             counts: dict[str, int] | None = None, sampling=None) -> Tensor:
         """The TNP objective on equal-length sequences: context = the first m points (m ~
         U{min_context, …, N − 1}, one m per batch), targets = the rest."""
+        refuse_generic_options(self, weights, counts, sampling)
         n = int(data.lengths.min())
         if int(data.lengths.max()) != n:
             raise ValueError("TNP-D trains on batches of equal-length sequences")
