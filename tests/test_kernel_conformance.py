@@ -1,0 +1,92 @@
+"""The contract every registered attention kernel meets, run over the registry: a kernel added
+with @register_kernel passes or fails here without a test of its own (docs/design.md).
+
+For each kernel, in float64: the model's natural parameters equal the definition (one masked
+copy per predicted position, run in full) in both directions, at depths 1 and 2, for every
+algorithm the configuration allows; no weight falls where the mask forbids it; the loss's
+gradient passes gradcheck; and the kernel's options survive save/load."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import functional_call
+
+import efa
+from efa.kernels import KERNELS
+from tests.helpers import make_model, mixed_data, naive_natural_params
+
+NAMES = sorted(KERNELS)  # every kernel registered when the package is imported
+
+
+def _model(name, **kw):
+    kernel = KERNELS[name]
+    modes = ["auto", "copies"] if kernel.row_local else ["copies"]
+    return [make_model(attention={"kernel": name}, mode=m, **kw) for m in modes]
+
+
+def test_the_registry_holds_the_built_in_kernels():
+    assert {"softmax", "linear", "cme", "generalized", "second_order", "fenchel", "ot"} <= set(
+        NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_exact_against_the_masked_copies(name, direction, layers):
+    data = mixed_data(n=3, max_len=5)
+    for model in _model(name, num_layers=layers, direction=direction, block="pre_ln"):
+        fast = model.natural_params(data)
+        slow = naive_natural_params(model, data)
+        for field, eta in slow.items():
+            m = data.predicted(field)
+            torch.testing.assert_close(fast[field][m], eta[m], atol=1e-7, rtol=0,
+                                       msg=lambda s, f=field: f"{name} {field}: {s}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_no_weight_where_the_mask_forbids_it(name, causal):
+    torch.manual_seed(0)
+    b, h, i, d = 2, 2, 5, 3
+    kernel = KERNELS[name](h, d, 0.5, causal).double()
+    q, k, v = (torch.randn(b, h, i, d, dtype=torch.float64) for _ in range(3))
+    allowed = torch.rand(b, 1, i, i) < 0.6
+    allowed |= torch.eye(i, dtype=torch.bool)  # every query may see something
+    if causal:
+        allowed &= torch.ones(i, i, dtype=torch.bool).tril()
+    out, w = kernel(q, k, v, allowed)
+    assert w is not None and w.shape == (b, h, i, i), name
+    assert torch.all(w.masked_select(~allowed.expand_as(w)) == 0), name
+    assert torch.isfinite(out).all() and torch.isfinite(w).all(), name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradcheck_of_the_loss(name):
+    model = make_model(num_layers=1, head_dim=2, attention={"kernel": name},
+                       mode="copies", direction="bidirectional")
+    data = mixed_data(n=2, max_len=3, missing=False)
+    params = dict(model.named_parameters())
+    key = "blocks.0.attn.q.weight"
+
+    def loss(w):
+        etas = functional_call(model, {**params, key: w}, (data,))
+        total = 0
+        for f in model.target_fields:
+            m = data.predicted(f.name)
+            total = total - f.family.log_prob(data.fields[f.name][m], etas[f.name][m]).sum()
+        return total
+
+    assert torch.autograd.gradcheck(loss, (params[key].detach().clone().requires_grad_(),),
+                                    atol=1e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_options_survive_save_and_load(name, tmp_path):
+    model = _model(name, num_layers=1)[0].float()
+    data = mixed_data(n=2, dtype=torch.float32)
+    loaded = efa.load(efa.save(model, tmp_path / name))
+    assert loaded.config.attention == model.config.attention
+    assert loaded.blocks[0].attn.kernel.options() == model.blocks[0].attn.kernel.options()
+    for field, eta in model.natural_params(data).items():
+        assert torch.equal(eta, loaded.natural_params(data)[field]), (name, field)
