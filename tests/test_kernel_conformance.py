@@ -41,7 +41,7 @@ def test_exact_against_the_masked_copies(name, direction, layers):
         for field, eta in slow.items():
             m = data.predicted(field)
             torch.testing.assert_close(fast[field][m], eta[m], atol=1e-7, rtol=0,
-                                       msg=lambda s, f=field: f"{name} {field}: {s}")
+                                       msg=lambda s, f=field: f"{name} {f}: {s}")
 
 
 @pytest.mark.parametrize("name", NAMES)
