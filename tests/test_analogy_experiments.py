@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from efa.cli import app
@@ -51,6 +52,7 @@ def _run(tmp_path, name):
     return folder, doc
 
 
+@pytest.mark.slow
 def test_quick_toy_writes_the_results_contract(tmp_path):
     folder, doc = _run(tmp_path, "analogy-toy")
     rows = {(r["setting"], r["model"], r["metric"]): r for r in doc["rows"]}
@@ -62,6 +64,7 @@ def test_quick_toy_writes_the_results_contract(tmp_path):
     assert "Spearman" in (folder / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_quick_lee_writes_the_results_contract(tmp_path):
     folder, doc = _run(tmp_path, "analogy-lee")
     cov = doc["coverage"]

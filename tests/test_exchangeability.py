@@ -27,6 +27,7 @@ def _run(name, seeds, tmp_path):
     return doc, folder
 
 
+@pytest.mark.slow
 def test_quick_exchangeability_writes_every_part(tmp_path):
     doc, folder = _run("exchangeability", 2, tmp_path)
     parts = {r["setting"][:3] for r in doc["rows"] if r["metric"] == ex.TREND}
@@ -39,6 +40,7 @@ def test_quick_exchangeability_writes_every_part(tmp_path):
     assert "C8" in (folder / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_quick_temperature_cme_runs_on_the_real_data(tmp_path):
     doc, folder = _run("temperature-cme", 1, tmp_path)
     models = {r["model"] for r in doc["rows"]}

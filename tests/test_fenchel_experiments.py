@@ -23,6 +23,7 @@ def _run(name, seeds, tmp_path):
     return doc
 
 
+@pytest.mark.slow
 def test_fenchel_toy_quick(tmp_path):
     doc = _run("fenchel-toy", 2, tmp_path)
     for problem in [doc["figures"]["picture"], *doc["figures"]["random"]]:
@@ -34,6 +35,7 @@ def test_fenchel_toy_quick(tmp_path):
     assert errors == sorted(errors)
 
 
+@pytest.mark.slow
 def test_dual_gap_quick(tmp_path):
     doc = _run("dual-gap", 1, tmp_path)
     for mapping in ("paper", "keys"):
@@ -42,6 +44,7 @@ def test_dual_gap_quick(tmp_path):
     assert {r["model"] for r in doc["figures"]["results"]} == set(get("dual-gap").QUICK.models)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seeds", [1])
 def test_attention_kernels_quick(tmp_path, seeds):
     doc = _run("attention-kernels", seeds, tmp_path)

@@ -3,11 +3,14 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from experiments.summary import END, SCALE_END, SCALE_START, START, scale_tables, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_readme_example_runs(tmp_path, monkeypatch):
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)

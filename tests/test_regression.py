@@ -341,6 +341,7 @@ def test_user_table_round_trip_and_errors(tmp_path):
 # --------------------------------------------------------------------------- the experiment
 
 
+@pytest.mark.slow
 def test_quick_reproduce_writes_the_results_contract(tmp_path):
     result = CliRunner().invoke(app, ["reproduce", "in-context-regression", "--seeds", "1",
                                       "--quick", "--out", str(tmp_path), "--no-progress"])

@@ -61,6 +61,7 @@ def _differences(a: dict, b: dict) -> list[str]:
     return bad
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("subprocess")
 def test_draws_are_the_same_under_every_blas_kernel_and_match_the_committed_ones():
     runs = [(env, _run(env)) for env in VARIANTS]

@@ -185,6 +185,7 @@ def _torchrun(script, env=None):
     )
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_match_one_and_a_killed_run_resumes(tmp_path):
     """float64: Adam's first steps move every weight by about lr·sign(gradient), so in float32
     a gradient component near 0 whose sign depends on the summation order (one process vs an

@@ -19,6 +19,7 @@ from experiments.instacart import co_purchase
 ROW_KEYS = {"setting", "model", "metric", "mean", "std", "values", "paper"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, seeds", [("movielens-sequence", 2), ("movielens-ratings", 1),
                                          ("instacart", 1)])
 def test_quick_run_writes_the_results_contract(name, seeds, tmp_path):
@@ -40,6 +41,7 @@ def test_quick_run_writes_the_results_contract(name, seeds, tmp_path):
         assert set(doc["table3"]) and "Table 3" in (folder / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_bag_grid_picks_on_validation_and_checks_the_specs(tmp_path):
     report = runner.reproduce("bag-grid", 1, quick=True, progress=False,
                               command="efa reproduce bag-grid --quick")
@@ -224,6 +226,7 @@ def test_per_job_keeps_small_penalties():
     assert "every L-BFGS fit" in report.notes[-1] and "up to 100 iterations" in report.notes[-1]
 
 
+@pytest.mark.slow
 def test_select_l2_picks_the_best_validation_penalty():
     item = Category("item", 4)
     g = torch.Generator().manual_seed(1)

@@ -52,6 +52,7 @@ CONFIGURATIONS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", list(CONFIGURATIONS.values()), ids=list(CONFIGURATIONS))
 def test_passes_sklearn_check_estimator(options):
     est = AttentionTableClassifier(random_state=0, **{**FAST, **options})
@@ -438,6 +439,7 @@ def test_bad_input_names_the_column():
         AttentionTableClassifier(backbone="big").fit(X, y)
 
 
+@pytest.mark.slow
 def test_simulation_generator_holds_the_papers_design_and_lr_matches_table_1():
     """Checks that hold on any machine (the draws are the same everywhere; the authors'
     exact data depended on their CPU's BLAS kernel, tests/test_reproducibility.py)."""
@@ -518,6 +520,7 @@ def test_ordered_levels_as_numbers_are_numeric_for_every_model():
     assert not any(cats.numeric_)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tabular-simulation", "auto-mpg"])
 def test_quick_reproduce(tmp_path, name):
     result = CliRunner().invoke(app, ["reproduce", name, "--seeds", "1", "--quick", "--out",
@@ -552,6 +555,7 @@ def test_column_softmax_loss_equals_the_restricted_likelihood():
     model.float()
 
 
+@pytest.mark.slow
 def test_quick_grids_and_car(tmp_path):
     for name in ("tabular-simulation-grids", "car"):
         result = CliRunner().invoke(app, ["reproduce", name, "--seeds", "1", "--quick", "--out",

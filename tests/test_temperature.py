@@ -250,6 +250,7 @@ def test_anomalies_shift_each_city_and_keep_squared_errors():
 # --------------------------------------------------------------------------- the experiment
 
 
+@pytest.mark.slow
 def test_quick_run_through_the_cli(tmp_path):
     result = CliRunner().invoke(
         app, ["reproduce", "temperature", "--quick", "--seeds", "2", "--out", str(tmp_path),

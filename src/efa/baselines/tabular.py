@@ -311,21 +311,6 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
         return self.classes_[self.predict_proba(X).argmax(1)]
 
 
-def tune(make, grid: list[dict], X, y, validation: float = 0.2, seed: int = 0):
-    """Pick the parameters of ``grid`` with the best validation log loss on a stratified
-    split of the training rows, then refit on all rows. Returns (model, chosen, scores)."""
-    from sklearn.metrics import log_loss
-
-    xtr, xva, ytr, yva = train_test_split(_frame(X), np.asarray(y), test_size=validation,
-                                          random_state=seed, stratify=np.asarray(y))
-    scores = []
-    for params in grid:
-        m = make(**params).fit(xtr, ytr)
-        scores.append(log_loss(yva, m.predict_proba(xva), labels=m.classes_))
-    best = grid[int(np.argmin(scores))]
-    return make(**best).fit(X, y), best, scores
-
-
 class _TorchTable(ClassifierMixin, BaseEstimator):
     """Shared plumbing of the deep peers: ordinal-encode the categorical columns (levels seen in
     ``fit``; an unseen level at predict time maps to an extra 'unknown' index), standardise the

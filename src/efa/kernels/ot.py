@@ -111,14 +111,6 @@ def ot_true_mean(t: Tensor, log_u: Tensor, M: Tensor, gamma) -> Tensor:
     return (ot_true_preference(log_u, M, gamma)[..., None, :] @ t)[..., 0, :]
 
 
-def entropic_ot(p: Tensor, u: Tensor, M: Tensor, gamma) -> Tensor:
-    """W_γ(p, u; M) = ⟨M, X⟩ − γH(X) at the plan X of ``ot_true_preference`` when p = ũ
-    (X_tt' = u_t' exp(−M_tt'/γ)/Σ_t'' exp(−M_t''t'/γ)); used by tests against POT."""
-    K = torch.softmax(-M / gamma, dim=0) * u[None, :]
-    X = K[K > 0]
-    return (M[K > 0] * X).sum() + gamma * (X * torch.log(X)).sum()
-
-
 def _mix_factorised(s, log_u, base, mine, gamma, allowed, dt=None):
     """``_mix`` in O(I³) multiply-adds instead of O(I³) exponentials: exp((s_t − M_ti)/γ) =
     E_t K_ti with E = exp(s/γ) (shifted by its maximum per query), K = exp(−M/γ), so
