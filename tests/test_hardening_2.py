@@ -126,7 +126,8 @@ def test_09_bayes_predictors_refuse_values_outside_the_support():
 def test_03_quantile_bins_keep_few_distinct_values_apart():
     import warnings
 
-    from efa.tabular import AttentionTableClassifier, _bin_edges
+    from efa.tabular import AttentionTableClassifier
+    from efa.tabular.encoding import _bin_edges
 
     assert list(_bin_edges(np.array([0.0, 1, 2, 1, 0, 2]), 10, "x")) == [0.5, 1.5]
     rating = np.repeat([1.0, 2, 3, 4, 5], [5, 5, 5, 40, 45])
@@ -231,13 +232,14 @@ def test_13_a_tampered_checkpoint_is_a_clear_error_and_changes_nothing(tmp_path,
 def test_18_positions_on_a_model_with_its_own_objective_is_a_clear_error():
     import efa
     from efa.tabular import AttentionTableClassifier
+    from efa.tabular.encoding import sequences
 
     rng = np.random.RandomState(0)
     X = pd.DataFrame({"a": rng.choice(["x", "y"], 40)})
     y = rng.randint(0, 2, 40)
     clf = AttentionTableClassifier(max_epochs=1, random_state=0).fit(X, y)
     with pytest.raises(ValueError, match="positions=m needs a model whose loss takes"):
-        efa.fit(clf.model_, clf._sequences(X, y), positions=1, progress=False)
+        efa.fit(clf.model_, sequences(clf, X, y), positions=1, progress=False)
 
 
 def test_10_save_refuses_what_load_cannot_rebuild(tmp_path):
@@ -310,7 +312,8 @@ def test_round3_serious_silent_answers():
     import torch
 
     from efa.families import NegativeBinomial, Poisson
-    from efa.tabular import AttentionTableClassifier, _bin_edges
+    from efa.tabular import AttentionTableClassifier
+    from efa.tabular.encoding import _bin_edges
 
     # analogy-027/028: a common scale of 1e±200 does not change 3CosAdd
     x = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1], [1, 0, 0.1], [1, 1, 0.1]])
@@ -550,10 +553,10 @@ def _frame(**cols):
      TypeError, "column 'x' must be numeric"),
     (lambda: __import__("efa.tabular", fromlist=["x"]).AttentionTableClassifier(
         num_heads=0).fit(pd.DataFrame({"a": [0, 1] * 5}), [0, 1] * 5), ValueError,
-     "num_heads must be a positive integer"),
+     "'num_heads' parameter of AttentionTableClassifier must be an int in the range"),
     (lambda: __import__("efa.tabular", fromlist=["x"]).AttentionTableClassifier(
         categorical="a").fit(pd.DataFrame({"a": [0, 1] * 5}), [0, 1] * 5), ValueError,
-     "categorical must be a list"),
+     "'categorical' parameter of AttentionTableClassifier must be an array-like or None"),
 ])
 def test_round3_crashes_name_what_is_wrong(call, error, message):
     """The probe round's bare KeyError/TypeError/ZeroDivisionError crashes, now named."""

@@ -80,3 +80,33 @@ def test_kernels_and_mlp_depend_on_no_other_layer():
             outside = {d for d in deps if not d.startswith("efa.kernels")}
             assert outside == set(), (m, outside)
     assert "efa.attention" not in graph["efa.fields"]  # fields need an mlp, not attention
+
+
+def test_the_design_map_names_every_module():
+    """docs/design.md's map: every module of the library, by its path or in its folder's row."""
+    doc = (ROOT.parents[1] / "docs" / "design.md").read_text()
+    rows = [line for line in doc.splitlines() if line.startswith("| `efa/")]
+    missing = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).as_posix()  # efa/x.py, efa/dir/x.py
+        folder = rel.rsplit("/", 1)[0] + "/"
+        if any(f"`{rel}`" in row for row in rows):
+            continue
+        own = [row for row in rows if row.startswith(f"| `{folder}`")]
+        if own and (path.name == "__init__.py" or any(f"`{path.name}`" in r for r in own)):
+            continue
+        missing.append(rel)
+    assert missing == []
+
+
+CORE = {"efa.families", "efa.fields", "efa.data", "efa.attention", "efa.mlp", "efa.strategies",
+        "efa.model", "efa.vocab"}
+
+
+def test_the_core_imports_nothing_above_it():
+    """The model's equation (encode → attend → read out → family) depends on nothing built on
+    it: training, peers, estimators, data sets, the CLI."""
+    graph = _graph()
+    core = CORE | {m for m in graph if m.startswith("efa.kernels")}
+    above = {m: sorted(d for d in graph[m] if d not in core and d != "efa") for m in core}
+    assert {m: d for m, d in above.items() if d} == {}

@@ -17,6 +17,7 @@ from efa.cli import app
 from efa.datasets.tabular import SIMULATION_SEEDS, auto_mpg, car, simulate, simulation_seeds
 from efa.moe import mixture, moe_logits
 from efa.tabular import AttentionTableClassifier
+from efa.tabular.encoding import sequences
 from tests.helpers import naive_natural_params
 
 FAST = dict(max_epochs=8, lr=5e-2, embedding_dim=8, num_heads=2, patience=3)
@@ -65,7 +66,7 @@ def test_joint_pseudo_likelihood_is_exact_and_covers_every_column():
     X, y = table(40)
     est = AttentionTableClassifier(random_state=0, numeric="gaussian", **FAST).fit(X, y)
     model = est.model_.double()
-    data = est._sequences(X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
+    data = sequences(est, X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
     fast = model.natural_params(data)
     slow = naive_natural_params(model, data)  # one masked copy per cell, run in full
     for name in fast:
@@ -80,7 +81,7 @@ def test_linear_backbone_gates_are_the_moe_gates():
     X, y = table(60)
     est = AttentionTableClassifier(backbone="linear", random_state=0, **FAST).fit(X, y)
     model = est.model_.double()
-    data = est._sequences(X)
+    data = sequences(est, X)
     pi, f = mixture(model, data, "cat")
     logits = moe_logits(pi, f)[:, -1]  # the masked response
     at = torch.zeros(len(X), est.n_positions_, dtype=torch.bool)
@@ -126,7 +127,7 @@ def test_ordinal_response_is_exact_and_ordered():
     est = AttentionTableClassifier(random_state=0, numeric="gaussian", response="ordinal",
                                    **FAST).fit(X, y)
     model = est.model_.double()
-    data = est._sequences(X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
+    data = sequences(est, X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
     fast = model.natural_params(data)
     slow = naive_natural_params(model, data)  # one masked copy per cell, run in full
     assert set(fast) == {"cat", "num", "resp"}
@@ -148,7 +149,7 @@ def test_ordinal_response_is_exact_and_ordered():
     assert est.predict_column_proba(X, "a", y=y).shape == (60, 3)  # the response as context
     with pytest.raises(ValueError, match="response='categorical'"):
         est.experts(X)
-    with pytest.raises(ValueError, match="response must be one of"):
+    with pytest.raises(ValueError, match="'response' parameter of .* must be a str among"):
         AttentionTableClassifier(response="ordered").fit(X, y)
 
 
@@ -199,7 +200,7 @@ def test_additive_term_contains_the_glm(response, additive):
         read.weight[rows] = 0.0
         read.bias[rows] = 0.0
     codes = np.searchsorted(est.classes_, y.to_numpy())
-    data = est._sequences(X, codes).to(torch.float64)
+    data = sequences(est, X, codes).to(torch.float64)
     # the GLM, written out: Σ over feature cells of the level's effect / the column's slope
     cat, num = data.fields["cat"][:, :-1], data.fields["num"][:, :-1]
     is_cat = data.observed["cat"][:, :-1]
@@ -233,7 +234,7 @@ def test_init_glm_fits_the_glm_first_then_everything():
     # read-outs' weights stay at 0 (the plain GLM), and every parameter trains again afterwards
     model = est.model_ = est._build()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    data = est._sequences(X, y.to_numpy())
+    data = sequences(est, X, y.to_numpy())
     hist = est._fit_glm(data, None, TrainConfig(lr=5e-2, max_epochs=3, seed=0, progress=False))
     assert hist.epochs_run == 3
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
@@ -276,7 +277,7 @@ def test_loss_is_the_pseudo_likelihood_from_one_query_stream(response):
     est = AttentionTableClassifier(random_state=0, numeric="gaussian", response=response,
                                    **FAST).fit(X, y)
     model = est.model_.double().eval()
-    data = est._sequences(X, y.to_numpy()).to(torch.float64)
+    data = sequences(est, X, y.to_numpy()).to(torch.float64)
     calls = []
     hook = model.blocks[0].register_forward_hook(lambda *_: calls.append(1))
     loss = model.loss(data)
@@ -304,7 +305,7 @@ def test_glm_stage_skips_the_attention_without_changing_the_loss(response, addit
                                    additive=additive, **FAST).fit(X, y)
     model = est.model_.double().train()
     model.cell_dropout = 0.0
-    data = est._sequences(X, y.to_numpy()).to(torch.float64)
+    data = sequences(est, X, y.to_numpy()).to(torch.float64)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in model.glm_parameters():
@@ -319,7 +320,7 @@ def test_glm_stage_skips_the_attention_without_changing_the_loss(response, addit
     calls = []
     hooks = [m.register_forward_hook(lambda *_: calls.append(1))
              for m in [model.blocks[0], *model.encoders.values()]]
-    from efa.tabular import _GLM_STAGE
+    from efa.tabular.model import _GLM_STAGE
 
     results = []
     for glm_only in (False, True):
@@ -378,7 +379,7 @@ def test_ordered_logit_peer_recovers_a_proportional_odds_model():
 
 
 def test_without_early_stopping_every_row_trains_for_max_epochs(monkeypatch):
-    import efa.tabular as tab
+    import efa.tabular.estimator as tab
 
     seen = []
     real_fit = tab.fit
@@ -391,7 +392,7 @@ def test_without_early_stopping_every_row_trains_for_max_epochs(monkeypatch):
     assert est.n_iter_ == FAST["max_epochs"] and not est.history_.val_loss
     AttentionTableClassifier(random_state=0, **FAST).fit(X, y)
     assert seen[-1][0] < 80 and seen[-1][1] is not None
-    with pytest.raises(ValueError, match="early_stopping must be True or False, got 'no'"):
+    with pytest.raises(ValueError, match="'early_stopping' parameter .*bool.* Got 'no'"):
         AttentionTableClassifier(early_stopping="no").fit(X, y)
 
 
@@ -403,7 +404,7 @@ def test_stop_on_response_stops_on_the_classifiers_log_loss(numeric, response):
     from sklearn.metrics import log_loss
     from sklearn.utils import check_random_state
 
-    from efa.tabular import _split
+    from efa.tabular.encoding import _split
 
     X, y = table(120)
     kw = dict(random_state=0, numeric=numeric, response=response, **{**FAST, "max_epochs": 1})
@@ -414,7 +415,7 @@ def test_stop_on_response_stops_on_the_classifiers_log_loss(numeric, response):
     assert est.history_.best_val == pytest.approx(want, abs=1e-5)
     joint = AttentionTableClassifier(**kw).fit(X, y)
     assert joint.history_.best_val > want + 0.1  # the joint adds the features' cells
-    with pytest.raises(ValueError, match="stop_on must be 'joint' or 'response'"):
+    with pytest.raises(ValueError, match="'stop_on' parameter of .* must be a str among"):
         AttentionTableClassifier(stop_on="y").fit(X, y)
 
 
@@ -547,7 +548,7 @@ def test_column_softmax_loss_equals_the_restricted_likelihood():
     X, y = table(50)
     est = AttentionTableClassifier(random_state=0, numeric="gaussian", **FAST).fit(X, y)
     model = est.model_.double().eval()
-    data = est._sequences(X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
+    data = sequences(est, X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
     from efa.model import ConditionalModel
 
     generic = ConditionalModel.loss(model, data)

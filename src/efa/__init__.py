@@ -17,6 +17,7 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "EFA": "efa.model",
     "EFAConfig": "efa.model",
+    "AttentionTableClassifier": "efa.tabular",
     "ConditionalModel": "efa.model",
     "Attribute": "efa.fields",
     "Category": "efa.fields",

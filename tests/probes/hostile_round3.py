@@ -40,6 +40,7 @@ import torch
 
 torch.set_num_threads(1)
 os.environ.setdefault("EFA_WORKERS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's experiments/
 
 import efa  # noqa: E402
 from efa import families as fam  # noqa: E402

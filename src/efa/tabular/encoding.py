@@ -1,0 +1,246 @@
+"""The encoding room of the table estimator: the columns of a frame → cells (categorical ids,
+quantile bins or standardised numbers, observed masks) → :class:`efa.Sequences`, one row per
+sequence with the response last. The functions read and write the estimator's fitted state
+(``levels_``, ``bins_``, ``stats_``, ...), the scikit-learn way."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+import pandas as pd
+import torch
+
+from efa.data import Sequences
+
+
+def _as_1d(y) -> np.ndarray:
+    arr = np.asarray(y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        from sklearn.exceptions import DataConversionWarning
+
+        warnings.warn("A column-vector y was passed when a 1d array was expected. Please "
+                      "change the shape of y to (n_samples, ), for example using ravel().",
+                      DataConversionWarning, stacklevel=3)
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(f"y must be 1-dimensional, got shape {arr.shape}")
+    return arr
+
+
+def _lookup(levels) -> dict:
+    out = {}
+    for k, v in enumerate(levels):
+        out[v] = k
+        if isinstance(v, np.generic):
+            out[v.item()] = k
+    return out
+
+
+def _bin_edges(v: np.ndarray, n_bins: int, column) -> np.ndarray:
+    """Interior edges of at most ``n_bins`` bins of the values ``v`` (a cell goes to the bin
+    ``searchsorted(edges, x, "right")``). Every edge lies halfway between two distinct training
+    values, so no bin is empty and no value straddles an edge. A column with at most
+    ``n_bins`` distinct values keeps each apart; one with more gets quantile bins, and a
+    warning names it if ties leave it fewer than ``n_bins``."""
+    u = np.unique(v)
+    if len(u) <= n_bins:
+        gaps = np.arange(1, len(u))
+    else:
+        q = np.quantile(v, np.linspace(0, 1, n_bins + 1)[1:-1])
+        gaps = np.unique(np.clip(np.searchsorted(u, q, "right"), 1, len(u) - 1))
+    lo, hi = u[gaps - 1], u[gaps]
+    mid = lo / 2 + hi / 2  # (hi - lo) overflows for values near ±1.8e308
+    edges = np.where(mid > lo, mid, hi)  # adjacent floats: the upper value opens its bin
+    if len(u) > n_bins and len(edges) + 1 < n_bins:
+        warnings.warn(f"column {column!r}: ties leave {len(edges) + 1} quantile bins of the "
+                      f"{n_bins} asked for, so some bins merge several values", stacklevel=4)
+    return edges
+
+
+def _check_scalars(values: pd.Series, column) -> None:
+    for v in values:
+        if not isinstance(v, str | numbers.Number | bool | np.generic):
+            raise TypeError(f"column {column!r}: argument must be a string or a number, got "
+                            f"{type(v).__name__} {v!r}")
+
+
+def _split(y_codes: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) row indices: labelled rows stratified by class where every class has
+    at least 2 of them, unlabelled rows split at random; at least one row stays in training."""
+    rng = np.random.RandomState(seed)
+    n = len(y_codes)
+    if n < 4:
+        return np.arange(n), np.arange(0)
+    val = []
+    for c in np.unique(y_codes):
+        rows = np.flatnonzero(y_codes == c)
+        rng.shuffle(rows)
+        k = int(round(fraction * len(rows))) if len(rows) >= 2 else 0
+        val.extend(rows[:k])
+    val = np.sort(np.array(val, dtype=int))
+    train = np.setdiff1d(np.arange(n), val)
+    return train, val
+
+
+def as_frame(X) -> pd.DataFrame:
+    if isinstance(X, pd.DataFrame):
+        return X
+    if hasattr(X, "toarray") or hasattr(X, "tocsr"):
+        raise TypeError("sparse input is not supported: pass a dense array or a DataFrame")
+    arr = np.asarray(X)
+    if arr.dtype.kind == "c":
+        raise ValueError("Complex data not supported")
+    if arr.ndim != 2:
+        raise ValueError(f"Expected 2D array, got {arr.ndim}D array instead. Reshape your "
+                         "data with array.reshape(-1, 1) for a single feature or "
+                         "array.reshape(1, -1) for a single sample")
+    return pd.DataFrame(arr)
+
+
+def column_kinds(est, X: pd.DataFrame) -> list[str]:
+    """'cat' or 'num' per column; refuse dtypes the estimator cannot take."""
+    chosen = None
+    if est.categorical is not None:
+        out = [c for c in est.categorical if isinstance(c, numbers.Integral)
+               and c not in X.columns and not -X.shape[1] <= c < X.shape[1]]
+        if out:
+            raise ValueError(f"categorical index {out[0]} is out of range: X has "
+                             f"{X.shape[1]} columns")
+        chosen = {X.columns[c] if isinstance(c, numbers.Integral) and c not in X.columns
+                  else c for c in est.categorical}
+        unknown = chosen - set(X.columns)
+        if unknown:
+            raise ValueError(f"categorical names columns {sorted(map(str, unknown))} that X "
+                             "does not have")
+    kinds = []
+    for c in X.columns:
+        dt = X[c].dtype
+        if dt.kind in "mMc" or isinstance(dt, pd.PeriodDtype | pd.IntervalDtype):
+            raise TypeError(f"column {c!r} has dtype {dt}, which the estimator cannot take "
+                            "(use numbers, strings, booleans or categoricals)")
+        if chosen is not None:
+            kinds.append("cat" if c in chosen else "num")
+        else:
+            kinds.append("num" if dt.kind == "f" else "cat")
+    return kinds
+
+
+def nan_error(col, rows):
+    return ValueError(
+        f"column {col!r} has NaN or inf in {len(rows)} row(s) (first: row {rows[0]}); pass "
+        "missing='mask' to treat missing cells as unobserved")
+
+
+def learn_columns(est, X: pd.DataFrame):
+    est.kinds_ = column_kinds(est, X)
+    est.levels_, est.bins_, est.stats_, est.bin_values_ = {}, {}, {}, {}
+    for c, kind in zip(X.columns, est.kinds_, strict=True):
+        col = X[c]
+        if kind == "num":
+            v = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
+            ok = np.isfinite(v)
+            if not ok.any():
+                raise ValueError(f"column {c!r} has no finite value")
+            if est.numeric == "quantile":
+                est.bins_[c] = _bin_edges(v[ok], est.n_bins, c)
+                est.levels_[c] = list(range(len(est.bins_[c]) + 1))
+                # each bin's training median: what impute() writes, in the column's units
+                b = np.searchsorted(est.bins_[c], v[ok], "right")
+                est.bin_values_[c] = [float(np.median(v[ok][b == k]))
+                                       for k in est.levels_[c]]
+            else:
+                mu, sd = float(v[ok].mean()), float(v[ok].std())
+                est.stats_[c] = (mu, sd if sd > 0 else 1.0)
+        else:
+            values = col[col.notna()]
+            _check_scalars(values, c)
+            levels = pd.unique(values)
+            try:
+                levels = sorted(levels)
+            except TypeError:
+                levels = sorted(levels, key=str)
+            est.levels_[c] = list(levels)
+
+
+def cells(est, X: pd.DataFrame, columns, unknown_ok: bool):
+    """(ids [N, K] into the categorical vocabulary, values [N, K], observed [N, K] bool,
+    is_cat [K]) for the given feature columns of X."""
+    n, k = len(X), len(columns)
+    ids = np.zeros((n, k), dtype=np.int64)
+    vals = np.zeros((n, k), dtype=float)
+    obs = np.ones((n, k), dtype=bool)
+    for j, c in enumerate(columns):
+        col = X[c]
+        kind = est.kinds_[est._index[c]]
+        if kind == "num":
+            v = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
+            bad = ~np.isfinite(v)
+            if bad.any():
+                if est.missing == "error":
+                    raise nan_error(c, np.flatnonzero(bad))
+                obs[bad, j] = False
+            if est.numeric == "quantile":
+                ids[:, j] = est.offsets_[c] + np.searchsorted(est.bins_[c],
+                                                               np.nan_to_num(v), "right")
+            else:
+                mu, sd = est.stats_[c]
+                vals[:, j] = np.where(bad, 0.0, (np.nan_to_num(v) - mu) / sd)
+            continue
+        missing = col.isna().to_numpy()
+        if missing.any():
+            if est.missing == "error":
+                raise nan_error(c, np.flatnonzero(missing))
+            obs[missing, j] = False
+        _check_scalars(col[~missing], c)
+        infinite = np.array([isinstance(v, float | np.floating) and np.isinf(v)
+                             for v in col], dtype=bool)
+        if infinite.any():  # not a level, and not missing either: never an unknown
+            raise ValueError(f"column {c!r} has inf in {int(infinite.sum())} row(s) (first: "
+                             f"row {int(np.flatnonzero(infinite)[0])}); a level must be "
+                             "finite")
+        lookup = est.lookup_[c]
+        codes = np.array([lookup.get(v, -1) for v in col.where(~col.isna(), None)])
+        unseen = (codes < 0) & ~missing
+        if unseen.any():
+            r = int(np.flatnonzero(unseen)[0])
+            if est.handle_unknown == "error" and not unknown_ok:
+                known = est.levels_[c]
+                more = " ..." if len(known) > 10 else ""
+                raise ValueError(
+                    f"column {c!r} has the value {col.iloc[r]!r} (row {r}) that fit never "
+                    f"saw (known: {known[:10]}{more}); pass handle_unknown='unk' to treat "
+                    "unseen values as unknown")
+            obs[unseen, j] = False
+        ids[:, j] = est.offsets_[c] + np.where(codes < 0, 0, codes)
+    return ids, vals, obs
+
+
+def sequences(est, X: pd.DataFrame, y_codes=None, unknown_ok=False) -> Sequences:
+    """Rows → Sequences over the K feature columns and the response (last position)."""
+    n = len(X)
+    ids, vals, obs = cells(est, X, list(X.columns), unknown_ok)
+    if y_codes is None:
+        y_codes = np.full(n, -1)
+    y_obs = y_codes >= 0
+    y_ids = est.offsets_.get(est._target, 0) + np.where(y_obs, y_codes, 0)
+    ids = np.concatenate([ids, y_ids[:, None]], 1)
+    vals = np.concatenate([vals, np.zeros((n, 1))], 1)
+    obs = np.concatenate([obs, y_obs[:, None]], 1)
+    cat_pos = np.array(est.is_cat_)
+    fields = {"cat": torch.from_numpy(ids)}
+    observed = {"cat": torch.from_numpy(obs & cat_pos[None])}
+    if est.has_num_:
+        num_pos = ~cat_pos
+        num_pos[-1] = False
+        fields["num"] = torch.from_numpy(vals.astype(np.float32))
+        observed["num"] = torch.from_numpy(obs & num_pos[None])
+    if est.response == "ordinal":  # the response is its own field, at the last position
+        resp = np.zeros_like(ids)
+        resp[:, -1] = np.where(y_obs, y_codes, 0)
+        at_last = np.zeros_like(obs)
+        at_last[:, -1] = y_obs
+        fields["resp"] = torch.from_numpy(resp)
+        observed["resp"] = torch.from_numpy(at_last)
+    return Sequences(fields, torch.full((n,), ids.shape[1]), observed)

@@ -1,0 +1,194 @@
+"""The model room of the table estimator: :class:`TableEFA`, an EFA over table rows whose
+categorical cells share one vocabulary and whose softmax at a column runs over that column's
+levels only, with the response's optional GLM term."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+
+import torch
+from torch import nn
+
+from efa.data import Sequences
+from efa.families import Ordinal
+from efa.fields import EXCLUDED
+from efa.model import EFA, EFAConfig, refuse_generic_options
+
+# The model whose init="glm" first stage is running (AttentionTableClassifier._fit_glm): its
+# read-outs' weights are held at 0, so TableEFA.states skips the network. A context, not a
+# flag written onto the model.
+_GLM_STAGE: ContextVar[TableEFA | None] = ContextVar("efa_glm_stage", default=None)
+
+
+class TableEFA(EFA):
+    """An EFA over table rows whose categorical field ``cat`` holds every categorical column's
+    levels in one id range; ``support`` [columns, vocabulary] restricts the softmax at column k
+    to column k's own levels (a context-free base measure, so the family stays exponential).
+
+    The training loss computes each masked cell's softmax over its column's levels only (the
+    same numbers as the restricted full softmax, whose excluded logits underflow to exactly 0,
+    at the cost of the column's size instead of the whole vocabulary's)."""
+
+    own_objective = True  # see ConditionalModel.own_objective
+
+    def __init__(self, config: EFAConfig, support: torch.Tensor, cell_dropout: float = 0.0,
+                 additive: int = 0, response: str = "cat", ordered_classes: int = 0):
+        super().__init__(config)
+        self.register_buffer("support", support)
+        self.cell_dropout = cell_dropout
+        self.response = response
+        if additive:
+            # The response's GLM term (AttentionTableClassifier(additive=True)): an effect per
+            # (column, level) and a slope per numeric column, [additive] outputs each (the
+            # classes' logits, or the ordinal η), starting at 0. Per column, because a shared
+            # vocabulary gives the same id to level k of every column.
+            self.level_effect = nn.Parameter(torch.zeros(*support.shape, additive))
+            self.slope = nn.Parameter(torch.zeros(support.shape[0], additive))
+        if ordered_classes:
+            # additive="ordinal": one GLM term g enters the classes' logits as g s_k + b_k
+            # (the adjacent-categories logit's form, learned increasing scores s), so the GLM
+            # part is the ordinal logit while the attention still adds free class logits.
+            self.glm_family = Ordinal(ordered_classes)
+        width = max(1, int(support.sum(1).max()))
+        local = torch.zeros(support.shape[0], width, dtype=torch.long)
+        for k in range(support.shape[0]):
+            ids = support[k].nonzero().flatten()
+            local[k, : len(ids)] = ids
+        self.register_buffer("local_ids", local)  # [columns, width]: the column's vocabulary
+        self.register_buffer("local_ok", torch.arange(width) < support.sum(1, keepdim=True))
+        rank = torch.cumsum(support.long(), 1) - 1  # vocabulary id -> index within its column
+        self.register_buffer("local_rank", rank)
+
+    def additive_term(self, data: Sequences, rows: torch.Tensor) -> torch.Tensor:
+        """Σ over the row's observed feature cells of their effect on the response, [R, out]
+        for the rows ``rows`` [R] (the response cell itself and hidden cells add nothing)."""
+        batch = data[rows]
+        width = batch.fields["cat"].shape[1]
+        feats = torch.arange(width, device=rows.device) < width - 1
+        cat = batch.observed["cat"] & feats
+        # a cell that is not an observed level (numeric, hidden, the response) may hold any id
+        ids = torch.where(cat, batch.fields["cat"], 0)
+        effect = self.level_effect[torch.arange(width, device=rows.device), ids]
+        term = (effect * cat[..., None]).sum(1)
+        if "num" in batch.fields:
+            num = batch.observed["num"] & feats
+            x = torch.where(num, batch.fields["num"], 0).to(term.dtype)
+            term = term + x @ self.slope
+        return term
+
+    def glm_logits(self, data: Sequences, rows: torch.Tensor) -> torch.Tensor:
+        """What the GLM term adds to the response's natural parameter at rows ``rows``."""
+        term = self.additive_term(data, rows)
+        return self.glm_family.logits(term) if hasattr(self, "glm_family") else term
+
+    def glm_parameters(self) -> list[nn.Parameter]:
+        """The GLM's parameters: the term's effects and slopes, the ordered response's (or the
+        ordered term's) scores and base measure, and the read-out's biases (the classes'
+        intercepts for a categorical response)."""
+        out = [self.level_effect, self.slope]
+        if hasattr(self, "glm_family"):
+            out += list(self.glm_family.parameters())
+        if self.response != "cat":
+            out += list(self.field(self.response).family.parameters())
+        bias = self.readouts[self.response].net.bias
+        return out + ([bias] if bias is not None else [])
+
+    def hidden_for(self, data, target):
+        # A query token hides every field. In a table each position holds one field and the
+        # others are unobserved (so hidden) there, and the two-stream query of position i reads
+        # only its own token: this is the query of i's own field. One query stream then serves
+        # every field of a batch (field_states) instead of one per field (test, float64).
+        if target is None:
+            return super().hidden_for(data, None)
+        return {f.name: True for f in self.fields}
+
+    def states(self, data, target, at, want_weights=False, head=None, content=None,
+               stream=None):
+        if _GLM_STAGE.get() is not self:
+            return super().states(data, target, at, want_weights, head, content, stream)
+        # The first stage of init="glm" holds every read-out weight at 0, so the state a
+        # read-out reads does not matter: a zero state gives the same outputs bit for bit
+        # without running the attention or the encoders (test).
+        width = self.blocks[-1].d_out  # the read-outs' input width
+        h = at.new_zeros(int(at.sum()), width, dtype=self.level_effect.dtype)
+        return (h if head is None else head(h)), None
+
+    def field_states(self, data: Sequences, at: dict[str, torch.Tensor]) -> dict:
+        """The last layer's state [P_f, d] at the positions ``at[f]`` of every field f, from
+        one pass over the union of the positions (see hidden_for)."""
+        union = torch.stack(list(at.values())).any(0)
+        h, _ = self.states(data, next(iter(at)), union)
+        return {name: h[m[union]] for name, m in at.items()}
+
+    def natural_params_at(self, data, at):
+        return self._natural_params(data, at, self.field_states(data, at))
+
+    def _natural_params(self, data, at, states):
+        out = {name: self.restrict(name, data, m, self.readouts[name](states[name]))
+               for name, m in at.items()}
+        if not hasattr(self, "level_effect") or self.response not in at:
+            return out
+        m = at[self.response]
+        last = m.nonzero()[:, 1] == m.shape[1] - 1
+        if last.any():
+            rows = m.nonzero()[:, 0][last]
+            eta = out[self.response].clone()
+            term = self.glm_logits(data, rows)
+            if self.response == "cat":  # the classes' ids in the shared vocabulary
+                ids = self.local_ids[-1][self.local_ok[-1]]
+                eta[last.nonzero()[:, :1], ids[None]] += term
+            else:
+                eta[last] += term
+            out[self.response] = eta
+        return out
+
+    def restrict(self, name, data, at, eta):
+        eta = super().restrict(name, data, at, eta)
+        if name != "cat":
+            return eta
+        return eta.masked_fill(~self.support[at.nonzero()[:, 1]], EXCLUDED)
+
+    def loss(self, data, check=False, weights=None, counts=None, sampling=None):
+        """Sum over fields of the mean negative log-likelihood of the masked cells. In training,
+        each observed cell is also hidden with probability ``cell_dropout`` (hidden from the
+        context and not scored): the likelihood of a cell given a random subset of the others,
+        so that the model learns to read rows with [MASK]s in them (missing cells, unseen
+        levels) as well as rows without."""
+        refuse_generic_options(self, weights, counts, sampling)
+        if check:
+            self.check(data)
+        if self.training and self.cell_dropout > 0:
+            keep = {k: m & (torch.rand(m.shape) >= self.cell_dropout)
+                    for k, m in data.observed.items()}
+            data = Sequences(data.fields, data.lengths, keep, data.scored)
+        at = {f.name: data.predicted(f.name) for f in self.target_fields}
+        at = {name: m for name, m in at.items() if m.any()}
+        total = 0.0
+        if not at:
+            return total
+        states = self.field_states(data, at)  # one pass for every field
+        others = {name: m for name, m in at.items() if name != "cat"}
+        etas = self._natural_params(data, others, states)
+        for name, eta in etas.items():
+            ll = self.field(name).family.log_prob(data.fields[name][at[name]], eta)
+            total = total - ll.mean()
+        if "cat" not in at:
+            return total
+        # The categorical cells' softmax runs over each cell's own column's levels only.
+        m = at["cat"]
+        h = states["cat"]  # [P, d]
+        cols = m.nonzero()[:, 1]
+        ids = self.local_ids[cols]  # [P, width]
+        read = self.readouts["cat"].net
+        logits = torch.einsum("pd,pld->pl", h, read.weight[ids])
+        if read.bias is not None:
+            logits = logits + read.bias[ids]
+        last = cols == m.shape[1] - 1
+        if hasattr(self, "level_effect") and self.response == "cat" and last.any():
+            term = self.glm_logits(data, m.nonzero()[:, 0][last])
+            extra = torch.zeros_like(logits)  # local index k of the response = class k
+            extra[last, : term.shape[1]] = term
+            logits = logits + extra
+        logits = logits.masked_fill(~self.local_ok[cols], float("-inf"))
+        target = self.local_rank[cols, data.fields["cat"][m]]
+        return total + torch.nn.functional.cross_entropy(logits, target)
