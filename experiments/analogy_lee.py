@@ -44,7 +44,8 @@ from efa.embeddings import (
 )
 from efa.fields import Category
 from efa.model import EFA, EFAConfig
-from efa.train import TrainConfig, evaluate, fit, seed_everything
+from efa.scoring import evaluate
+from efa.train import TrainConfig, fit, seed_everything
 from experiments.plots import figure, save
 from experiments.report import Report
 

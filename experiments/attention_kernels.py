@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from efa.train import evaluate, fit, mean_squared_error, seed_everything
+from efa.scoring import evaluate, mean_squared_error
+from efa.train import fit, seed_everything
 from experiments import instacart, items, movielens
 from experiments import temperature as temp
 from experiments.plots import figure, save

@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from efa.train import evaluate, fit, seed_everything
+from efa.scoring import evaluate
+from efa.train import fit, seed_everything
 from experiments import items
 from experiments.report import Report
 

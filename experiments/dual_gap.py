@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from efa.kernels.fenchel import solve_dual
-from efa.train import evaluate, fit, mean_squared_error, seed_everything
+from efa.scoring import evaluate, mean_squared_error
+from efa.train import fit, seed_everything
 from experiments.plots import figure, save
 from experiments.report import Report
 

@@ -38,7 +38,8 @@ from efa.data import Sequences
 from efa.generators import GPLatent, LinearGaussian
 from efa.kernels.cme import cme
 from efa.model import EFA, ConditionalModel, EFAConfig
-from efa.train import TrainConfig, fit, mean_squared_error, predictions, seed_everything
+from efa.scoring import mean_squared_error, predictions
+from efa.train import TrainConfig, fit, seed_everything
 from experiments.plots import figure, save
 from experiments.report import Report
 

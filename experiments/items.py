@@ -18,7 +18,8 @@ from efa.baselines.recsys import RECBOLE, BERT4Rec, SASRec, ranking_metrics
 from efa.data import Sequences
 from efa.fields import Category
 from efa.model import EFA, EFAConfig
-from efa.train import TrainConfig, evaluate, fit, log_likelihoods
+from efa.scoring import evaluate, log_likelihoods
+from efa.train import TrainConfig, fit
 
 DISTINCT = " + distinct"
 BAG = "EFA + bag"

@@ -29,7 +29,8 @@ from efa.datasets import movielens as ml
 from efa.families import Poisson
 from efa.fields import Category, Value
 from efa.model import EFA, EFAConfig
-from efa.train import evaluate, fit, predictions, seed_everything
+from efa.scoring import evaluate, predictions
+from efa.train import fit, seed_everything
 from experiments import items
 from experiments.items import adam
 from experiments.movielens import PROTOCOLS, _ratings

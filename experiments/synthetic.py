@@ -22,7 +22,8 @@ from efa.data import Sequences
 from efa.families import Gaussian
 from efa.fields import Category, Value
 from efa.model import EFA, EFAConfig
-from efa.train import TrainConfig, fit, mean_squared_error, seed_everything
+from efa.scoring import mean_squared_error
+from efa.train import TrainConfig, fit, seed_everything
 from experiments.plots import bar_plot, heatmap
 from experiments.report import Report
 

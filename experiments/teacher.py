@@ -28,7 +28,8 @@ from efa.families import Poisson
 from efa.fields import Category, Value
 from efa.generators import attention_teacher, bayes_nll, sample, student_fields
 from efa.model import EFA, EFAConfig
-from efa.train import TrainConfig, evaluate, fit, seed_everything
+from efa.scoring import evaluate
+from efa.train import TrainConfig, fit, seed_everything
 from experiments.plots import dot_plot
 from experiments.report import Report
 

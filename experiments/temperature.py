@@ -22,8 +22,9 @@ from efa import strategies
 from efa.baselines import Climatology, select_shrinkage
 from efa.data import Sequences
 from efa.datasets import temperature as tp
+from efa.scoring import mean_squared_error
 from efa.spatial import anomalies, frame_to_sequences, knn_fm, site_means, spatial_efa
-from efa.train import TrainConfig, fit, mean_squared_error, seed_everything
+from efa.train import TrainConfig, fit, seed_everything
 from experiments.plots import figure, save
 from experiments.report import Report
 

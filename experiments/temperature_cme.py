@@ -23,8 +23,8 @@ import torch
 
 from efa.baselines import select_shrinkage
 from efa.kernels.cme import cme
+from efa.scoring import mean_squared_error
 from efa.spatial import COORDS
-from efa.train import mean_squared_error
 from experiments import temperature as tx
 from experiments.plots import dot_plot
 from experiments.report import Report

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import efa
+from efa import checkpoint as checkpoint_mod
 from efa import spatial
 from efa.families import Gaussian, Poisson
 from tests.helpers import make_model, mixed_data
@@ -504,7 +505,7 @@ def test_22_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monke
     jobs = [{"seed": 3}]
     clean = runner.run_jobs(_two_fits, jobs, workers=1, journal=tmp_path / "clean")
     journal = tmp_path / ".exp.jobs"
-    real_save, calls = train_mod._save, []
+    real_save, calls = checkpoint_mod.save_state, []
 
     def dying_save(*args, **kwargs):  # killed after the second fit's second epoch
         calls.append(1)
@@ -512,14 +513,15 @@ def test_22_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monke
             raise KeyboardInterrupt
         return real_save(*args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "_save", dying_save)
+    monkeypatch.setattr(checkpoint_mod, "save_state", dying_save)
     with pytest.raises(KeyboardInterrupt):
         runner.run_jobs(_two_fits, jobs, workers=1, journal=journal)
     key = runner.job_key(jobs[0])
     assert sorted(p.name for p in (journal / f"{key}.fits").iterdir()) == ["fit0", "fit1"]
     assert train_mod._CONTEXT.get() is None  # reset after the job, also on a kill
     saved = []
-    monkeypatch.setattr(train_mod, "_save", lambda *a, **k: saved.append(1) or real_save(*a, **k))
+    monkeypatch.setattr(checkpoint_mod, "save_state",
+                        lambda *a, **k: saved.append(1) or real_save(*a, **k))
     resumed = runner.run_jobs(_two_fits, jobs, workers=1, journal=journal)
     assert resumed == clean  # the same numbers as a run never killed
     # the first fit was complete and the second had one epoch saved: 3 epochs ran, not 3 + 4

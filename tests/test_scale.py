@@ -149,7 +149,7 @@ import os, signal, sys, torch
 torch.set_num_threads(1)
 sys.path.insert(0, {root!r})
 import efa
-from efa import distributed, train as train_mod
+from efa import checkpoint as checkpoint_mod, distributed
 from tests.helpers import make_model, mixed_data
 
 distributed.init_from_environment()
@@ -158,13 +158,13 @@ data = mixed_data(n=16, seed=0)
 val = mixed_data(n=6, seed=1)
 model = make_model(seed=0, num_layers=2, direction="bidirectional")
 if os.environ.get("DIE_AFTER"):  # simulate a kill right after a checkpoint is written
-    real, saves = train_mod._save, []
+    real, saves = checkpoint_mod.save_state, []
     def dying(*args):
         real(*args)
         saves.append(1)
         if len(saves) == int(os.environ["DIE_AFTER"]):
             os.killpg(os.getpgid(0), signal.SIGKILL)
-    train_mod._save = dying
+    checkpoint_mod.save_state = dying
 efa.fit(model, data, val, max_epochs=4, batch_size=8, lr=1e-2, seed=3, progress=False,
         checkpoint_dir={ckpt!r})
 if rank == 0:

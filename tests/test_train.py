@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import efa
+from efa import checkpoint as checkpoint_mod
 from efa import train as train_mod
 from tests.helpers import make_model, mixed_data
 
@@ -85,7 +86,7 @@ def test_checkpoint_resumes_after_a_kill(tmp_path, monkeypatch):
     )
 
     saves = []
-    real_save = train_mod._save
+    real_save = checkpoint_mod.save_state
 
     def dying_save(*args):
         real_save(*args)
@@ -93,10 +94,10 @@ def test_checkpoint_resumes_after_a_kill(tmp_path, monkeypatch):
         if len(saves) == 2:
             raise KeyboardInterrupt  # the process is killed after epoch 2
 
-    monkeypatch.setattr(train_mod, "_save", dying_save)
+    monkeypatch.setattr(checkpoint_mod, "save_state", dying_save)
     with pytest.raises(KeyboardInterrupt):
         efa.fit(_model(), _data(), _data(seed=1), cfg)
-    monkeypatch.setattr(train_mod, "_save", real_save)
+    monkeypatch.setattr(checkpoint_mod, "save_state", real_save)
     # another initialisation (a seed sweep into one folder) is another run: refused (#32.5)
     with pytest.raises(ValueError, match="another initialisation.*another seed"):
         efa.fit(_model(seed=99), _data(), _data(seed=1), cfg)

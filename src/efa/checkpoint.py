@@ -114,3 +114,102 @@ def differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
 def _short(v) -> str:
     s = json.dumps(v, default=str)
     return s if len(s) <= 60 else s[:57] + "..."
+
+
+def save_state(folder: Path, model, opt, sched, gen, sampler, history: dict, best_state, bad,
+               fingerprint: dict) -> None:
+    """A fit's whole state after an epoch: weights, best weights, optimizer moments, random
+    states, scheduler and ``history`` (a dict), tied to ``fingerprint``."""
+    tensors = {f"model/{k}": v for k, v in model.state_dict().items()}
+    if best_state is not None:
+        tensors |= {f"best/{k}": v for k, v in best_state.items()}
+    opt_state = opt.state_dict()
+    scalars = {}
+    for i, st in opt_state["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optimizer/{i}/{k}"] = v
+            else:
+                scalars[f"{i}/{k}"] = v
+    tensors["rng/generator"] = gen.get_state()
+    tensors["rng/sampler"] = sampler.get_state()
+    tensors["rng/torch"] = torch.get_rng_state()
+    meta = {
+        "format": 1,
+        "fingerprint": fingerprint,
+        "history": history,
+        "bad": bad,
+        "has_best": best_state is not None,
+        "optimizer": {"param_groups": opt_state["param_groups"], "scalars": scalars},
+        "scheduler": sched.state_dict(),
+    }
+    save(folder, tensors, meta)
+    (folder / "history.json").write_text(json.dumps(history))
+
+
+def restore_state(state, folder: Path, fingerprint: dict, model, opt, sched, gen, sampler,
+                  history: type):
+    """Put a fit's state back from ``state`` (what :func:`load` read) after checking that it
+    was written for this ``fingerprint``; everything is read and checked before anything
+    changes. Returns (``history(**saved history)``, best weights or None, bad epochs)."""
+    tensors, meta = state
+    path = folder / FILE
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} is damaged: its metadata is not a JSON object")
+    saved = meta.get("fingerprint", {})
+    # Data first: fit standardises unset Value loc/scale on the training data, so other data
+    # also make another model config; the data are the cause to report.
+    for part, what in (("data", "data (training or validation)"), ("model", "model"),
+                       ("settings", "training settings"),
+                       ("initial", "initialisation (the weights this fit starts from)")):
+        if not isinstance(saved, dict) or saved.get(part) != fingerprint[part]:
+            old = saved.get(part) if isinstance(saved, dict) else None
+            diff = (differences(old or {}, fingerprint[part])
+                    if isinstance(fingerprint[part], dict) and isinstance(old, dict | None) else
+                    [f"the {'contents' if part == 'data' else 'weights'} differ"
+                     + ("" if part == "data" else " (another seed?)")])
+            raise ValueError(
+                f"{path} was written for another {what}: "
+                + "; ".join(diff[:5])
+                + ". Use another checkpoint_dir, or resume=False to start over"
+            )
+    # Read everything before changing anything: a damaged file leaves the model as it was.
+    try:
+        weights = {k[6:]: v for k, v in tensors.items() if k.startswith("model/")}
+        best = ({k[5:]: v for k, v in tensors.items() if k.startswith("best/")}
+                if meta["has_best"] else None)
+        opt_state = {"state": {}, "param_groups": meta["optimizer"]["param_groups"]}
+        for k, v in tensors.items():
+            if k.startswith("optimizer/"):
+                _, i, name = k.split("/", 2)
+                opt_state["state"].setdefault(int(i), {})[name] = v
+        for k, v in meta["optimizer"]["scalars"].items():
+            i, name = k.split("/", 1)
+            opt_state["state"].setdefault(int(i), {})[name] = v
+        sched_state = dict(meta["scheduler"])
+        sched_state.pop("_scale_fn_ref", None)
+        rngs = [tensors[f"rng/{k}"] for k in ("generator", "sampler", "torch")]
+        hist, bad = history(**meta["history"]), int(meta["bad"])
+        current = model.state_dict()
+        if set(weights) != set(current):
+            raise KeyError("the model's weights")
+        for k, v in weights.items():
+            if v.shape != current[k].shape:
+                raise ValueError(f"weight {k!r} of shape {list(v.shape)}, the model's is "
+                                 f"{list(current[k].shape)}")
+        for name, r, now in zip(("generator", "sampler", "torch"), rngs,
+                                (gen.get_state(), sampler.get_state(), torch.get_rng_state()),
+                                strict=True):
+            if r.dtype != now.dtype or r.shape != now.shape:
+                raise ValueError(f"random state rng/{name} of {r.dtype} {list(r.shape)}, "
+                                 f"expected {now.dtype} {list(now.shape)}")
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path} is damaged (missing or malformed {err}); delete it, or pass "
+                         "resume=False to start over") from None
+    model.load_state_dict(weights)
+    opt.load_state_dict(opt_state)
+    sched.load_state_dict(sched_state)
+    gen.set_state(rngs[0])
+    sampler.set_state(rngs[1])
+    torch.set_rng_state(rngs[2])
+    return hist, best, bad

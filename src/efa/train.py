@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import math
 import random
 import sys
@@ -26,6 +25,7 @@ from tqdm.auto import tqdm
 from efa import checkpoint, distributed, vocab
 from efa.data import Sequences
 from efa.model import ConditionalModel
+from efa.scoring import _batches, _check_int, _check_targets, _raise_non_finite, evaluate
 
 SCHEDULES = ("anneal", "plateau", "cosine", "constant")
 JOB_SAVE_SECONDS = 60.0
@@ -162,12 +162,6 @@ class TrainConfig:
                                  f", got {v!r}")
 
 
-def _check_int(name, v, low):
-    if isinstance(v, bool) or not isinstance(v, int | np.integer) or (low is not None and v < low):
-        bound = f" >= {low}" if low is not None else ""
-        raise ValueError(f"{name} must be an integer{bound}, got {v!r}")
-
-
 @dataclass
 class History:
     train_loss: list[float] = field(default_factory=list)
@@ -187,140 +181,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-# --------------------------------------------------------------------------- scoring
-
-
-def _batches(data: Sequences, batch_size: int, device: torch.device | None = None):
-    _check_int("batch_size", batch_size, 1)
-    for start in range(0, len(data), batch_size):
-        idx = torch.arange(start, min(start + batch_size, len(data)))
-        batch = data[idx]
-        yield idx, batch if device is None or batch.device == device else batch.to(device)
-
-
-@contextlib.contextmanager
-def _scoring(model: ConditionalModel, data: Sequences):
-    """Check ``data`` against the model and score in eval mode; the model's training mode is
-    restored afterwards, also when scoring raises."""
-    model.check(data)
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
-@torch.no_grad()
-def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
-                    base_measure: bool = True) -> dict[str, torch.Tensor]:
-    """log p(y_i | context) per target field as [N, I] float64, NaN where not predicted: the
-    per-position numbers behind ``evaluate``, for paired comparisons between models. A
-    non-finite value at a predicted position is an error naming it, as in ``evaluate``."""
-    out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
-           for f in model.target_fields}
-    with _scoring(model, data):
-        for idx, batch in _batches(data, batch_size, model.device):
-            for name, lp in model.log_likelihoods(batch, base_measure).items():
-                if not torch.isfinite(lp[batch.predicted(name)]).all():
-                    _raise_non_finite(model, batch, idx, "log_likelihoods")
-                out[name][idx, : lp.shape[1]] = lp.double().cpu()
-    return out
-
-
-@torch.no_grad()
-def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
-             base_measure: bool = True, fields: tuple[str, ...] | None = None
-             ) -> dict[str, float]:
-    """Mean log-likelihood per target field (of ``fields`` only, if given) over all predicted
-    positions of ``data``. A field with no predicted position gets NaN and a warning; a
-    non-finite log-likelihood is an error naming the field, sequence and position."""
-    if fields is not None:
-        _check_targets(model, fields)
-    names = [f.name for f in model.target_fields if fields is None or f.name in fields]
-    sums: dict[str, float] = dict.fromkeys(names, 0.0)
-    counts: dict[str, int] = dict.fromkeys(names, 0)
-    with _scoring(model, data):
-        for idx, batch in _batches(data, batch_size, model.device):
-            for name, (s, n) in model.log_likelihood(batch, base_measure, check=False).items():
-                if name not in sums:
-                    continue
-                if not torch.isfinite(s):
-                    _raise_non_finite(model, batch, idx, "evaluate")
-                sums[name] += float(s)
-                counts[name] += n
-    out = {}
-    for name in sums:
-        if counts[name] == 0:
-            warnings.warn(f"field {name!r} has no predicted position in the data (all values "
-                          "missing or not scored): its log-likelihood is NaN", stacklevel=2)
-            out[name] = float("nan")
-        else:
-            out[name] = sums[name] / counts[name]
-    return out
-
-
-def _check_targets(model: ConditionalModel, names) -> None:
-    targets = [f.name for f in model.target_fields]
-    unknown = [n for n in names if n not in targets]
-    if unknown:
-        raise ValueError(f"{unknown} are not target fields of the model; its target fields "
-                         f"are {targets}")
-
-
-def _raise_non_finite(model, batch: Sequences, idx: torch.Tensor, where: str, extra: str = ""):
-    """Find the first position whose log-likelihood is not finite and say where it is."""
-    with torch.no_grad():
-        lps = model.log_likelihoods(batch)
-    for name, lp in lps.items():
-        bad = batch.predicted(name) & ~torch.isfinite(lp)
-        if bad.any():
-            b, i = bad.nonzero()[0].tolist()
-            y = batch.fields[name][b, i].item()
-            raise FloatingPointError(
-                f"{where}: non-finite log-likelihood {lp[b, i].item()} of field {name!r} at "
-                f"sequence {int(idx[b])}, position {i} (value {y!r}){extra}: the value may be "
-                "extreme for the model (check it, and a Value field's loc/scale) or the "
-                "parameters diverged (lower the learning rate)"
-            )
-    raise FloatingPointError(f"{where}: non-finite loss with finite log-likelihoods at every "
-                             f"position{extra}: the parameters diverged; lower the learning rate")
-
-
-@torch.no_grad()
-def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size: int = 1024):
-    """(observed y, predicted mean E[y | context]) at every predicted position of ``name``."""
-    f = model.target(name)
-    ys, means = [], []
-    with _scoring(model, data):
-        for idx, batch in _batches(data, batch_size, model.device):
-            mask = batch.predicted(name)
-            mean = model._means_at(batch, mask)[0][name][mask]  # checked here: global ids
-            bad = ~torch.isfinite(mean.reshape(len(mean), -1) if len(mean) else
-                                  mean.new_zeros(0, 1)).all(1)
-            if bad.any():
-                b, i = mask.nonzero()[bad][0]
-                raise FloatingPointError(
-                    f"predictions: non-finite predicted mean of field {f.name!r} at sequence "
-                    f"{int(idx[b])}, position {int(i)}"
-                )
-            ys.append(batch.fields[name][mask].cpu())
-            means.append(mean.cpu())
-    return torch.cat(ys), torch.cat(means)
-
-
-def mean_squared_error(model: ConditionalModel, data: Sequences, name: str) -> float:
-    """Mean squared error of the predicted mean of value field ``name`` (in its units²)."""
-    f = model.target(name)
-    if f.kind != "value":
-        raise ValueError(f"field {name!r} is a {f.kind}: the mean squared error needs a numeric "
-                         "value field (use evaluate for a log-likelihood)")
-    y, mu = predictions(model, data, name)
-    if len(y) == 0:
-        raise ValueError(f"field {name!r} has no predicted position in the data")
-    return float(((y.to(mu.dtype) - mu) ** 2).mean())
 
 
 def _val_loss(model, data, batch_size, monitor=None) -> float:
@@ -453,8 +313,9 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         state = checkpoint.load(folder)
         if state is not None:
             try:
-                hist, best_state, bad = _restore(state, folder, fingerprint, model, opt,
-                                                 plateau or sched, gen, sampler)
+                hist, best_state, bad = checkpoint.restore_state(
+                    state, folder, fingerprint, model, opt, plateau or sched, gen, sampler,
+                    History)
                 start_epoch = hist.epochs_run
             except ValueError:
                 # The user's folder: say what differs. A job's own checkpoint written for
@@ -541,8 +402,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
             # fits are not slowed down, and a kill costs at most that much of a long one.
             if folder is not None and (own or time.perf_counter() - saved >= JOB_SAVE_SECONDS):
                 if rank == 0:
-                    _save(folder, model, opt, plateau or sched, gen, sampler, hist, best_state,
-                          bad, cfg, fingerprint)
+                    checkpoint.save_state(folder, model, opt, plateau or sched, gen, sampler,
+                                          asdict(hist), best_state, bad, fingerprint)
                 saved = time.perf_counter()
                 distributed.barrier()
     except FloatingPointError:
@@ -626,99 +487,3 @@ def _scheduler(opt, cfg: TrainConfig, steps_per_epoch: int):
         return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     return torch.optim.lr_scheduler.LambdaLR(opt, factor), None
-
-
-# --------------------------------------------------------------------------- checkpoints
-
-
-def _save(folder: Path, model, opt, sched, gen, sampler, hist, best_state, bad, cfg,
-          fingerprint):
-    tensors = {f"model/{k}": v for k, v in model.state_dict().items()}
-    if best_state is not None:
-        tensors |= {f"best/{k}": v for k, v in best_state.items()}
-    opt_state = opt.state_dict()
-    scalars = {}
-    for i, st in opt_state["state"].items():
-        for k, v in st.items():
-            if torch.is_tensor(v):
-                tensors[f"optimizer/{i}/{k}"] = v
-            else:
-                scalars[f"{i}/{k}"] = v
-    tensors["rng/generator"] = gen.get_state()
-    tensors["rng/sampler"] = sampler.get_state()
-    tensors["rng/torch"] = torch.get_rng_state()
-    meta = {
-        "format": 1,
-        "fingerprint": fingerprint,
-        "history": asdict(hist),
-        "bad": bad,
-        "has_best": best_state is not None,
-        "optimizer": {"param_groups": opt_state["param_groups"], "scalars": scalars},
-        "scheduler": sched.state_dict(),
-    }
-    checkpoint.save(folder, tensors, meta)
-    (folder / "history.json").write_text(json.dumps(asdict(hist)))
-
-
-def _restore(state, folder: Path, fingerprint: dict, model, opt, sched, gen, sampler):
-    tensors, meta = state
-    path = folder / checkpoint.FILE
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path} is damaged: its metadata is not a JSON object")
-    saved = meta.get("fingerprint", {})
-    # Data first: fit standardises unset Value loc/scale on the training data, so other data
-    # also make another model config; the data are the cause to report.
-    for part, what in (("data", "data (training or validation)"), ("model", "model"),
-                       ("settings", "training settings"),
-                       ("initial", "initialisation (the weights this fit starts from)")):
-        if not isinstance(saved, dict) or saved.get(part) != fingerprint[part]:
-            old = saved.get(part) if isinstance(saved, dict) else None
-            diff = (checkpoint.differences(old or {}, fingerprint[part])
-                    if isinstance(fingerprint[part], dict) and isinstance(old, dict | None) else
-                    [f"the {'contents' if part == 'data' else 'weights'} differ"
-                     + ("" if part == "data" else " (another seed?)")])
-            raise ValueError(
-                f"{path} was written for another {what}: "
-                + "; ".join(diff[:5])
-                + ". Use another checkpoint_dir, or resume=False to start over"
-            )
-    # Read everything before changing anything: a damaged file leaves the model as it was.
-    try:
-        weights = {k[6:]: v for k, v in tensors.items() if k.startswith("model/")}
-        best = ({k[5:]: v for k, v in tensors.items() if k.startswith("best/")}
-                if meta["has_best"] else None)
-        opt_state = {"state": {}, "param_groups": meta["optimizer"]["param_groups"]}
-        for k, v in tensors.items():
-            if k.startswith("optimizer/"):
-                _, i, name = k.split("/", 2)
-                opt_state["state"].setdefault(int(i), {})[name] = v
-        for k, v in meta["optimizer"]["scalars"].items():
-            i, name = k.split("/", 1)
-            opt_state["state"].setdefault(int(i), {})[name] = v
-        sched_state = dict(meta["scheduler"])
-        sched_state.pop("_scale_fn_ref", None)
-        rngs = [tensors[f"rng/{k}"] for k in ("generator", "sampler", "torch")]
-        hist, bad = History(**meta["history"]), int(meta["bad"])
-        current = model.state_dict()
-        if set(weights) != set(current):
-            raise KeyError("the model's weights")
-        for k, v in weights.items():
-            if v.shape != current[k].shape:
-                raise ValueError(f"weight {k!r} of shape {list(v.shape)}, the model's is "
-                                 f"{list(current[k].shape)}")
-        for name, r, now in zip(("generator", "sampler", "torch"), rngs,
-                                (gen.get_state(), sampler.get_state(), torch.get_rng_state()),
-                                strict=True):
-            if r.dtype != now.dtype or r.shape != now.shape:
-                raise ValueError(f"random state rng/{name} of {r.dtype} {list(r.shape)}, "
-                                 f"expected {now.dtype} {list(now.shape)}")
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ValueError(f"{path} is damaged (missing or malformed {err}); delete it, or pass "
-                         "resume=False to start over") from None
-    model.load_state_dict(weights)
-    opt.load_state_dict(opt_state)
-    sched.load_state_dict(sched_state)
-    gen.set_state(rngs[0])
-    sampler.set_state(rngs[1])
-    torch.set_rng_state(rngs[2])
-    return hist, best, bad

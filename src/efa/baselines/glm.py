@@ -335,7 +335,7 @@ def select_l2(model: ConditionalModel, train: Sequences, val: Sequences, grid=L2
     penalty path from strong to weak, each fit warm-started from the previous one, until the
     validation NLL has worsened twice in a row; keep the best fit over all. Returns (the model
     at the chosen penalty, {"l2", "design_ratio", "val_nll": {"l2/ratio": nll}, "fits"})."""
-    from efa.train import evaluate
+    from efa.scoring import evaluate
 
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     best, curve, fits = None, {}, []

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from efa.data import Sequences
 from efa.fields import Category
 from efa.model import ConditionalModel, refuse_generic_options
-from efa.train import _batches, _scoring
+from efa.scoring import _batches, _scoring
 
 # RecBole's defaults (properties/model/*.yaml, properties/overall.yaml).
 RECBOLE = {

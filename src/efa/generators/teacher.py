@@ -28,7 +28,7 @@ from efa.data import Sequences
 from efa.fields import Attribute, Category, Field, Value
 from efa.generators.latent import positive_int
 from efa.model import EFA, EFAConfig
-from efa.train import evaluate
+from efa.scoring import evaluate
 
 __all__ = ["attention_teacher", "bayes_nll", "sample"]
 

@@ -1,0 +1,151 @@
+"""Scoring a trained model: per-position and mean log-likelihoods, predicted means and their
+squared error, over data of any size in batches, each number checked finite (an error names
+the field, sequence and position of one that is not)."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import numpy as np
+import torch
+
+from efa.data import Sequences
+from efa.model import ConditionalModel
+
+
+def _check_int(name, v, low):
+    if isinstance(v, bool) or not isinstance(v, int | np.integer) or (low is not None and v < low):
+        bound = f" >= {low}" if low is not None else ""
+        raise ValueError(f"{name} must be an integer{bound}, got {v!r}")
+
+
+def _batches(data: Sequences, batch_size: int, device: torch.device | None = None):
+    _check_int("batch_size", batch_size, 1)
+    for start in range(0, len(data), batch_size):
+        idx = torch.arange(start, min(start + batch_size, len(data)))
+        batch = data[idx]
+        yield idx, batch if device is None or batch.device == device else batch.to(device)
+
+
+@contextlib.contextmanager
+def _scoring(model: ConditionalModel, data: Sequences):
+    """Check ``data`` against the model and score in eval mode; the model's training mode is
+    restored afterwards, also when scoring raises."""
+    model.check(data)
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
+def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
+                    base_measure: bool = True) -> dict[str, torch.Tensor]:
+    """log p(y_i | context) per target field as [N, I] float64, NaN where not predicted: the
+    per-position numbers behind ``evaluate``, for paired comparisons between models. A
+    non-finite value at a predicted position is an error naming it, as in ``evaluate``."""
+    out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
+           for f in model.target_fields}
+    with _scoring(model, data):
+        for idx, batch in _batches(data, batch_size, model.device):
+            for name, lp in model.log_likelihoods(batch, base_measure).items():
+                if not torch.isfinite(lp[batch.predicted(name)]).all():
+                    _raise_non_finite(model, batch, idx, "log_likelihoods")
+                out[name][idx, : lp.shape[1]] = lp.double().cpu()
+    return out
+
+
+@torch.no_grad()
+def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
+             base_measure: bool = True, fields: tuple[str, ...] | None = None
+             ) -> dict[str, float]:
+    """Mean log-likelihood per target field (of ``fields`` only, if given) over all predicted
+    positions of ``data``. A field with no predicted position gets NaN and a warning; a
+    non-finite log-likelihood is an error naming the field, sequence and position."""
+    if fields is not None:
+        _check_targets(model, fields)
+    names = [f.name for f in model.target_fields if fields is None or f.name in fields]
+    sums: dict[str, float] = dict.fromkeys(names, 0.0)
+    counts: dict[str, int] = dict.fromkeys(names, 0)
+    with _scoring(model, data):
+        for idx, batch in _batches(data, batch_size, model.device):
+            for name, (s, n) in model.log_likelihood(batch, base_measure, check=False).items():
+                if name not in sums:
+                    continue
+                if not torch.isfinite(s):
+                    _raise_non_finite(model, batch, idx, "evaluate")
+                sums[name] += float(s)
+                counts[name] += n
+    out = {}
+    for name in sums:
+        if counts[name] == 0:
+            warnings.warn(f"field {name!r} has no predicted position in the data (all values "
+                          "missing or not scored): its log-likelihood is NaN", stacklevel=2)
+            out[name] = float("nan")
+        else:
+            out[name] = sums[name] / counts[name]
+    return out
+
+
+def _check_targets(model: ConditionalModel, names) -> None:
+    targets = [f.name for f in model.target_fields]
+    unknown = [n for n in names if n not in targets]
+    if unknown:
+        raise ValueError(f"{unknown} are not target fields of the model; its target fields "
+                         f"are {targets}")
+
+
+def _raise_non_finite(model, batch: Sequences, idx: torch.Tensor, where: str, extra: str = ""):
+    """Find the first position whose log-likelihood is not finite and say where it is."""
+    with torch.no_grad():
+        lps = model.log_likelihoods(batch)
+    for name, lp in lps.items():
+        bad = batch.predicted(name) & ~torch.isfinite(lp)
+        if bad.any():
+            b, i = bad.nonzero()[0].tolist()
+            y = batch.fields[name][b, i].item()
+            raise FloatingPointError(
+                f"{where}: non-finite log-likelihood {lp[b, i].item()} of field {name!r} at "
+                f"sequence {int(idx[b])}, position {i} (value {y!r}){extra}: the value may be "
+                "extreme for the model (check it, and a Value field's loc/scale) or the "
+                "parameters diverged (lower the learning rate)"
+            )
+    raise FloatingPointError(f"{where}: non-finite loss with finite log-likelihoods at every "
+                             f"position{extra}: the parameters diverged; lower the learning rate")
+
+
+@torch.no_grad()
+def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size: int = 1024):
+    """(observed y, predicted mean E[y | context]) at every predicted position of ``name``."""
+    f = model.target(name)
+    ys, means = [], []
+    with _scoring(model, data):
+        for idx, batch in _batches(data, batch_size, model.device):
+            mask = batch.predicted(name)
+            mean = model._means_at(batch, mask)[0][name][mask]  # checked here: global ids
+            bad = ~torch.isfinite(mean.reshape(len(mean), -1) if len(mean) else
+                                  mean.new_zeros(0, 1)).all(1)
+            if bad.any():
+                b, i = mask.nonzero()[bad][0]
+                raise FloatingPointError(
+                    f"predictions: non-finite predicted mean of field {f.name!r} at sequence "
+                    f"{int(idx[b])}, position {int(i)}"
+                )
+            ys.append(batch.fields[name][mask].cpu())
+            means.append(mean.cpu())
+    return torch.cat(ys), torch.cat(means)
+
+
+def mean_squared_error(model: ConditionalModel, data: Sequences, name: str) -> float:
+    """Mean squared error of the predicted mean of value field ``name`` (in its units²)."""
+    f = model.target(name)
+    if f.kind != "value":
+        raise ValueError(f"field {name!r} is a {f.kind}: the mean squared error needs a numeric "
+                         "value field (use evaluate for a log-likelihood)")
+    y, mu = predictions(model, data, name)
+    if len(y) == 0:
+        raise ValueError(f"field {name!r} has no predicted position in the data")
+    return float(((y.to(mu.dtype) - mu) ** 2).mean())
