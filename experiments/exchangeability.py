@@ -34,10 +34,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from efa.conditional import ConditionalModel
 from efa.data import Sequences
 from efa.generators import GPLatent, LinearGaussian
 from efa.kernels.cme import cme
-from efa.model import EFA, ConditionalModel, EFAConfig
+from efa.model import EFA, EFAConfig
 from efa.scoring import mean_squared_error, predictions
 from efa.train import TrainConfig, fit, seed_everything
 from experiments.plots import figure, save

@@ -11,7 +11,7 @@ import torch
 
 import efa
 from efa import train as train_mod
-from efa.model import ConditionalModel
+from efa.conditional import ConditionalModel
 
 
 def _subclasses(cls):

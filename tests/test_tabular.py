@@ -549,7 +549,7 @@ def test_column_softmax_loss_equals_the_restricted_likelihood():
     est = AttentionTableClassifier(random_state=0, numeric="gaussian", **FAST).fit(X, y)
     model = est.model_.double().eval()
     data = sequences(est, X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
-    from efa.model import ConditionalModel
+    from efa.conditional import ConditionalModel
 
     generic = ConditionalModel.loss(model, data)
     torch.testing.assert_close(model.loss(data), generic, atol=1e-10, rtol=0)

@@ -18,7 +18,7 @@ _EXPORTS = {
     "EFA": "efa.model",
     "EFAConfig": "efa.model",
     "AttentionTableClassifier": "efa.tabular",
-    "ConditionalModel": "efa.model",
+    "ConditionalModel": "efa.conditional",
     "Attribute": "efa.fields",
     "Category": "efa.fields",
     "Value": "efa.fields",

@@ -40,8 +40,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from efa.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
 from efa.families import Categorical, Family, InvalidValues, family_from_config
-from efa.mlp import mlp
 
 ENCODERS = ("mlp", "linear", "identity", "table")
 READOUTS = ("mlp", "linear")
@@ -84,96 +84,6 @@ class Field:
 
     def config(self) -> dict:
         return {"kind": self.kind, **asdict(self)}
-
-
-# --------------------------------------------------------------------------- encoders
-
-
-class TableEncoder(nn.Module):
-    """An embedding per value 0..n−1 and a [MASK] row (the last)."""
-
-    def __init__(self, n: int, dim: int):
-        super().__init__()
-        self.table = nn.Embedding(n + 1, dim)
-        nn.init.normal_(self.table.weight, std=0.1)
-
-    def forward(self, x: Tensor, hidden: Tensor | None) -> Tensor:
-        ids = x.long()
-        if hidden is not None:
-            ids = torch.where(hidden, self.table.num_embeddings - 1, ids)
-        return self.table(ids)
-
-    def masked(self, shape) -> Tensor:
-        """[*shape, dim] of the [MASK] embedding (looked up, so that its gradient is summed
-        as when some values are hidden: the same numbers)."""
-        return self.table(torch.full(shape, self.table.num_embeddings - 1,
-                                     device=self.table.weight.device))
-
-
-class MapEncoder(nn.Module):
-    """A learned map (MLP, linear or identity) of standardised numbers, (x − loc) / scale, with
-    a [MASK] vector when the field can be hidden (zero for the identity map: λ₁([MASK]) = 0 as
-    in the EFA paper's Props 2–3)."""
-
-    def __init__(self, size, dim, kind, hidden, loc, scale, value: bool):
-        super().__init__()
-        self.value = value  # a scalar value field [B, I] that can be hidden
-        if kind == "mlp":
-            self.net = mlp([size, hidden, dim])
-        elif kind == "linear":
-            self.net = nn.Linear(size, dim)
-        else:
-            self.net = nn.Identity()
-        if value:
-            if kind == "identity":
-                self.register_buffer("mask", torch.zeros(dim))
-            else:
-                self.mask = nn.Parameter(torch.randn(dim) * 0.1)
-        dtype = torch.get_default_dtype()
-        self.register_buffer("loc", torch.tensor(loc, dtype=dtype).reshape(-1))
-        self.register_buffer("scale", torch.tensor(scale, dtype=dtype).reshape(-1))
-
-    def forward(self, x: Tensor, hidden: Tensor | None) -> Tensor:
-        if self.value:
-            # Hidden values may be anything (missing ones too): zero them before the map so
-            # that no NaN can reach a gradient.
-            x = torch.where(hidden, 0, x) if hidden is not None else x
-            x = x[..., None]
-        e = self.net((x.to(self.loc.dtype) - self.loc) / self.scale)
-        if hidden is not None:
-            e = torch.where(hidden[..., None], self.mask, e)
-        return e
-
-    def masked(self, shape) -> Tensor:
-        """[*shape, dim] of a value field's [MASK] vector (the map is not run)."""
-        return self.mask.expand(*shape, -1)
-
-
-class LinearReadout(nn.Module):
-    """δ: logits of a category."""
-
-    def __init__(self, d_model: int, n: int, bias: bool):
-        super().__init__()
-        self.net = nn.Linear(d_model, n, bias=bias)
-
-    def forward(self, h: Tensor) -> Tensor:
-        return self.net(h)
-
-
-class ValueReadout(nn.Module):
-    """λ₂ (linear or MLP) and the family's link from standardised units."""
-
-    def __init__(self, f: Value, d_model: int):
-        super().__init__()
-        self.family, (self.loc, self.scale) = f.family, f.moments
-        if f.readout == "linear":
-            self.net = nn.Linear(d_model, f.family.num_outputs, bias=f.readout_bias)
-        else:
-            self.net = mlp([d_model, *f.readout_hidden, f.family.num_outputs],
-                           f.readout_activation, f.readout_bias)
-
-    def forward(self, h: Tensor) -> Tensor:
-        return self.family.link_standardised(self.net(h), self.loc, self.scale)
 
 
 # --------------------------------------------------------------------------- field kinds

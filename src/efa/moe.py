@@ -30,9 +30,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from efa.conditional import ConditionalModel
 from efa.data import Sequences
 from efa.fields import Category
-from efa.model import EFA, ConditionalModel, EFAConfig
+from efa.model import EFA, EFAConfig
 
 
 def appendix_b(vocab_size: int, seq_len: int, dim: int, num_heads: int = 1,

@@ -10,8 +10,8 @@ import warnings
 import numpy as np
 import torch
 
+from efa.conditional import ConditionalModel
 from efa.data import Sequences
-from efa.model import ConditionalModel
 
 
 def _check_int(name, v, low):

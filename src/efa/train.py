@@ -23,8 +23,8 @@ import torch
 from tqdm.auto import tqdm
 
 from efa import checkpoint, distributed, vocab
+from efa.conditional import ConditionalModel
 from efa.data import Sequences
-from efa.model import ConditionalModel
 from efa.scoring import _batches, _check_int, _check_targets, _raise_non_finite, evaluate
 
 SCHEDULES = ("anneal", "plateau", "cosine", "constant")

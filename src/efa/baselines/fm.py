@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from efa.conditional import ConditionalModel
 from efa.data import Sequences
 from efa.fields import Attribute, Category, Value
 from efa.geo import haversine_km
-from efa.model import ConditionalModel
 
 POOLINGS = ("mean", "sum", "paper")
 

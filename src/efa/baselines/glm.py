@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from efa.baselines.fm import context_sum
+from efa.conditional import ConditionalModel, _no_sampling, context_pairs
 from efa.data import Sequences
 from efa.fields import Category, Value
-from efa.model import ConditionalModel, _no_sampling, context_pairs
 
 
 class Unigram(ConditionalModel):

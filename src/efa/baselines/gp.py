@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from efa.conditional import ConditionalModel
 from efa.data import Sequences
 from efa.generators.gp import NoteGP, covariance, cross_covariance
-from efa.model import ConditionalModel
 
 
 def _natural(mean: Tensor, sd: Tensor) -> Tensor:

@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from efa.conditional import ConditionalModel, refuse_generic_options
 from efa.data import Sequences
 from efa.fields import Category
-from efa.model import ConditionalModel, refuse_generic_options
 from efa.scoring import _batches, _scoring
 
 # RecBole's defaults (properties/model/*.yaml, properties/overall.yaml).

@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from efa.conditional import ConditionalModel, refuse_generic_options
 from efa.data import Sequences
-from efa.model import ConditionalModel, refuse_generic_options
 from efa.regression import _stats
 
 

@@ -9,10 +9,11 @@ from contextvars import ContextVar
 import torch
 from torch import nn
 
+from efa.conditional import refuse_generic_options
 from efa.data import Sequences
 from efa.families import Ordinal
 from efa.fields import EXCLUDED
-from efa.model import EFA, EFAConfig, refuse_generic_options
+from efa.model import EFA, EFAConfig
 
 # The model whose init="glm" first stage is running (AttentionTableClassifier._fit_glm): its
 # read-outs' weights are held at 0, so TableEFA.states skips the network. A context, not a

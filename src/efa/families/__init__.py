@@ -1,0 +1,80 @@
+"""Exponential families for the output layer of exponential family attention.
+
+Each family describes how an observation y is modelled given the network's readout. A density
+is written in natural form
+
+    log p(y | eta) = <eta, t(y)> - A(eta) + log h(y)
+
+and a family bundles the pieces: ``link`` (raw readout z -> natural parameter eta), the
+sufficient statistic ``t``, the log-partition ``A``, the log base measure ``log h``, plus
+``mean``, ``sample``, ``validate`` and a JSON ``config``.
+
+Shape conventions, shared by every family:
+
+* ``z`` has shape ``[..., num_outputs]`` and ``eta`` has shape ``[..., num_natural]``, even when
+  ``num_natural == 1``; a missing trailing dim would otherwise broadcast silently.
+* ``y`` has shape ``[...]`` (the batch shape of ``eta``); ``t(y)`` has shape ``[..., num_natural]``.
+* ``log_partition``, ``log_base_measure``, ``log_prob`` and ``mean`` return ``[...]``, except
+  ``Categorical.mean`` which returns the class probabilities ``[..., K]``.
+* Discrete families (``is_discrete``) take integer-dtype targets and sample ``torch.long``;
+  continuous families take and sample floating tensors. Computations follow ``eta``'s dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from efa.families.base import Family, InvalidValues
+from efa.families.continuous import Gamma, Gaussian, HeteroscedasticGaussian, LearnedGaussian
+from efa.families.discrete import (
+    Bernoulli,
+    Binomial,
+    Categorical,
+    NegativeBinomial,
+    Ordinal,
+    Poisson,
+    poisson_counts,
+)
+
+__all__ = [
+    "FAMILIES",
+    "Bernoulli",
+    "Binomial",
+    "Categorical",
+    "Family",
+    "Gamma",
+    "Gaussian",
+    "HeteroscedasticGaussian",
+    "InvalidValues",
+    "LearnedGaussian",
+    "NegativeBinomial",
+    "Ordinal",
+    "Poisson",
+    "family_from_config",
+    "poisson_counts",
+]
+
+FAMILIES: dict[str, type[Family]] = {
+    cls.name: cls
+    for cls in (
+        Categorical,
+        Ordinal,
+        Bernoulli,
+        Gaussian,
+        LearnedGaussian,
+        HeteroscedasticGaussian,
+        Poisson,
+        Binomial,
+        NegativeBinomial,
+        Gamma,
+    )
+}
+
+
+def family_from_config(config: dict[str, Any]) -> Family:
+    """Rebuild a family from ``Family.config()``; learned parameters come from state_dict."""
+    args = dict(config)
+    name = args.pop("family", None)
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {name!r}; expected one of {sorted(FAMILIES)}")
+    return FAMILIES[name](**args)

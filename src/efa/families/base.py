@@ -1,0 +1,219 @@
+"""The exponential-family contract (:class:`Family`) and the checks every family shares."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+_LOG_2 = math.log(2.0)
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _as_real(y: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    # Integer targets must be cast before they meet eta in arithmetic or lgamma.
+    if dtype is None:
+        dtype = y.dtype if y.is_floating_point() else torch.get_default_dtype()
+    return y.to(dtype)
+
+
+def _log1mexp(x: Tensor) -> Tensor:
+    """log(1 - exp(x)) for x < 0, accurate on both sides of -log 2 (Maechler, 2012)."""
+    near_zero = x > -_LOG_2
+    # Each branch sees a clamped input so the branch torch.where discards has a finite
+    # gradient; otherwise 0 * inf = nan leaks into the backward pass.
+    a = torch.log(-torch.expm1(torch.where(near_zero, x, -_LOG_2)))
+    b = torch.log1p(-torch.exp(torch.where(near_zero, -_LOG_2, x)))
+    return torch.where(near_zero, a, b)
+
+
+def _integer(name: str, value, low: int) -> int:
+    """``value`` as an int >= ``low`` (a whole float counts), or an error naming ``name``."""
+    number = _number(name, value)  # refuses None, strings and bools by name
+    if not math.isfinite(number) or number != int(number) or number < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(number)
+
+
+def _number(name: str, value) -> float:
+    """``value`` as a float, or an error naming the parameter (not int()'s or float()'s)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _non_negative(name: str, value) -> float:
+    value = _number(name, value)
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be >= 0 and finite, got {value!r}")
+    return value
+
+
+def _positive(name: str, value) -> float:
+    value = _number(name, value)
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be > 0 and finite, got {value!r}")
+    return value
+
+
+class InvalidValues(ValueError):
+    """Bad target values; ``index`` is the (flat) index of the first offender in the tensor
+    that was validated, so a caller can translate it into a (sequence, position)."""
+
+    def __init__(self, message: str, index: tuple[int, ...] | None = None):
+        super().__init__(message)
+        self.index = index
+
+
+def _check_last_dim(x: Tensor, size: int, what: str, family: Family) -> None:
+    if x.dim() == 0 or x.shape[-1] != size:
+        raise ValueError(
+            f"{family!r}: {what} must have a trailing dim of size {size}, "
+            f"got shape {tuple(x.shape)}"
+        )
+
+
+class Family(nn.Module):
+    """Base class: an exponential family parameterised by its natural parameter ``eta``.
+
+    Subclasses implement ``link``, ``sufficient_stat``, ``log_partition``,
+    ``log_base_measure``, ``mean``, ``sample``, ``distribution`` and ``_check_support``;
+    the base class supplies ``log_prob``, the generic parts of ``validate``, ``config`` and
+    ``repr``. It is an ``nn.Module`` so that a family can own learnable parameters
+    (``LearnedGaussian``); calling the module applies ``link``.
+    """
+
+    name: str = "family"
+    is_discrete: bool = False
+    num_outputs: int = 1
+    num_natural: int = 1
+
+    # -- the exponential family --------------------------------------------------------------
+
+    def link(self, z: Tensor) -> Tensor:
+        """Map an unconstrained readout ``z [..., num_outputs]`` to ``eta [..., num_natural]``
+        (default: the canonical link, η = z)."""
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return z
+
+    def forward(self, z: Tensor) -> Tensor:
+        return self.link(z)
+
+    def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        """``link`` for a read-out made in standardised units, (y − loc) / scale: location-scale
+        families (the Gaussians) map it back to the data's units; the others ignore it."""
+        return self.link(z)
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        """t(y) [..., num_natural] (default: t(y) = y, one natural parameter)."""
+        return _as_real(y).unsqueeze(-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def log_prob(self, y: Tensor, eta: Tensor, base_measure: bool = True) -> Tensor:
+        """``<eta, t(y)> - A(eta) + log h(y)``, shape ``[...]``.
+
+        With ``base_measure=False`` the ``log h(y)`` term is dropped. It does not depend on
+        eta, so gradients are unchanged, but the value is then *not* a log-likelihood. This is
+        the reporting convention of the EFA paper, whose Poisson "cross-entropy" omits the
+        ``-log y!`` term; use ``base_measure=True`` (the default) for comparable
+        log-likelihoods, and say which one you report.
+        """
+        _check_last_dim(eta, self.num_natural, "eta", self)
+        y = y.to(eta.dtype)
+        lp = (eta * self.sufficient_stat(y)).sum(-1) - self.log_partition(eta)
+        if base_measure:
+            lp = lp + self.log_base_measure(y)
+        return lp
+
+    def mean(self, eta: Tensor) -> Tensor:
+        """E[y] under ``eta``."""
+        raise NotImplementedError
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Draw one y per element of ``eta``'s batch shape (no gradient)."""
+        raise NotImplementedError
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Distribution:
+        """The equivalent ``torch.distributions`` object (of the unshifted variable)."""
+        raise NotImplementedError
+
+    # -- validation -----------------------------------------------------------------------
+
+    def validate(self, y: Any, where: str) -> None:
+        """Raise ``ValueError`` unless ``y`` is a valid target tensor for this family.
+
+        ``where`` names the data in the message, e.g. ``"field 'rating'"``. Checks are strict:
+        discrete families need an integer dtype (whole-valued floats are rejected too, so a
+        silent ``float -> long`` truncation can never happen), continuous ones a floating
+        dtype; then finiteness and the support.
+        """
+        if not isinstance(y, Tensor):
+            raise ValueError(
+                f"{where}: expected a torch.Tensor for {self!r}, got {type(y).__name__}"
+            )
+        if y.is_floating_point():
+            self._reject(where, y, torch.isnan(y), "are NaN", "no missing values")
+            self._reject(where, y, torch.isinf(y), "are infinite", "finite values")
+        integer = not (y.is_floating_point() or y.is_complex() or y.dtype == torch.bool)
+        if self.is_discrete and not integer:
+            hint = "convert it with .long()"
+            if y.is_floating_point():
+                fractional = y != torch.round(y)
+                if fractional.any():
+                    self._reject(
+                        where,
+                        y,
+                        fractional,
+                        "are not whole numbers",
+                        f"integer values in an integer tensor (got {y.dtype})",
+                    )
+                hint = "its values are whole numbers, so convert it with .long()"
+            raise ValueError(
+                f"{where}: {self!r} expects an integer tensor, got dtype {y.dtype}; {hint}"
+            )
+        if not self.is_discrete and not y.is_floating_point():
+            raise ValueError(
+                f"{where}: {self!r} expects a floating-point tensor, got dtype {y.dtype}; "
+                "convert it with .float()"
+            )
+        self._check_support(y, where)
+
+    def _check_support(self, y: Tensor, where: str) -> None:
+        pass
+
+    def _reject(self, where: str, y: Tensor, bad: Tensor, problem: str, expected: str) -> None:
+        """Raise if any element of ``bad`` is set, citing the count and the first offender."""
+        if not bad.any():
+            return
+        bad_idx = bad.nonzero()
+        first = tuple(bad_idx[0].tolist())
+        raise InvalidValues(
+            f"{where}: {len(bad_idx)} of {y.numel()} values {problem} "
+            f"(first: {y[first].item()!r} at index {first}); {self!r} expects {expected}",
+            first,
+        )
+
+    # -- serialisation --------------------------------------------------------------------
+
+    args: tuple[str, ...] = ()  # constructor arguments, saved in config()
+
+    def _config_args(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.args}
+
+    def config(self) -> dict[str, Any]:
+        """JSON-serialisable constructor arguments; learned parameters live in state_dict."""
+        return {"family": self.name, **self._config_args()}
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self._config_args().items())
+
+
+# -- discrete families ------------------------------------------------------------------------

@@ -1,0 +1,214 @@
+"""Families of real observations: Gaussian (fixed, learned and heteroscedastic scale) and
+gamma."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from efa.families.base import (
+    _LOG_2PI,
+    Family,
+    _as_real,
+    _check_last_dim,
+    _non_negative,
+    _positive,
+)
+
+
+class Gaussian(Family):
+    """Real y ~ N(mu, sigma^2) with a fixed, known sigma; the readout z is the mean.
+
+    eta = mu / sigma^2, t = y, A = sigma^2 eta^2 / 2,
+    log h = -y^2 / (2 sigma^2) - log(2 pi sigma^2) / 2. For a learned sigma use
+    ``LearnedGaussian`` (one global sigma) or ``HeteroscedasticGaussian`` (per prediction):
+    they have two natural parameters, so they are separate classes rather than a mode here.
+    """
+
+    name = "gaussian"
+    args = ("sigma",)
+
+    def __init__(self, sigma: float = 1.0):
+        super().__init__()
+        if isinstance(sigma, str):
+            raise ValueError(
+                f"sigma must be a positive number, got {sigma!r}; "
+                "for a learned sigma use LearnedGaussian or HeteroscedasticGaussian"
+            )
+        _positive("sigma", sigma)
+        self.sigma = float(sigma)
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return z / self.sigma**2
+
+    def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        return self.link(loc + scale * z)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        return 0.5 * self.sigma**2 * eta[..., 0] ** 2
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        var = self.sigma**2
+        return -(_as_real(y) ** 2) / (2 * var) - 0.5 * (_LOG_2PI + math.log(var))
+
+    def mean(self, eta: Tensor) -> Tensor:
+        return self.sigma**2 * eta[..., 0]
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        mu = self.mean(eta.detach())
+        return mu + self.sigma * torch.randn(
+            mu.shape, generator=generator, dtype=mu.dtype, device=mu.device
+        )
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Normal:
+        return torch.distributions.Normal(self.mean(eta), self.sigma)
+
+
+class _NormalNatural(Family):
+    """Gaussian with both natural parameters: eta = (mu / sigma^2, -1 / (2 sigma^2)).
+
+    t = (y, y^2), A = -eta1^2 / (4 eta2) - log(-2 eta2) / 2, log h = -log(2 pi) / 2.
+    Subclasses only differ in where sigma comes from, i.e. in ``link``.
+    """
+
+    num_natural = 2
+
+    @staticmethod
+    def _natural(mu: Tensor, sigma: Tensor) -> Tensor:
+        var = sigma**2
+        return torch.stack(torch.broadcast_tensors(mu / var, -0.5 / var), dim=-1)
+
+    def _loc_scale(self, eta: Tensor) -> tuple[Tensor, Tensor]:
+        eta1, eta2 = eta[..., 0], eta[..., 1]
+        return eta1 / (-2 * eta2), torch.rsqrt(-2 * eta2)
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        y = _as_real(y)
+        return torch.stack([y, y**2], dim=-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        eta1, eta2 = eta[..., 0], eta[..., 1]
+        return -(eta1**2) / (4 * eta2) - 0.5 * torch.log(-2 * eta2)
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        return torch.full(y.shape, -0.5 * _LOG_2PI, dtype=_as_real(y).dtype, device=y.device)
+
+    def mean(self, eta: Tensor) -> Tensor:
+        return self._loc_scale(eta)[0]
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        mu, sigma = self._loc_scale(eta.detach())
+        return mu + sigma * torch.randn(
+            mu.shape, generator=generator, dtype=mu.dtype, device=mu.device
+        )
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Normal:
+        return torch.distributions.Normal(*self._loc_scale(eta))
+
+
+class LearnedGaussian(_NormalNatural):
+    """Real y ~ N(mu, sigma^2) with one global learnable sigma; the readout z is the mean.
+
+    sigma is stored as the parameter ``log_sigma`` (scalar), initialised to
+    ``log(init_sigma)``. ``config`` records only ``init_sigma``; the learned value travels
+    with ``state_dict`` like any other parameter.
+    """
+
+    name = "learned_gaussian"
+    args = ("init_sigma",)
+    num_outputs = 1
+
+    def __init__(self, init_sigma: float = 1.0):
+        super().__init__()
+        self.init_sigma = _positive("init_sigma", init_sigma)
+        self.log_sigma = nn.Parameter(torch.tensor(math.log(self.init_sigma)))
+
+    @property
+    def sigma(self) -> Tensor:
+        return self.log_sigma.exp()
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return self._natural(z[..., 0], self.log_sigma.to(z.dtype).exp())
+
+    def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        return self.link(loc + scale * z)  # σ is learned in the data's units
+
+
+class HeteroscedasticGaussian(_NormalNatural):
+    """Real y ~ N(mu, sigma^2) with mean and scale both predicted: z = (mu, raw scale).
+
+    sigma = softplus(raw) + ``min_scale``. The floor (default 1e-4) keeps the likelihood
+    bounded: without it the model can drive sigma -> 0 on a well-fit point and log p -> inf.
+    """
+
+    name = "heteroscedastic_gaussian"
+    args = ("min_scale",)
+    num_outputs = 2
+
+    def __init__(self, min_scale: float = 1e-4):
+        super().__init__()
+        self.min_scale = _non_negative("min_scale", min_scale)
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        return self._natural(z[..., 0], F.softplus(z[..., 1]) + self.min_scale)
+
+    def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        sigma = scale * (F.softplus(z[..., 1]) + self.min_scale)
+        return self._natural(loc + scale * z[..., 0], sigma)
+
+
+class Gamma(Family):
+    """Positive y ~ Gamma(shape alpha, rate beta), both predicted: z = (raw alpha, raw beta).
+
+    alpha = softplus(z0) + ``floor``, beta = softplus(z1) + ``floor`` (default 1e-4, which
+    keeps eta strictly inside the domain). eta = (alpha - 1, -beta), t = (log y, y),
+    A = lgamma(eta1 + 1) - (eta1 + 1) log(-eta2), h = 1. Mean alpha / beta.
+    """
+
+    name, args, num_outputs, num_natural = "gamma", ("floor",), 2, 2
+
+    def __init__(self, floor: float = 1e-4):
+        super().__init__()
+        self.floor = _non_negative("floor", floor)
+
+    def link(self, z: Tensor) -> Tensor:
+        _check_last_dim(z, self.num_outputs, "z", self)
+        alpha_beta = F.softplus(z) + self.floor
+        return torch.stack([alpha_beta[..., 0] - 1, -alpha_beta[..., 1]], dim=-1)
+
+    def _shape_rate(self, eta: Tensor) -> tuple[Tensor, Tensor]:
+        return eta[..., 0] + 1, -eta[..., 1]
+
+    def sufficient_stat(self, y: Tensor) -> Tensor:
+        y = _as_real(y)
+        return torch.stack([torch.log(y), y], dim=-1)
+
+    def log_partition(self, eta: Tensor) -> Tensor:
+        alpha, beta = self._shape_rate(eta)
+        return torch.lgamma(alpha) - alpha * torch.log(beta)
+
+    def log_base_measure(self, y: Tensor) -> Tensor:
+        return torch.zeros_like(_as_real(y))
+
+    def mean(self, eta: Tensor) -> Tensor:
+        alpha, beta = self._shape_rate(eta)
+        return alpha / beta
+
+    def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        alpha, beta = self._shape_rate(eta.detach())
+        y = torch._standard_gamma(alpha, generator=generator) / beta
+        # Small shapes can underflow to 0, which is outside the support (as torch does).
+        return y.clamp(min=torch.finfo(y.dtype).tiny)
+
+    def distribution(self, eta: Tensor) -> torch.distributions.Gamma:
+        return torch.distributions.Gamma(*self._shape_rate(eta))
+
+    def _check_support(self, y: Tensor, where: str) -> None:
+        self._reject(where, y, y <= 0, "are not positive", "values > 0")
