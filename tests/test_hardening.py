@@ -322,7 +322,7 @@ def test_17_thread_count_is_recorded(tmp_path):
     assert hist.threads == 1 and not hasattr(model, "train_threads_")  # nothing on the model
     path = efa.save(model, tmp_path / "m", history=hist)
     assert json.loads((path / "config.json").read_text())["train_threads"] == 1
-    assert efa.io.metadata(path)["train_threads"] == 1
+    assert efa.storage.metadata(path)["train_threads"] == 1
 
 
 def test_19_default_dtype_float64():

@@ -28,8 +28,8 @@ _EXPORTS = {
     "register_kernel": "efa.kernels",
     "CategoricalFM": "efa.baselines",
     "ValueFM": "efa.baselines",
-    "load": "efa.io",
-    "save": "efa.io",
+    "load": "efa.storage",
+    "save": "efa.storage",
     "TrainConfig": "efa.train",
     "History": "efa.train",
     "evaluate": "efa.scoring",
@@ -40,7 +40,7 @@ _EXPORTS = {
     "seed_everything": "efa.train",
 }
 _MODULES = ("families", "baselines", "spatial", "attention", "kernels", "strategies", "datasets",
-            "io")
+            "storage")
 
 __all__ = sorted([*_EXPORTS, *_MODULES])
 

@@ -1834,7 +1834,7 @@ add(A, "efa.seed_everything(2**40)", lambda: efa.seed_everything(2**40), needles
 
 # =========================================================================== io
 A = "io"
-fx = "src/efa/io.py"
+fx = "src/efa/storage.py"
 add(A, "efa.save(CategoricalFM(...), dir)",
     lambda: efa.save(efa.CategoricalFM(Category("item", 6)), tmpdir("save_fm")),
     needles=("EFA",))
@@ -1899,7 +1899,7 @@ def _():
     efa.save(m, p, history=hist)
     n = efa.load(p)
     a, b = m.predict_mean(gv_data())["y"], n.predict_mean(gv_data())["y"]
-    threads = efa.io.metadata(p)["train_threads"]
+    threads = efa.storage.metadata(p)["train_threads"]
     return torch.equal(a, b) and n.fields[1].loc == m.fields[1].loc \
         and threads == 1, (float((a - b).abs().max()), threads)
 

@@ -80,7 +80,7 @@ def test_item_specs_hold_the_bag_settings_chosen_on_validation():
 
     from experiments import instacart, movielens
 
-    doc = json.loads((Path(__file__).parents[1] / "results/bag-grid/results.json").read_text())
+    doc = json.loads((Path(__file__).parents[2] / "results/bag-grid/results.json").read_text())
     for name, spec in (("movielens-sequence", movielens.SPEC), ("instacart", instacart.SPEC)):
         for distinct, support in enumerate(("no distinct", "distinct")):
             chosen = doc["chosen"][f"{name}, {support}"]
@@ -93,7 +93,7 @@ def test_item_specs_hold_the_dropout_chosen_on_validation():
 
     from experiments import instacart, movielens
 
-    path = Path(__file__).parents[1] / "results/dropout-grid/results.json"
+    path = Path(__file__).parents[2] / "results/dropout-grid/results.json"
     chosen = json.loads(path.read_text())["chosen"]
     for name, module in (("instacart", instacart), ("movielens-sequence", movielens)):
         for direction in ("unidirectional", "bidirectional"):
