@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from efa.train import seed_everything
-from experiments import attention_kernels as ak
-from experiments import instacart, items, movielens
-from experiments import temperature as temp
+from experiments.efa_paper import instacart, items, movielens
+from experiments.efa_paper import temperature as temp
+from experiments.fenchel import attention_kernels as ak
 
 KERNELS = {
     "softmax": lambda s: "softmax",

@@ -31,8 +31,8 @@ import torch  # noqa: E402
 
 from efa.scoring import evaluate  # noqa: E402
 from efa.train import fit, seed_everything  # noqa: E402
-from experiments import instacart  # noqa: E402
-from experiments.items import categorical_model  # noqa: E402
+from experiments.efa_paper import instacart  # noqa: E402
+from experiments.efa_paper.items import categorical_model  # noqa: E402
 
 TARGET_CE, BUDGET_SECONDS = 3.420, 180.0
 
@@ -78,7 +78,7 @@ def main() -> None:
     result = {
         "command": "python benchmarks/instacart_speed.py"
         + (f" --threads {args.threads}" if args.threads != 1 else ""),
-        "model": "bidirectional EFA + distinct (experiments.instacart.SPEC)",
+        "model": "bidirectional EFA + distinct (experiments.efa_paper.instacart.SPEC)",
         "threads": args.threads,
         "seed": args.seed,
         "epochs_run": hist.epochs_run,

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from efa.baselines import ContextLogit
 from efa.fields import Category
-from experiments import instacart
+from experiments.efa_paper import instacart
 
 
 def dense_objective(model: ContextLogit, data):

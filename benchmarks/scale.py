@@ -255,7 +255,7 @@ def main():
         name = f"throughput{suffix}.json"
     for r in rows:
         print(json.dumps(r), flush=True)
-    from experiments.provenance import environment
+    from experiments.harness.provenance import environment
 
     doc = {"command": command, "width": WIDTH, "layers": LAYERS, "heads": HEADS, "batch": BATCH,
            "threads": 1, "device": dev, "wall_seconds": time.perf_counter() - t0, "rows": rows,

@@ -214,7 +214,7 @@ def main():
     floor = teacher_nll(t, test)
     sampled_at = time.perf_counter() - t0
     curves = {k: train_for(k, train, test, budget, evals) for k in ("efa-2L-m5", "efa-1L", "mlm")}
-    from experiments.provenance import environment
+    from experiments.harness.provenance import environment
 
     command = ("python benchmarks/time_to_quality.py" + (" --quick" if args.quick else "")
                + (f" --device {dev}" if dev != "cpu" else "")

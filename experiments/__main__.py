@@ -1,5 +1,5 @@
 """``python -m experiments reproduce NAME`` (the same as ``efa reproduce NAME`` in a checkout)."""
 
-from experiments.cli import app
+from experiments.harness.cli import app
 
 app(prog_name="python -m experiments")

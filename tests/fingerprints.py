@@ -77,8 +77,10 @@ def draws() -> dict[str, tuple[bool, dict]]:
         sample_note,
         sample_tnp,
     )
-    from experiments import analogy_toy, fenchel_toy, synthetic
-    from experiments import exchangeability as ex
+    from experiments.cme import exchangeability as ex
+    from experiments.efa_paper import synthetic
+    from experiments.fenchel import fenchel_toy
+    from experiments.moe import analogy_toy
 
     torch.set_num_threads(1)
     out = {}
@@ -91,13 +93,14 @@ def draws() -> dict[str, tuple[bool, dict]]:
                                                          "test": te.to_numpy()})
     out["datasets.tabular.simulation_seeds"] = (False, {"seeds": np.array(simulation_seeds())})
     orders, ratings, means = synthetic.generate(20, seed=42)
-    out["experiments.synthetic.generate"] = (False, {"orders": orders, "ratings": ratings,
+    out["experiments.efa_paper.synthetic.generate"] = (False, {"orders": orders, "ratings": ratings,
                                                      "means": means})
-    out["experiments.synthetic.split"] = (False, dict(enumerate(synthetic.split(20, 16, 42))))
-    out["experiments.analogy_toy.generate"] = (False, {"ids": analogy_toy.generate(20, 0)})
-    out["experiments.fenchel_toy.random_problem"] = (
+    out["experiments.efa_paper.synthetic.split"] = (
+        False, dict(enumerate(synthetic.split(20, 16, 42))))
+    out["experiments.moe.analogy_toy.generate"] = (False, {"ids": analogy_toy.generate(20, 0)})
+    out["experiments.fenchel.fenchel_toy.random_problem"] = (
         True, dict(zip(("t", "z", "log_u"), fenchel_toy.random_problem(0, 8, 4), strict=True)))
-    out["experiments.exchangeability.circle_data"] = (
+    out["experiments.cme.exchangeability.circle_data"] = (
         True, dict(zip(("keys", "values"), ex.circle_data(20, ex._generator(0, 20, 1)),
                        strict=True)))
     out["generators.sample_note LITERAL"] = (True, _sequences(sample_note(LITERAL, 4, 0)))

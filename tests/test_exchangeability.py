@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from efa.generators import GPLatent
-from experiments import exchangeability as ex
-from experiments import get, runner
-from experiments import temperature_cme as tc
+from experiments import get
+from experiments.cme import exchangeability as ex
+from experiments.cme import temperature_cme as tc
+from experiments.harness import runner
 
 
 def _run(name, seeds, tmp_path):

@@ -252,7 +252,7 @@ def test_11_results_made_by_another_command_are_kept(tmp_path):
                  "--no-progress")
     assert other.returncode == 2 and "--force" in other.stderr
     assert (folder / "results.json").read_text() == before
-    from experiments.summary import tables
+    from experiments.harness.summary import tables
 
     with pytest.raises(ValueError, match="a --quick run"):
         tables(tmp_path)
@@ -417,7 +417,7 @@ def _square(job):
 
 @pytest.mark.slow
 def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
-    from experiments import runner
+    from experiments.harness import runner
 
     journal = tmp_path / ".exp.jobs"
     jobs = [{"x": i, "cost": i} for i in range(4)] + [{"x": 9, "fail": True, "cost": -1.0}]
@@ -455,7 +455,7 @@ def test_22_an_interrupted_run_resumes_from_its_journal(tmp_path):
 
 def test_32_1_a_pickle_in_a_journal_is_refused_not_loaded(tmp_path):
     """A planted KEY.pkl (the key is a public hash of the job) would run code if unpickled."""
-    from experiments import runner
+    from experiments.harness import runner
 
     jobs = [{"x": 3, "cost": 1}]
     journal = tmp_path / "j"
@@ -477,7 +477,7 @@ class _Planted:
 
 
 def test_22_a_resumed_run_says_its_wall_time_covers_only_the_jobs_it_ran():
-    from experiments.summary import _wall
+    from experiments.harness.summary import _wall
 
     doc = {"wall_seconds": 3113.4}
     assert _wall(doc) == "3113 s"
@@ -499,7 +499,7 @@ def _two_fits(job):
 @pytest.mark.slow
 def test_22_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monkeypatch):
     from efa import train as train_mod
-    from experiments import runner
+    from experiments.harness import runner
 
     monkeypatch.setattr(train_mod, "JOB_SAVE_SECONDS", 0.0)  # save every epoch, as a long fit
     jobs = [{"seed": 3}]
@@ -542,7 +542,8 @@ def test_22_only_runs_some_jobs_into_the_journal_and_the_full_run_finishes(tmp_p
     from typer.testing import CliRunner
 
     from efa.cli import app
-    from experiments import EXPERIMENTS, runner
+    from experiments import EXPERIMENTS
+    from experiments.harness import runner
 
     monkeypatch.setitem(EXPERIMENTS, "toy", ("tests.toy_experiment", "squares"))
     from tests import toy_experiment as toy

@@ -380,7 +380,7 @@ def test_round3_silent_answers_in_data_reports_and_regression(tmp_path):
     from efa.data import Sequences
     from efa.generators import LinearGaussian
     from efa.generators.gp import rbf
-    from experiments.report import Report
+    from experiments.harness.report import Report
 
     data = Sequences.from_lists({"item": [[1, 2], [3]]})
     with pytest.raises(KeyError, match="no field 'nonexistent'"):
@@ -450,7 +450,7 @@ def test_round3_last_silent_answers(tmp_path):
     import efa
     from efa.data import Sequences
     from efa.kernels import Kernel, register_kernel
-    from experiments.report import Row
+    from experiments.harness.report import Row
 
     # sequences-025: uint64 beyond int64 is refused, not wrapped to a negative id
     with pytest.raises(ValueError, match="sequence 0, position 1: value 9223372036854775813"):
@@ -571,8 +571,8 @@ def test_round3_altered_files_and_tables_are_named(tmp_path):
     from safetensors.torch import save_file
 
     from efa.data import Sequences
-    from experiments import journal
-    from experiments.report import Report
+    from experiments.harness import journal
+    from experiments.harness.report import Report
 
     path = tmp_path / "s.safetensors"
     save_file({"field/x": torch.zeros(1, 2, dtype=torch.long), "lengths": torch.tensor([2])},

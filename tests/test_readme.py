@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.summary import END, SCALE_END, SCALE_START, START, scale_tables, tables
+from experiments.harness.summary import END, SCALE_END, SCALE_START, START, scale_tables, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 

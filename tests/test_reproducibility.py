@@ -153,7 +153,7 @@ def test_the_lock_pins_every_requirement_of_pyproject_within_its_range():
 
 
 def test_results_record_their_provenance():
-    from experiments.provenance import PACKAGES, environment
+    from experiments.harness.provenance import PACKAGES, environment
 
     env = environment(threads=1, workers=2)
     for key in ("python", *PACKAGES, "cpu", "blas", "threads", "workers"):

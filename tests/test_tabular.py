@@ -457,7 +457,7 @@ def test_simulation_generator_holds_the_papers_design_and_lr_matches_table_1():
     assert 0.8 < r_train[0, 1] and r_train[0, 2] < -0.8 and 0.8 < r_train[2, 3]
     assert np.abs(r_test.to_numpy()[np.triu_indices(5, 1)]).max() < 0.2
     from efa.baselines.tabular import reference_peers
-    from experiments.tabular_simulation import PAPER_ACC
+    from experiments.moe.tabular_simulation import PAPER_ACC
 
     # The reference logistic regression over the 20 data sets of (5, 0, 0.9): within 2
     # standard errors of Table 1's LR cell.
@@ -570,8 +570,8 @@ def test_car_per_row_log_loss_follows_the_classes_order():
     """Ordered logit on car keeps the response's order (unacc < acc < good < vgood), not sorted
     labels: each row's log loss must be looked up at its own class, so the rows' mean is the
     reported log loss (the bootstrap intervals and paired differences use the rows)."""
-    from experiments import auto_mpg as experiment
-    from experiments import car as car_experiment
+    from experiments.moe import auto_mpg as experiment
+    from experiments.moe import car as car_experiment
 
     out = experiment.task({"kind": "Ordered logit (numbers)", "spec": car_experiment.QUICK,
                            "seed": 0})
@@ -593,7 +593,7 @@ def test_scikit_learn_calibration_wraps_the_estimator():
 def test_simulation_claims_compare_means_with_standard_errors():
     """The full-run claims on made-up runs: LR spread around Table 1 is within 2 SE in every
     setting; an efa row 0.1 below the paper's ATN loses every setting, beyond 2 SE."""
-    from experiments import tabular_simulation as sim
+    from experiments.moe import tabular_simulation as sim
 
     results = []
     for s in sim.SPEC.settings:

@@ -11,7 +11,8 @@ import torch
 from efa import Category, Sequences, Value
 from efa.families import Bernoulli, Poisson
 from efa.generators import attention_teacher, bayes_nll, sample, student_fields
-from experiments import get, runner
+from experiments import get
+from experiments.harness import runner
 
 
 def test_conditionals_form_the_joint_the_sampler_draws_from():

@@ -20,7 +20,7 @@ from efa.baselines import (
 from efa.cli import app
 from efa.data import Sequences
 from efa.datasets import temperature as tp
-from experiments import temperature as exp
+from experiments.efa_paper import temperature as exp
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from efa.cli import app
-from experiments import analogy_toy
+from experiments.moe import analogy_toy
 
 
 def test_toy_corpus_follows_appendix_i():

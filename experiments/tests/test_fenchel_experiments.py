@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from experiments import get, runner
+from experiments import get
+from experiments.harness import runner
 
 
 def _run(name, seeds, tmp_path):
@@ -55,7 +56,7 @@ def test_attention_kernels_quick(tmp_path, seeds):
 
 def test_item_models_take_an_attention_kernel():
     from efa import Sequences
-    from experiments import items
+    from experiments.efa_paper import items
 
     train = Sequences.from_lists({"item": [[0, 3, 1], [2, 4]]})
     spec = items.ZooSpec(dim=8, heads=2, head_dim=4)

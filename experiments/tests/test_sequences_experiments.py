@@ -13,8 +13,9 @@ import torch
 from efa import Category, Sequences, TrainConfig, Value, evaluate, fit
 from efa.baselines import ContextLogit, RatingGLM, Unigram, fit_convex, select_l2
 from efa.families import Poisson
-from experiments import get, runner
-from experiments.instacart import co_purchase
+from experiments import get
+from experiments.efa_paper.instacart import co_purchase
+from experiments.harness import runner
 
 ROW_KEYS = {"setting", "model", "metric", "mean", "std", "values", "paper"}
 
@@ -78,7 +79,7 @@ def test_item_specs_hold_the_bag_settings_chosen_on_validation():
     `efa reproduce bag-grid --seeds 1` after changing either experiment's training)."""
     from pathlib import Path
 
-    from experiments import instacart, movielens
+    from experiments.efa_paper import instacart, movielens
 
     doc = json.loads((Path(__file__).parents[2] / "results/bag-grid/results.json").read_text())
     for name, spec in (("movielens-sequence", movielens.SPEC), ("instacart", instacart.SPEC)):
@@ -91,7 +92,7 @@ def test_item_specs_hold_the_bag_settings_chosen_on_validation():
 def test_item_specs_hold_the_dropout_chosen_on_validation():
     from pathlib import Path
 
-    from experiments import instacart, movielens
+    from experiments.efa_paper import instacart, movielens
 
     path = Path(__file__).parents[2] / "results/dropout-grid/results.json"
     chosen = json.loads(path.read_text())["chosen"]
@@ -206,14 +207,14 @@ def test_context_logit_objective_is_its_loss_with_the_closed_form_gradient(
 
 
 def test_per_job_keeps_small_penalties():
-    from experiments import items
+    from experiments.efa_paper import items
 
     rows = [{"protocol": "paper", "direction": "bidirectional", "model": "Logit", "seed": s,
              "l2": l2, "seconds": 45.934} for s, l2 in ((1, 1e-6), (0, 1e-5))]
     assert items.per_job(rows, "l2") == {"paper/bidirectional/Logit": [1e-5, 1e-6]}
     assert items.per_job(rows, "seconds") == {"paper/bidirectional/Logit": [45.93, 45.93]}
 
-    from experiments.report import Report
+    from experiments.harness.report import Report
 
     for r, converged in zip(rows, (True, False), strict=True):
         r.update(iterations=100, converged=converged)

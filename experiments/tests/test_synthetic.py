@@ -5,7 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from efa.cli import app
-from experiments import synthetic
+from experiments.efa_paper import synthetic
 
 
 def test_dgp_reproduces_the_reference_data():

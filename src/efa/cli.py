@@ -1,6 +1,6 @@
 """The ``efa`` command line: ``train`` for the library; ``reproduce``, ``replot``, ``summary`` and
-``list`` hand over to the repository's experiments (``experiments/cli.py``), which a checkout
-has and the installed library does not. Heavy imports happen inside the commands, so
+``list`` hand over to the repository's experiments (``experiments/harness/cli.py``), which a
+checkout has and the installed library does not. Heavy imports happen inside the commands, so
 ``efa --help`` and ``efa --version`` answer at once.
 
 Errors print one line; ``--debug`` (or ``EFA_DEBUG=1``) shows the traceback."""
@@ -107,19 +107,19 @@ def _experiments():
     library: they live in ``experiments/`` of a checkout, so these commands run from its root
     (where ``make demo`` runs them)."""
     try:
-        from experiments.cli import app as experiments_app
+        from experiments.harness.cli import app as experiments_app
     except ModuleNotFoundError as err:
-        if err.name not in ("experiments", "experiments.cli"):
+        if err.name not in ("experiments", "experiments.harness.cli"):
             raise
         here = Path.cwd()
-        if not (here / "experiments" / "cli.py").is_file():
+        if not (here / "experiments" / "harness" / "cli.py").is_file():
             raise FileNotFoundError(
                 "the reproductions of the papers are not part of the installed efa: they live "
                 "in experiments/ of the repository. Run this command from the root of a "
                 "checkout (git clone the repository; `make demo` runs one), or there "
                 "`python -m experiments --help`") from None
         sys.path.insert(0, str(here))
-        from experiments.cli import app as experiments_app
+        from experiments.harness.cli import app as experiments_app
     return experiments_app
 
 

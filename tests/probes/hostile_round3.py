@@ -3857,9 +3857,9 @@ def _():
 # =========================================================================== journal / runner / report
 A = "runner"
 fx = "experiments/"
-from experiments import journal as jr  # noqa: E402
-from experiments import runner as rn  # noqa: E402
-from experiments.report import Report, Row  # noqa: E402
+from experiments.harness import journal as jr  # noqa: E402
+from experiments.harness import runner as rn  # noqa: E402
+from experiments.harness.report import Report, Row  # noqa: E402
 
 
 def _jdir(name):

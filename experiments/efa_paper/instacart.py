@@ -24,10 +24,10 @@ import torch
 from efa.data import Sequences
 from efa.datasets import instacart as ic
 from efa.train import seed_everything
-from experiments import items
-from experiments.items import ZooSpec, adam
-from experiments.plots import figure, heatmap, save
-from experiments.report import Report
+from experiments.efa_paper import items
+from experiments.efa_paper.items import ZooSpec, adam
+from experiments.harness.plots import figure, heatmap, save
+from experiments.harness.report import Report
 
 DIRECTIONS = ("unidirectional", "bidirectional")
 MODELS = ("Unigram", "Unigram + distinct", "Logit", "Logit + distinct", "FM", "SASRec",

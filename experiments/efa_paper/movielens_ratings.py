@@ -31,11 +31,11 @@ from efa.fields import Category, Value
 from efa.model import EFA, EFAConfig
 from efa.scoring import evaluate, predictions
 from efa.train import fit, seed_everything
-from experiments import items
-from experiments.items import adam
-from experiments.movielens import PROTOCOLS, _ratings
-from experiments.plots import dot_plot, figure, save
-from experiments.report import Report
+from experiments.efa_paper import items
+from experiments.efa_paper.items import adam
+from experiments.efa_paper.movielens import PROTOCOLS, _ratings
+from experiments.harness.plots import dot_plot, figure, save
+from experiments.harness.report import Report
 
 N_MOVIES, MAX_LEN = 50, 44
 VARIANTS = ("v1", "v2")

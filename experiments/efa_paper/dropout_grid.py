@@ -14,9 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from experiments import items
-from experiments.bag_grid import best_on_validation, chosen_table, validation_fit, zoo_spec
-from experiments.report import Report
+from experiments.efa_paper import items
+from experiments.efa_paper.bag_grid import (
+    best_on_validation,
+    chosen_table,
+    validation_fit,
+    zoo_spec,
+)
+from experiments.harness.report import Report
 
 DIRECTIONS = ("unidirectional", "bidirectional")
 VARIANTS = ("EFA" + items.DISTINCT, items.BAG, items.BAG + items.DISTINCT)
@@ -97,7 +102,7 @@ def plots(report: Report, folder) -> None:
     and direction."""
     from pathlib import Path
 
-    from experiments.plots import line_panels
+    from experiments.harness.plots import line_panels
 
     panels: dict = {}
     for row in report.rows:

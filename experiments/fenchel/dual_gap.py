@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from efa.kernels.fenchel import solve_dual
 from efa.scoring import evaluate, mean_squared_error
 from efa.train import fit, seed_everything
-from experiments.plots import figure, save
-from experiments.report import Report
+from experiments.harness.plots import figure, save
+from experiments.harness.report import Report
 
 MODELS = (
     "synthetic/unidirectional", "synthetic/bidirectional",
@@ -81,7 +81,7 @@ def train_model(name: str, seed: int, quick: bool):
     kind, variant = name.split("/")
     seed_everything(seed)
     if kind == "synthetic":
-        from experiments import synthetic as ex
+        from experiments.efa_paper import synthetic as ex
 
         spec = ex.QUICK if quick else ex.SPEC
         orders, ratings, _, (tr, va, te) = ex._data(spec.n_users, spec.n_train, seed)
@@ -92,7 +92,7 @@ def train_model(name: str, seed: int, quick: bool):
         fit(model, train, val, replace(_short(spec.train["EFA"], quick), seed=seed))
         return model, test, "rating", {"test MSE": mean_squared_error(model, test, "rating")}
     if kind in ("movielens", "instacart"):
-        from experiments import instacart, items, movielens
+        from experiments.efa_paper import instacart, items, movielens
 
         ex = movielens if kind == "movielens" else instacart
         # Without dropout, as when the committed numbers were made.
@@ -104,7 +104,7 @@ def train_model(name: str, seed: int, quick: bool):
                                            train)
         fit(model, train, val, replace(_short(spec.train["EFA"], quick), seed=seed))
         return model, test, "item", {"test CE": -evaluate(model, test)["item"]}
-    from experiments import temperature as ex
+    from experiments.efa_paper import temperature as ex
 
     spec = ex.QUICK if quick else ex.SPEC
     if quick:

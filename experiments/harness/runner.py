@@ -14,7 +14,7 @@ and writes the results folder atomically. With a ``journal`` folder (``efa repro
 one at ``OUT/.NAME.jobs/`` for full runs) every finished job's result is saved as it arrives,
 so an interrupted run started again with the same command runs only the jobs it lacks; the
 folder is removed once the results are written. Entries are JSON plus safetensors, never
-pickles (:mod:`experiments.journal`): a run longer than one machine's lifetime carries its
+pickles (:mod:`experiments.harness.journal`): a run longer than one machine's lifetime carries its
 finished jobs to the next machine by committing them (never the ``KEY.fits`` checkpoints,
 which hold weights; docs/design.md).
 """
@@ -33,10 +33,10 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.journal import entry as _entry
-from experiments.journal import load as _load
-from experiments.journal import save as _journal_save
-from experiments.report import Report
+from experiments.harness.journal import entry as _entry
+from experiments.harness.journal import load as _load
+from experiments.harness.journal import save as _journal_save
+from experiments.harness.report import Report
 
 
 def default_workers(quick: bool) -> int:
@@ -177,7 +177,7 @@ def reproduce(name: str, seeds: int, quick: bool = False, progress: bool = True,
     import torch
 
     from experiments import get
-    from experiments.provenance import environment
+    from experiments.harness.provenance import environment
 
     exp = get(name)
     spec = exp.QUICK if quick else exp.SPEC

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 
 from efa.scoring import evaluate
 from efa.train import fit, seed_everything
-from experiments import items
-from experiments.report import Report
+from experiments.efa_paper import items
+from experiments.harness.report import Report
 
 DIRECTIONS = ("unidirectional", "bidirectional")
 SUPPORTS = (False, True)  # distinct
@@ -40,7 +40,7 @@ QUICK = Spec(l2={"movielens-sequence": (1e-3, 1e-2)}, scales=(10.0,), quick=True
 
 def experiment_of(dataset: str):
     """(the experiment's module, its number of items, its maximum length)."""
-    from experiments import instacart, movielens
+    from experiments.efa_paper import instacart, movielens
 
     if dataset == "instacart":
         return instacart, instacart.N_ITEMS, instacart.MAX_LEN
@@ -179,7 +179,7 @@ def plots(report: Report, folder) -> None:
     per bag_scale, one panel per data set and support."""
     from pathlib import Path
 
-    from experiments.plots import line_panels
+    from experiments.harness.plots import line_panels
 
     panels: dict = {}
     for row in report.rows:

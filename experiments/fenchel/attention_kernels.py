@@ -5,9 +5,9 @@ everything else as in their experiment modules (data, splits, architecture, trai
 early stopping on validation):
 
 - MovieLens-100K sequences, paper protocol, "EFA + distinct", unidirectional (2 layers) and
-  bidirectional (1 layer) (:mod:`experiments.movielens`);
-- Instacart baskets, "EFA + distinct", bidirectional (:mod:`experiments.instacart`);
-- U.S. city temperatures, same day, ℓ = 1 (:mod:`experiments.temperature`).
+  bidirectional (1 layer) (:mod:`experiments.efa_paper.movielens`);
+- Instacart baskets, "EFA + distinct", bidirectional (:mod:`experiments.efa_paper.instacart`);
+- U.S. city temperatures, same day, ℓ = 1 (:mod:`experiments.efa_paper.temperature`).
 
 Kernels: softmax (the reference); ``generalized`` (Eq. 17: learned α per head, and T5
 relative-position buckets on the sequences, log u = bias + mask, Eq. 19); ``generalized +
@@ -30,10 +30,10 @@ import numpy as np
 
 from efa.scoring import evaluate, mean_squared_error
 from efa.train import fit, seed_everything
-from experiments import instacart, items, movielens
-from experiments import temperature as temp
-from experiments.plots import figure, save
-from experiments.report import Report
+from experiments.efa_paper import instacart, items, movielens
+from experiments.efa_paper import temperature as temp
+from experiments.harness.plots import figure, save
+from experiments.harness.report import Report
 
 SETTINGS = ("movielens: unidirectional", "movielens: bidirectional", "instacart: bidirectional",
             "temperature: same day ℓ=1")

@@ -24,8 +24,8 @@ from efa.fields import Category, Value
 from efa.model import EFA, EFAConfig
 from efa.scoring import mean_squared_error
 from efa.train import TrainConfig, fit, seed_everything
-from experiments.plots import bar_plot, heatmap
-from experiments.report import Report
+from experiments.harness.plots import bar_plot, heatmap
+from experiments.harness.report import Report
 
 N_MOVIES = 5
 SIGMA = 1.0

@@ -41,8 +41,8 @@ from efa.kernels.cme import cme
 from efa.model import EFA, EFAConfig
 from efa.scoring import mean_squared_error, predictions
 from efa.train import TrainConfig, fit, seed_everything
-from experiments.plots import figure, save
-from experiments.report import Report
+from experiments.harness.plots import figure, save
+from experiments.harness.report import Report
 
 D = torch.float64
 TREND = "trend statistic"

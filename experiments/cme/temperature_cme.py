@@ -2,7 +2,7 @@
 GP posterior mean" put to a real test.
 
 The set-up, data split, training recipe and peers are those of ``efa reproduce temperature``
-(:mod:`experiments.temperature`: ``load``, ``Spec``, ``fit_efa``): one October day of 44
+(:mod:`experiments.efa_paper.temperature`: ``load``, ``Spec``, ``fit_efa``): one October day of 44
 cities is a set of tokens [g(lat, lon); λ₁(temperature anomaly)], and the masked city's
 temperature is Gaussian given the others. Here the attention kernel of the same spatial EFA is
 CME attention (kernel ridge regression over the day's cities, learned RBF bandwidth and ridge
@@ -25,9 +25,9 @@ from efa.baselines import select_shrinkage
 from efa.kernels.cme import cme
 from efa.scoring import mean_squared_error
 from efa.spatial import COORDS
-from experiments import temperature as tx
-from experiments.plots import dot_plot
-from experiments.report import Report
+from experiments.efa_paper import temperature as tx
+from experiments.harness.plots import dot_plot
+from experiments.harness.report import Report
 
 METRIC = tx.METRIC
 CME = {"kernel": "cme", "similarity": "rbf", "bandwidth": 1.0, "ridge": 0.1}
@@ -144,7 +144,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
 
     notes = [
         "Same data, split, anomalies, network and training recipe as `efa reproduce "
-        "temperature` (experiments.temperature: load, Spec, fit_efa), with "
+        "temperature` (experiments.efa_paper.temperature: load, Spec, fit_efa), with "
         f"attention={spec.cme} for the CME rows: λ = min_ridge + exp(ρ), γ = exp(β) learned "
         "per head. ℓ=1 CME trains like ℓ=1 softmax, one pass per day (its masked copies from "
         "one Cholesky factorisation per day and head: efa.strategies.copies' block update); "

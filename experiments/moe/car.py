@@ -1,13 +1,13 @@
 """UCI Car Evaluation under covariate shift (``efa reproduce car``): trained on cheap cars
 (buying low/med), tested on expensive ones (buying high/vhigh, levels never seen in training),
-with the protocol, models and bootstrap intervals of :mod:`experiments.auto_mpg`."""
+with the protocol, models and bootstrap intervals of :mod:`experiments.moe.auto_mpg`."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from experiments import auto_mpg
-from experiments.auto_mpg import jobs, plots, tables, task
+from experiments.moe import auto_mpg
+from experiments.moe.auto_mpg import jobs, plots, tables, task
 
 # Per-column vocabularies (the columns' levels differ); the test rows' buying levels were never
 # seen, so they are [UNK] (= [MASK]) and training hides 20 % of the cells at random as well

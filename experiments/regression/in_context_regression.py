@@ -34,8 +34,8 @@ from efa.data import Sequences
 from efa.generators.gp import LITERAL, NOISY, TNPGP, NoteGP, rbf, sample_note, sample_tnp
 from efa.regression import causal_predictive, gp_attention, note_model, predict, regression_efa
 from efa.train import TrainConfig, fit, seed_everything
-from experiments.plots import figure, save
-from experiments.report import Report
+from experiments.harness.plots import figure, save
+from experiments.harness.report import Report
 
 SETTINGS = {"noisy": "UNN data + noise sd 0.1", "literal": "UNN data, literal (no noise)",
             "tnp": "TNP benchmark (RBF)"}

@@ -27,8 +27,8 @@ from efa.kernels.fenchel import (
     tilt_weights,
 )
 from efa.kernels.preference import generalized_weights
-from experiments.plots import figure, save
-from experiments.report import Report
+from experiments.harness.plots import figure, save
+from experiments.harness.report import Report
 
 D64 = torch.float64
 

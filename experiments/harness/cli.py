@@ -68,7 +68,8 @@ def reproduce(
         + ([f"--workers {workers}"] if workers else [])
         + ([f"--threads {threads}"] if threads != 1 else [])
     )
-    from experiments import get, runner
+    from experiments import get
+    from experiments.harness import runner
 
     folder = out / name
     try:
@@ -103,8 +104,8 @@ def replot(folder: Path = typer.Argument(..., help="a results folder, e.g. resul
                                        "from the runs stored in results.json")):
     """Redraw the plots and results.md of a results folder from its results.json."""
     from experiments import get
-    from experiments.report import Report
-    from experiments.runner import retable, write_atomically
+    from experiments.harness.report import Report
+    from experiments.harness.runner import retable, write_atomically
 
     try:
         report = Report.read(folder)
@@ -125,7 +126,7 @@ def summary(
     results: Path = typer.Option(Path("results"), help="folder of OUT/NAME/results.json"),
 ):
     """Regenerate the README's results tables from the committed results files."""
-    from experiments.summary import update_readme
+    from experiments.harness.summary import update_readme
 
     try:
         changed = update_readme(readme, results)

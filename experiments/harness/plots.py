@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.report import Report
+from experiments.harness.report import Report
 
 
 def figure(*args, **kwargs):

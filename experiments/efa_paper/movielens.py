@@ -23,10 +23,10 @@ import pandas as pd
 
 from efa.datasets import movielens as ml
 from efa.train import seed_everything
-from experiments import items
-from experiments.items import ZooSpec, adam
-from experiments.plots import dot_plot
-from experiments.report import Report
+from experiments.efa_paper import items
+from experiments.efa_paper.items import ZooSpec, adam
+from experiments.harness.plots import dot_plot
+from experiments.harness.report import Report
 
 DIRECTIONS = ("unidirectional", "bidirectional")
 PROTOCOLS = ("paper", "clean")

@@ -25,8 +25,8 @@ from efa.datasets import temperature as tp
 from efa.scoring import mean_squared_error
 from efa.spatial import anomalies, frame_to_sequences, knn_fm, site_means, spatial_efa
 from efa.train import TrainConfig, fit, seed_everything
-from experiments.plots import figure, save
-from experiments.report import Report
+from experiments.harness.plots import figure, save
+from experiments.harness.report import Report
 
 NAME = "temp"
 METRIC = "test MSE (°F²)"
@@ -65,7 +65,7 @@ class Spec:
     lag_layout: str = "fields"  # past values as extra fields of each city's token
     center: bool = True  # per-city training-mean anomalies
     block: str = "pre_ln"
-    attention: str | dict = "softmax"  # any EFAConfig.attention (experiments.temperature_cme)
+    attention: str | dict = "softmax"  # any EFAConfig.attention (experiments.cme.temperature_cme)
     per_row: int = 4  # scored cities per training row (Sequences.split_scored)
     val_targets: int = 11  # cities per validation day used for early stopping
     k_values: tuple[int, ...] = K_VALUES

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from experiments.report import fmt
+from experiments.harness.report import fmt
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 SCALE_START, SCALE_END = "<!-- scale:start -->", "<!-- scale:end -->"
@@ -54,7 +54,7 @@ def _wall(doc: dict) -> str:
 
 def tables(results: Path) -> str:
     parts = []
-    from experiments.report import Report
+    from experiments.harness.report import Report
 
     for path in sorted(Path(results).glob("*/results.json")):
         doc = json.loads(path.read_text())
@@ -160,7 +160,7 @@ def _replace(text: str, start: str, end: str, body: str, readme) -> str:
 def update_readme(readme: Path, results: Path) -> bool:
     """Rewrite the blocks between the results markers, and each results.md from its
     results.json (so each shows its environment); True if README changed."""
-    from experiments.report import Report
+    from experiments.harness.report import Report
 
     if not Path(readme).is_file():
         raise FileNotFoundError(f"{readme} does not exist; nothing was rewritten")

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.report import Report
+from experiments.harness.report import Report
 
 REFERENCE = Path(__file__).parent / "reference" / "attention_uai_simulation.csv"
-GRIDS = Path(__file__).resolve().parents[1] / "results" / "tabular-simulation-grids"
+GRIDS = Path(__file__).resolve().parents[2] / "results" / "tabular-simulation-grids"
 
 # Table 1 of the paper (accuracy, MSE), (n_c, noise, corr) → model → value.
 PAPER_MODELS = ("LR", "RF", "GB", "MLP", "ATN")
@@ -416,7 +416,7 @@ def _claims(report, spec, summary, used):
                  + ", ".join(f"{n} {m:.3f} ± {se:.3f} vs {p:.3f}" for n, m, se, p in lr) + ".")
     grid = [g for g in _grid_runs() if g["n"] == 2000]
     if grid:
-        from experiments.tabular_grids import against_authors
+        from experiments.moe.tabular_grids import against_authors
 
         rows, within = against_authors(grid)
         lines.append(f"- Reference grids rerun on {len(rows)} (data set, model) pairs "
@@ -434,7 +434,7 @@ def _claims(report, spec, summary, used):
 
 
 def plots(report: Report, folder) -> None:
-    from experiments.plots import bar_plot
+    from experiments.harness.plots import bar_plot
 
     n = len({r.setting for r in report.rows if r.metric == "test accuracy"})
     bar_plot(report, "test accuracy", Path(folder) / "accuracy.png",

@@ -1,6 +1,6 @@
 """Table 2 of Wibisono & Wang (UAI 2023): UCI auto-mpg trained on American cars, tested on
 European and Japanese ones (``efa reproduce auto-mpg``); the same protocol on UCI Car Evaluation
-split by price (``efa reproduce car``, :mod:`experiments.car`).
+split by price (``efa reproduce car``, :mod:`experiments.moe.car`).
 
 The reference peers (LR, RF / GB / MLP grids; deterministic) run once with the paper's seed 42.
 The estimator (both backbones), CatBoost, TabM and FT-Transformer run over ``--seeds`` seeds.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.report import Report
-from experiments.tabular_simulation import GLM_NAME, GLM_OPTIONS, numbers_name
+from experiments.harness.report import Report
+from experiments.moe.tabular_simulation import GLM_NAME, GLM_OPTIONS, numbers_name
 
 PAPER = {"LR": (0.657, 0.343), "RF": (0.721, 0.279), "GB": (0.657, 0.343),
          "MLP": (0.700, 0.300), "CE": (0.764, 0.236), "FT (pytorch_tabular)": (0.707, 0.293),
@@ -282,7 +282,7 @@ def _differences(by, per_row, spec) -> str:
 
 
 def plots(report: Report, folder) -> None:
-    from experiments.plots import dot_plot, figure, save
+    from experiments.harness.plots import dot_plot, figure, save
 
     folder = Path(folder)
     dot_plot(report, "test accuracy", folder / "accuracy.png",

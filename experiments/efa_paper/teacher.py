@@ -30,8 +30,8 @@ from efa.generators import attention_teacher, bayes_nll, sample, student_fields
 from efa.model import EFA, EFAConfig
 from efa.scoring import evaluate
 from efa.train import TrainConfig, fit, seed_everything
-from experiments.plots import dot_plot
-from experiments.report import Report
+from experiments.harness.plots import dot_plot
+from experiments.harness.report import Report
 
 MODELS = ("efa defaults", "efa 0.2 defaults (raw counts), 30 epochs")
 EXCESS = "excess test NLL over the Bayes limit (nats)"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.report import Report
+from experiments.harness.report import Report
 
 MODELS = ("RF", "GB", "MLP")
 COST = {"RF": 1.0, "GB": 6.0, "MLP": 3.0}
@@ -72,7 +72,7 @@ def authors_spread(setting, model: str) -> tuple[float, float]:
     """Mean and sd of the authors' test accuracy of ``model`` over their 20 data sets of
     ``setting`` (their per-seed CSV)."""
     from efa.datasets.tabular import SIMULATION_SEEDS
-    from experiments.tabular_simulation import authors_values
+    from experiments.moe.tabular_simulation import authors_values
 
     ref = authors_values()
     v = np.array([ref[tuple(setting), sd][f"acc_test_{model.lower()}"]
@@ -120,7 +120,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
 
 
 def plots(report: Report, folder) -> None:
-    from experiments.plots import figure, save
+    from experiments.harness.plots import figure, save
 
     runs = [r for r in report.extra.get("runs", []) if r["n"] == 2000]
     if not runs or "within_authors_2sd" not in report.extra:

@@ -43,8 +43,8 @@ from efa.fields import Category
 from efa.model import EFA, EFAConfig
 from efa.scoring import evaluate
 from efa.train import TrainConfig, fit, seed_everything
-from experiments.plots import figure, save
-from experiments.report import Report
+from experiments.harness.plots import figure, save
+from experiments.harness.report import Report
 
 VOCAB = ("i", "like", "and", "is", "mathematics", "statistics", "sociology", "history",
          "fun", "boring", "easy", "difficult")

@@ -57,7 +57,7 @@ class Report:
     def to_json(self) -> dict:
         import torch
 
-        from experiments.provenance import environment
+        from experiments.harness.provenance import environment
 
         env = self.environment or environment(torch.get_num_threads())
         return {

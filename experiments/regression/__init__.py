@@ -1,0 +1,1 @@
+"""In-context regression against the Bayes-optimal GP (the UNN note)."""
