@@ -86,3 +86,23 @@ def feeding_fields():
     count.feeds = ("k", "v", "skip")
     temp.feeds = ("v",)
     return [where, item, count, temp]
+
+
+def gradcheck_query_weight(model: EFA, data: Sequences, **options) -> bool:
+    """gradcheck of the negative log-likelihood with respect to the first attention layer's
+    query projection (float64 model)."""
+    from torch.func import functional_call
+
+    params = dict(model.named_parameters())
+    name = "blocks.0.attn.q.weight"
+
+    def loss(w):
+        etas = functional_call(model, {**params, name: w}, (data,))
+        total = 0
+        for f in model.target_fields:
+            m = data.predicted(f.name)
+            total = total - f.family.log_prob(data.fields[f.name][m], etas[f.name][m]).sum()
+        return total
+
+    return torch.autograd.gradcheck(loss, (params[name].detach().clone().requires_grad_(),),
+                                    **options)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.func import functional_call
 
 import efa
 from efa.kernels import KERNELS
-from tests.helpers import make_model, mixed_data, naive_natural_params
+from tests.helpers import gradcheck_query_weight, make_model, mixed_data, naive_natural_params
 
 NAMES = sorted(KERNELS)  # every kernel registered when the package is imported
 
@@ -65,20 +64,7 @@ def test_no_weight_where_the_mask_forbids_it(name, causal):
 def test_gradcheck_of_the_loss(name):
     model = make_model(num_layers=1, head_dim=2, attention={"kernel": name},
                        mode="copies", direction="bidirectional")
-    data = mixed_data(n=2, max_len=3, missing=False)
-    params = dict(model.named_parameters())
-    key = "blocks.0.attn.q.weight"
-
-    def loss(w):
-        etas = functional_call(model, {**params, key: w}, (data,))
-        total = 0
-        for f in model.target_fields:
-            m = data.predicted(f.name)
-            total = total - f.family.log_prob(data.fields[f.name][m], etas[f.name][m]).sum()
-        return total
-
-    assert torch.autograd.gradcheck(loss, (params[key].detach().clone().requires_grad_(),),
-                                    atol=1e-6)
+    assert gradcheck_query_weight(model, mixed_data(n=2, max_len=3, missing=False), atol=1e-6)
 
 
 @pytest.mark.parametrize("name", NAMES)

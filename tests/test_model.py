@@ -2,10 +2,16 @@ import itertools
 
 import pytest
 import torch
-from torch.func import functional_call
 
 from efa import EFA, KERNELS, Category, EFAConfig, Kernel, Sequences, register_kernel
-from tests.helpers import feeding_fields, make_model, mixed_data, mixed_fields, naive_natural_params
+from tests.helpers import (
+    feeding_fields,
+    gradcheck_query_weight,
+    make_model,
+    mixed_data,
+    mixed_fields,
+    naive_natural_params,
+)
 
 
 def _compare(model, data):
@@ -127,19 +133,7 @@ def test_copies_attention_matches_stream():
 )
 def test_gradcheck_loss_wrt_attention_weights(direction, layers):
     model = make_model(num_layers=layers, head_dim=2, direction=direction, block="post_ln")
-    data = mixed_data(n=2, max_len=3, missing=False)
-    params = dict(model.named_parameters())
-    name = "blocks.0.attn.q.weight"
-
-    def loss(w):
-        etas = functional_call(model, {**params, name: w}, (data,))
-        total = 0
-        for f in model.target_fields:
-            m = data.predicted(f.name)
-            total = total - f.family.log_prob(data.fields[f.name][m], etas[f.name][m]).sum()
-        return total
-
-    assert torch.autograd.gradcheck(loss, (params[name].detach().clone().requires_grad_(),))
+    assert gradcheck_query_weight(model, mixed_data(n=2, max_len=3, missing=False))
 
 
 def test_category_only_model_runs_in_float32():
