@@ -5,6 +5,7 @@ what a runner sets around many fits)."""
 from __future__ import annotations
 
 import inspect
+import math
 
 import pytest
 import torch
@@ -21,9 +22,11 @@ def _subclasses(cls):
 
 
 def _library_models():
-    import efa.baselines  # noqa: F401  (defines the peers)
-    import efa.tabular  # noqa: F401
+    import importlib
+    import pkgutil
 
+    for module in pkgutil.walk_packages(efa.__path__, "efa."):  # every class is defined
+        importlib.import_module(module.name)
     return [c for c in {ConditionalModel, *_subclasses(ConditionalModel)}
             if c.__module__.startswith("efa.")]
 
@@ -97,3 +100,95 @@ def test_a_model_with_its_own_objective_refuses_the_generic_options_by_name():
     model.train()
     with pytest.raises(ValueError, match="takes no weights"):
         model.loss(data, weights=torch.ones(len(data)))
+
+
+# Every trainable model class of the library, built small, with data of its own kind.
+def _items(n=24, k=9, length=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return efa.Sequences({"item": torch.randint(0, k, (n, length), generator=g)},
+                         torch.full((n,), length))
+
+
+def _rated(n=24, k=9, length=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return efa.Sequences({"item": torch.randint(0, k, (n, length), generator=g),
+                          "rating": torch.randint(1, 5, (n, length), generator=g)},
+                         torch.full((n,), length))
+
+
+def _sites(n=24, length=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return efa.Sequences({"coords": torch.rand(n, length, 2, generator=g, dtype=torch.float64),
+                          "y": torch.randn(n, length, generator=g, dtype=torch.float64)},
+                         torch.full((n,), length))
+
+
+def _factories():
+    from efa.baselines.cbow import CBOW
+    from efa.baselines.fm import KNNFM, CategoricalFM, ValueFM
+    from efa.baselines.glm import ContextLogit, RatingGLM
+    from efa.baselines.recsys import BERT4Rec
+    from efa.families import Gaussian, Poisson
+
+    item = efa.Category("item", 9, dim=8)
+    rating = efa.Value("rating", Poisson(shift=1), dim=8)
+    return {
+        "EFA": (lambda: _category_model(), _items),
+        "CBOW": (lambda: CBOW(efa.Category("item", 9), dim=4), _items),
+        "CategoricalFM": (lambda: CategoricalFM(item, dim=4), _items),
+        "ValueFM": (lambda: ValueFM(item, rating, dim=4), _rated),
+        "KNNFM": (lambda: KNNFM(efa.Attribute("coords", size=2),
+                                efa.Value("y", Gaussian(1.0)), 2, dim=4, hidden=8), _sites),
+        "ContextLogit": (lambda: ContextLogit(item, "bidirectional", max_len=6), _items),
+        "RatingGLM": (lambda: RatingGLM(item, rating, 5, "bidirectional", max_len=6), _rated),
+        "BERT4Rec": (lambda: BERT4Rec(efa.Category("item", 9), max_len=6, dim=8, layers=1,
+                                      heads=2, inner=16), _items),
+    }
+
+
+OPTIONS = [{}, {"positions": 2}, {"sampled_softmax": 3}, {"schedule": "plateau"},
+           {"schedule": "cosine", "warmup_steps": 2}, {"schedule": "constant"},
+           {"grad_clip": 1.0}, {"batch_size": 7, "drop_last": True}, {"threads": 1},
+           {"checkpoint": True}]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "defaults")
+@pytest.mark.parametrize("name", list(_factories()))
+def test_every_model_class_fits_one_epoch_with_every_option(name, options, tmp_path):
+    """Each option either trains one finite epoch or is refused by name before training."""
+    make, data = _factories()[name]
+    model = make()
+    options = dict(options)
+    if options.pop("checkpoint", False):
+        options["checkpoint_dir"] = str(tmp_path / "ckpt")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    refused = (model.own_objective and ({"positions", "sampled_softmax"} & set(options))) or (
+        "sampled_softmax" in options and not isinstance(model, efa.EFA))
+    if refused:
+        with pytest.raises(ValueError, match="sampled softmax|sampled_softmax|positions"):
+            efa.fit(model, data(), data(seed=1), max_epochs=1, progress=False, **options)
+        assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+        return
+    hist = efa.fit(model, data(), data(seed=1), max_epochs=1, progress=False, **options)
+    assert hist.epochs_run == 1 and math.isfinite(hist.train_loss[0])
+    assert math.isfinite(hist.val_loss[0])
+
+
+def test_a_model_without_parameters_is_refused_by_name():
+    from efa.baselines.glm import Unigram
+
+    with pytest.raises(ValueError, match="Unigram has no parameters to train"):
+        efa.fit(Unigram(efa.Category("item", 9), torch.ones(9)), _items(), None, max_epochs=1,
+                progress=False)
+    from efa.baselines.gp import GPOracle
+    from efa.generators import NoteGP
+    from efa.generators.gp import sample_note
+    from efa.regression import regression_efa
+
+    spec = NoteGP(length=6)
+    data = sample_note(spec, 8, 0)
+    oracle = GPOracle(spec, regression_efa(data, layers=1, heads=1, x_dim=4, y_dim=4,
+                                           channel_dim=2, hidden=8, ffn=8,
+                                           readout_hidden=8).fields)
+    with pytest.raises(ValueError, match="GPOracle has no parameters to train"):
+        efa.fit(oracle, data, None, max_epochs=1, progress=False)

@@ -260,6 +260,9 @@ def fit(
                 f"the {what} data have no predicted position for field(s) {empty} (all values "
                 "missing, or `scored` all False): there is nothing to fit or to stop early on"
             )
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(f"{type(model).__name__} has no parameters to train: it is used as it "
+                         "is (evaluate, predict), not fitted")
     model.standardise(train)  # Value fields left at loc/scale None: standardised on train
     device = cfg.device or getattr(_CONTEXT.get(), "device", None)
     if device is not None:
