@@ -313,22 +313,13 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     if own and folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"checkpoint_dir {str(folder)!r} is a file, not a folder")
     if folder is not None and cfg.resume:
-        state = checkpoint.load(folder)
-        if state is not None:
-            try:
-                hist, best_state, bad = checkpoint.restore_state(
-                    state, folder, fingerprint, model, opt, plateau or sched, gen, sampler,
-                    History)
-                start_epoch = hist.epochs_run
-            except ValueError:
-                # The user's folder: say what differs. A job's own checkpoint written for
-                # another model, data or settings: start that fit over (_restore checks the
-                # fingerprint before it changes anything; the next save replaces the file).
-                if own:
-                    raise
+        resumed = _resume(folder, own, fingerprint, model, opt, plateau or sched, gen, sampler)
+        if resumed is not None:
+            hist, best_state, bad = resumed
+            start_epoch = hist.epochs_run
     negatives = torch.Generator().manual_seed(cfg.seed + 104729)
     sampling = None if cfg.sampled_softmax is None else vocab.Sampling(
-        cfg.sampled_softmax, _proposals(model, train, cfg.proposal), negatives)
+        cfg.sampled_softmax, vocab.proposals(model, train, cfg.proposal), negatives)
     objective = distributed.Loss(model)
     if size > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -355,33 +346,12 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
             total = 0.0
             for start in range(0, n_batches * cfg.batch_size, cfg.batch_size):
                 idx = order[start : start + cfg.batch_size]
-                batch = train[idx[rank::size]]
-                if batch.device != device:
-                    batch = batch.to(device)
-                weights = counts = None
-                if size > 1 or cfg.positions is not None:
-                    # Normalise by the predicted positions of the whole batch (all ranks, all
-                    # positions): the ranks then sum to one process's exact-batch gradient.
-                    whole = train[idx] if size > 1 else batch
-                    counts = {f.name: int(whole.predicted(f.name).sum())
-                              for f in model.target_fields}
-                if cfg.positions is not None:
-                    batch, weights = _sample_positions(batch, cfg.positions, sampler)
                 with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-                    if counts is None:  # options only when used: a subclass may narrow loss
-                        loss = model.loss(batch) if sampling is None else model.loss(
-                            batch, sampling=sampling)
-                    else:
-                        loss = objective(batch, weights, counts, float(size), sampling)
+                    loss, batch = _batch_loss(model, objective, train, idx, cfg, sampler,
+                                              sampling)
                 if not torch.isfinite(loss):
                     _raise_non_finite(model, batch, idx[rank::size], "fit", f" at epoch {epoch}")
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                opt.step()
-                if sched is not None:
-                    sched.step()
+                _step(model, opt, sched, loss, cfg.grad_clip)
                 total += float(loss.detach()) / size
             hist.train_loss.append(distributed.all_sum([total])[0] / n_batches)
             if val is not None:
@@ -428,21 +398,51 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     return hist
 
 
-def _proposals(model, train: Sequences, kind: str) -> dict[str, torch.Tensor]:
-    """log Q per category target: training frequencies (add-one) or uniform."""
-    out = {}
-    for f in model.target_fields:
-        if f.kind != "category":
-            continue
-        k = f.num_categories
-        if kind == "uniform":
-            q = torch.full((k,), 1.0 / k, dtype=torch.float64)
-        else:
-            counts = torch.bincount(train.fields[f.name][train.predicted(f.name)].cpu(),
-                                    minlength=k).double() + 1
-            q = counts / counts.sum()
-        out[f.name] = q.log().to(model.device, next(model.parameters()).dtype)
-    return out
+def _resume(folder: Path, own: bool, fingerprint: dict, model, opt, sched, gen, sampler):
+    """(history, best weights, bad epochs) from the checkpoint in ``folder``, or None. A user's
+    folder written for another model, data or settings is an error saying what differs; a
+    job's own (``own`` False) is started over: restore_state checks the fingerprint before it
+    changes anything, and the next save replaces the file."""
+    state = checkpoint.load(folder)
+    if state is None:
+        return None
+    try:
+        return checkpoint.restore_state(state, folder, fingerprint, model, opt, sched, gen,
+                                        sampler, History)
+    except ValueError:
+        if own:
+            raise
+        return None
+
+
+def _batch_loss(model, objective, train: Sequences, idx, cfg: TrainConfig, sampler,
+                sampling) -> tuple[torch.Tensor, Sequences]:
+    """This rank's loss on the batch ``train[idx]`` (and the batch it was computed on)."""
+    rank, size = distributed.world()
+    batch = train[idx[rank::size]]
+    if batch.device != model.device:
+        batch = batch.to(model.device)
+    if size == 1 and cfg.positions is None:  # options only when used: a subclass may narrow
+        return (model.loss(batch) if sampling is None else
+                model.loss(batch, sampling=sampling)), batch
+    # Normalise by the predicted positions of the whole batch (all ranks, all positions): the
+    # ranks then sum to one process's exact-batch gradient.
+    whole = train[idx] if size > 1 else batch
+    counts = {f.name: int(whole.predicted(f.name).sum()) for f in model.target_fields}
+    weights = None
+    if cfg.positions is not None:
+        batch, weights = _sample_positions(batch, cfg.positions, sampler)
+    return objective(batch, weights, counts, float(size), sampling), batch
+
+
+def _step(model, opt, sched, loss: torch.Tensor, grad_clip: float | None) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    if sched is not None:
+        sched.step()
 
 
 def _sample_positions(batch: Sequences, m: int, gen: torch.Generator):

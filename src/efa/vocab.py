@@ -126,3 +126,21 @@ def sampled_log_prob(h: Tensor, weight: Tensor, bias: Tensor | None, y: Tensor, 
     z_neg = z_neg.masked_fill(drop, float("-inf"))
     lse = torch.logsumexp(torch.cat([z_pos[:, None], z_neg], dim=1), dim=1)
     return z_pos - lse
+
+
+def proposals(model, train, kind: str) -> dict[str, torch.Tensor]:
+    """log Q per category target of ``model``: the frequencies in the training sequences
+    ``train`` (add-one) or uniform; the sampled softmax draws its negatives from them."""
+    out = {}
+    for f in model.target_fields:
+        if f.kind != "category":
+            continue
+        k = f.num_categories
+        if kind == "uniform":
+            q = torch.full((k,), 1.0 / k, dtype=torch.float64)
+        else:
+            counts = torch.bincount(train.fields[f.name][train.predicted(f.name)].cpu(),
+                                    minlength=k).double() + 1
+            q = counts / counts.sum()
+        out[f.name] = q.log().to(model.device, next(model.parameters()).dtype)
+    return out
