@@ -49,6 +49,7 @@ class MultiHeadAttention(nn.Module):
         self.q = nn.Linear(width["q"], inner, bias=bias)
         self.k = nn.Linear(width["k"], inner, bias=bias)
         self.v = nn.Linear(width["v"], inner, bias=bias)
+        self.o: nn.Module
         if out_proj:
             self.o = nn.Linear(out_inner, d_out, bias=bias)
         elif out_inner == d_out:
@@ -112,7 +113,7 @@ class Block(nn.Module):
                 f"block={self.kind!r} adds the attention to the whole token, so every field "
                 "must feed 'skip'; use block='concat' (or 'bare') to leave fields out of it"
             )
-        attn_out = None
+        attn_out: int | None = None
         if self.kind == "concat":
             attn_out = (d_model if cfg.out_proj
                         else cfg.num_heads * head_width(cfg.attention, head_dim))
@@ -123,7 +124,7 @@ class Block(nn.Module):
         self.register_buffer("cols_skip", None if skip is None else
                              torch.as_tensor(skip, dtype=torch.long), persistent=False)
         self.d_out = d_model
-        if self.kind == "concat":
+        if attn_out is not None:  # block="concat"
             self.d_out = (d_model if skip is None else len(skip)) + attn_out
         if self.kind in ("post_ln", "pre_ln"):
             self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)

@@ -408,7 +408,7 @@ def _pad(arrays: list[np.ndarray], width: int, name: str) -> Tensor:
         np.dtype(np.int64) if kinds <= set("biu") else np.result_type(*[a.dtype for a in arrays])
     )
     if dtype.kind == "f" and dtype != np.float64:
-        dtype = np.float32
+        dtype = np.dtype(np.float32)
     for s, a in enumerate(arrays):  # uint64 above int64's range would wrap to negatives
         if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(np.int64).max:
             i = int(np.unravel_index(np.argmax(a > np.iinfo(np.int64).max), a.shape)[0])

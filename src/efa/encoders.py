@@ -40,6 +40,9 @@ class MapEncoder(nn.Module):
     a [MASK] vector when the field can be hidden (zero for the identity map: λ₁([MASK]) = 0 as
     in the EFA paper's Props 2–3)."""
 
+    loc: Tensor  # buffers, declared for the type checker
+    scale: Tensor
+
     def __init__(self, size, dim, kind, hidden, loc, scale, value: bool):
         super().__init__()
         self.value = value  # a scalar value field [B, I] that can be hidden
@@ -91,6 +94,7 @@ class ValueReadout(nn.Module):
     def __init__(self, f: Value, d_model: int):
         super().__init__()
         self.family, (self.loc, self.scale) = f.family, f.moments
+        self.net: nn.Module
         if f.readout == "linear":
             self.net = nn.Linear(d_model, f.family.num_outputs, bias=f.readout_bias)
         else:

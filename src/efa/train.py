@@ -308,9 +308,9 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         "settings": _resume_key(asdict(cfg)),
         "initial": checkpoint.weights_fingerprint(initial),
     }
-    own = bool(cfg.checkpoint_dir)
-    folder = Path(cfg.checkpoint_dir) if own else _job_fit_folder(size)
-    if own and folder.exists() and not folder.is_dir():
+    own = cfg.checkpoint_dir is not None and cfg.checkpoint_dir != ""
+    folder = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else _job_fit_folder(size)
+    if own and folder is not None and folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"checkpoint_dir {str(folder)!r} is a file, not a folder")
     if folder is not None and cfg.resume:
         resumed = _resume(folder, own, fingerprint, model, opt, plateau or sched, gen, sampler)
@@ -320,12 +320,12 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     negatives = torch.Generator().manual_seed(cfg.seed + 104729)
     sampling = None if cfg.sampled_softmax is None else vocab.Sampling(
         cfg.sampled_softmax, vocab.proposals(model, train, cfg.proposal), negatives)
-    objective = distributed.Loss(model)
+    objective: torch.nn.Module = distributed.Loss(model)
     if size > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         objective = DistributedDataParallel(objective, find_unused_parameters=True)
-    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.autocast)
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.autocast or "")
 
     t0 = saved = time.perf_counter() - hist.seconds
     bar = tqdm(

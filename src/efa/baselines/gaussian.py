@@ -115,7 +115,7 @@ def select_shrinkage(
     for a in grid:
         model.alpha = a
         curve[a] = model.mse(val)
-    model.alpha = min(curve, key=curve.get)
+    model.alpha = min(curve, key=lambda a: curve[a])
     return model, curve
 
 

@@ -74,5 +74,5 @@ def select_smoother(fields: list, train: Sequences, val: Sequences) -> tuple[Nad
         mean, sd = model.predictive(val)
         ll = torch.distributions.Normal(mean[scored], sd[scored]).log_prob(yv).mean()
         grid[(h, rho, tau)] = float(ll)
-    best = max(grid, key=grid.get)
+    best = max(grid, key=lambda k: grid[k])
     return NadarayaWatson(fields, *best, *prior), {str(k): v for k, v in grid.items()}

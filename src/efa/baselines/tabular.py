@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import time
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -119,7 +120,8 @@ def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
     for name in names:
         t0 = time.perf_counter()
         model = reference_estimator(name, seed, (grids or {}).get(name)).fit(xtr, ytr)
-        res = class_metrics(test[target], model.predict_proba(xte), model.classes_)
+        res: dict[str, Any] = class_metrics(test[target], model.predict_proba(xte),
+                                            model.classes_)
         # The reference scores predict(), which is the argmax of predict_proba here.
         assert res["accuracy"] == float((model.predict(xte) == yte).mean())
         res |= {f"train {k}": v for k, v in

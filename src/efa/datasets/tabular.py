@@ -75,9 +75,9 @@ def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: i
     for name, v, lo in (("n", n, 1), ("d", d, 1), ("n_cat", n_cat, 2)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    for name, v in (("noise", noise), ("y_noise", y_noise)):
-        if not 0.0 <= v < math.inf:
-            raise ValueError(f"{name} must be >= 0 and finite, got {v!r}")
+    for name, x in (("noise", noise), ("y_noise", y_noise)):
+        if not 0.0 <= x < math.inf:
+            raise ValueError(f"{name} must be >= 0 and finite, got {x!r}")
     rng = np.random.default_rng(seed)
     flip = np.concatenate([-np.ones(d // 2), np.ones(d - d // 2)])
     train_true = equicorrelated(rng, corr, n, d) * flip
