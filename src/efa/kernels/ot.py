@@ -152,6 +152,8 @@ class OT(PreferenceKernel):
     log γ learned per head); ``cost`` ("sqeuclidean", "positions" or a matrix over positions)
     and ``cost_scale`` (1.0, > 0)."""
 
+    cost_matrix: Tensor  # a buffer when the cost is given as a matrix (declared for mypy)
+
     name = "ot"
     row_local = True
     DEFAULTS: ClassVar[dict[str, Any]] = {

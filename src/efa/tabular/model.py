@@ -5,14 +5,16 @@ levels only, with the response's optional GLM term."""
 from __future__ import annotations
 
 from contextvars import ContextVar
+from typing import cast
 
 import torch
 from torch import nn
 
 from efa.conditional import refuse_generic_options
 from efa.data import Sequences
+from efa.encoders import LinearReadout
 from efa.families import Ordinal
-from efa.fields import EXCLUDED
+from efa.fields import EXCLUDED, Category
 from efa.model import EFA, EFAConfig
 
 # The model whose init="glm" first stage is running (AttentionTableClassifier._fit_glm): its
@@ -89,9 +91,9 @@ class TableEFA(EFA):
         out = [self.level_effect, self.slope]
         if hasattr(self, "glm_family"):
             out += list(self.glm_family.parameters())
-        if self.response != "cat":
-            out += list(self.field(self.response).family.parameters())
-        bias = self.readouts[self.response].net.bias
+        if self.response != "cat":  # the ordinal response field (a Category with Ordinal)
+            out += list(cast(Category, self.field(self.response)).family.parameters())
+        bias = cast(LinearReadout, self.readouts[self.response]).net.bias
         return out + ([bias] if bias is not None else [])
 
     def hidden_for(self, data, target):
