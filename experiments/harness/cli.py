@@ -6,30 +6,22 @@ Errors print one line; ``--debug`` (or ``EFA_DEBUG=1``) shows the traceback."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import typer
 
+from efa.cli import _fail, _state  # the same one-line errors and --debug as `efa`
 from experiments import EXPERIMENTS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Reproductions of the papers efa implements (results/ of the repository)")
-_state = {"debug": os.environ.get("EFA_DEBUG", "") not in ("", "0")}
 
 
 @app.callback()
 def main(debug: bool = typer.Option(False, "--debug", help="show tracebacks (or EFA_DEBUG=1)")):
     if debug:
         _state["debug"] = True
-
-
-def _fail(err: BaseException) -> None:
-    if _state["debug"]:
-        raise err
-    typer.echo(f"efa: error: {type(err).__name__}: {err}", err=True)
-    raise typer.Exit(2)
 
 
 @app.command()

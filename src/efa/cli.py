@@ -128,9 +128,7 @@ def _forward(command: str, ctx: typer.Context) -> None:
         experiments_app = _experiments()
     except Exception as err:  # one line for the user; the traceback with --debug
         _fail(err)
-    if _state["debug"]:
-        os.environ["EFA_DEBUG"] = "1"
-    try:
+    try:  # the experiments' app shares this module's --debug state and one-line errors
         experiments_app([command, *ctx.args], prog_name="efa")
     except SystemExit as done:  # the inner app ends the way a command line does
         if done.code not in (None, 0):
