@@ -165,7 +165,7 @@ def train_for(kind: str, train: torch.Tensor, test: torch.Tensor, budget: float,
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     model = student(kind, device.type)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    from efa.train import _sample_positions
+    from efa.train import sample_positions
 
     curve, seconds, step, next_eval = [], 0.0, 0, 0.0
     order = torch.randperm(len(train), generator=gen)
@@ -179,7 +179,7 @@ def train_for(kind: str, train: torch.Tensor, test: torch.Tensor, budget: float,
         if kind.startswith("efa"):
             data = efa.Sequences({"item": x}, torch.full((len(x),), I, device=device))
             if kind == "efa-2L-m5":
-                sampled, w = _sample_positions(data, 5, gen)
+                sampled, w = sample_positions(data, 5, gen)
                 loss = model.loss(sampled, weights=w, counts={"item": x.numel()})
             else:
                 loss = model.loss(data)

@@ -101,20 +101,20 @@ def test_sampled_positions_are_an_unbiased_estimate_of_the_exact_objective():
     data = mixed_data(n=4, max_len=5)
     exact = float(model.loss(data))
     counts = {f.name: int(data.predicted(f.name).sum()) for f in model.target_fields}
-    from efa.train import _sample_positions
+    from efa.train import sample_positions
 
     g = torch.Generator().manual_seed(0)
     draws = []
     with torch.no_grad():
         for _ in range(150):
-            batch, w = _sample_positions(data, 2, g)
+            batch, w = sample_positions(data, 2, g)
             assert (batch.scored_positions().sum(1) <= 2).all()
             draws.append(float(model.loss(batch, weights=w, counts=counts)))
     draws = torch.tensor(draws, dtype=torch.float64)
     se = float(draws.std() / len(draws) ** 0.5)
     assert abs(float(draws.mean()) - exact) < 4 * se
     # m as large as the sequences: the exact objective, every time.
-    batch, w = _sample_positions(data, 5, g)
+    batch, w = sample_positions(data, 5, g)
     assert float(model.loss(batch, weights=w, counts=counts)) == pytest.approx(exact)
 
 

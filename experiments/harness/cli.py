@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from efa.cli import _fail, _state  # the same one-line errors and --debug as `efa`
+from efa.cli import fail, state  # the same one-line errors and --debug as `efa`
 from experiments import EXPERIMENTS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -21,7 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 @app.callback()
 def main(debug: bool = typer.Option(False, "--debug", help="show tracebacks (or EFA_DEBUG=1)")):
     if debug:
-        _state["debug"] = True
+        state["debug"] = True
 
 
 @app.command()
@@ -49,9 +49,9 @@ def reproduce(
     run only the missing jobs, the running ones from their fits' last checkpoints (delete that
     folder to start over)."""
     if name not in EXPERIMENTS:
-        _fail(KeyError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}"))
+        fail(KeyError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}"))
     if only and quick:
-        _fail(ValueError("--only fills the journal of a full run; it cannot go with --quick"))
+        fail(ValueError("--only fills the journal of a full run; it cannot go with --quick"))
     command = " ".join(
         ["efa reproduce", name, f"--seeds {seeds}"]
         + ([f"--out {out}"] if out != Path("results") else [])
@@ -67,9 +67,9 @@ def reproduce(
     try:
         runner.check_destination(folder, command, force)  # before any work
         if device is not None:
-            from efa.train import _check_device
+            from efa.train import check_device
 
-            _check_device(device)
+            check_device(device)
         # Full runs keep a journal of finished jobs: run the same command again to resume.
         journal = None if quick else out / f".{name}.jobs"
         if only:
@@ -85,7 +85,7 @@ def reproduce(
         if journal is not None:
             shutil.rmtree(journal, ignore_errors=True)
     except Exception as err:  # one line for the user; the traceback with --debug
-        _fail(err)
+        fail(err)
     typer.echo(report.markdown())
     typer.echo(f"wrote {folder}/", err=True)
 
@@ -108,7 +108,7 @@ def replot(folder: Path = typer.Argument(..., help="a results folder, e.g. resul
         (folder / "results.md").write_text(report.markdown())
         experiment.plots(report, folder)
     except Exception as err:  # one line for the user; the traceback with --debug
-        _fail(err)
+        fail(err)
     typer.echo(f"redrew {folder}/")
 
 
@@ -123,7 +123,7 @@ def summary(
     try:
         changed = update_readme(readme, results)
     except Exception as err:  # one line for the user; the traceback with --debug
-        _fail(err)
+        fail(err)
     typer.echo(f"{readme}: {'updated' if changed else 'already up to date'}")
 
 

@@ -16,7 +16,7 @@ import typer
 from efa import __version__ as VERSION
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Exponential family attention")
-_state = {"debug": os.environ.get("EFA_DEBUG", "") not in ("", "0")}
+state = {"debug": os.environ.get("EFA_DEBUG", "") not in ("", "0")}
 
 
 def _version(value: bool):
@@ -32,11 +32,12 @@ def main(
     debug: bool = typer.Option(False, "--debug", help="show tracebacks (or EFA_DEBUG=1)"),
 ):
     if debug:
-        _state["debug"] = True
+        state["debug"] = True
 
 
-def _fail(err: BaseException) -> None:
-    if _state["debug"]:
+def fail(err: BaseException) -> None:
+    """One line for the user (exit status 2); the traceback with --debug or EFA_DEBUG=1."""
+    if state["debug"]:
         raise err
     typer.echo(f"efa: error: {type(err).__name__}: {err}", err=True)
     raise typer.Exit(2)
@@ -99,7 +100,7 @@ def train(
             typer.echo(f"trained {hist.epochs_run} epochs (best {hist.best_epoch + 1}); "
                        f"wrote {out}/", err=True)
     except Exception as err:  # one line for the user; the traceback with --debug
-        _fail(err)
+        fail(err)
 
 
 def _experiments():
@@ -127,7 +128,7 @@ def _forward(command: str, ctx: typer.Context) -> None:
     try:
         experiments_app = _experiments()
     except Exception as err:  # one line for the user; the traceback with --debug
-        _fail(err)
+        fail(err)
     try:  # the experiments' app shares this module's --debug state and one-line errors
         experiments_app([command, *ctx.args], prog_name="efa")
     except SystemExit as done:  # the inner app ends the way a command line does

@@ -17,7 +17,7 @@ from efa.data import Sequences, check_sequences
 from efa.fields import Field
 
 
-def _no_sampling(model, sampling) -> None:
+def refuse_sampling(model, sampling) -> None:
     if sampling is not None:
         raise ValueError(f"{type(model).__name__} cannot train by the sampled softmax (efa.EFA's "
                          "category targets can): train it without sampled_softmax")
@@ -146,7 +146,7 @@ class ConditionalModel(nn.Module):
     def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
                      sampling: vocab.Sampling | None = None) -> dict[str, Tensor]:
         """log p(y_i | context) [P] of each field in ``at`` at its asked positions."""
-        _no_sampling(self, sampling)
+        refuse_sampling(self, sampling)
         etas = self.natural_params_at(data, at)
         return {name: self.field(name).family.log_prob(data.fields[name][m], etas[name],
                                                        base_measure)

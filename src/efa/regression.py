@@ -35,7 +35,7 @@ from efa.model import EFA, EFAConfig
 MIN_SCALE = 0.01  # σ floor, standardised units (× the y scale in the data's units)
 
 
-def _stats(train: Sequences) -> tuple[float, float, float, float]:
+def moments(train: Sequences) -> tuple[float, float, float, float]:
     """(x loc, x scale, y loc, y scale) over the training points."""
     valid = train.valid()
     x = train.fields["x"][valid].double().flatten()
@@ -67,7 +67,7 @@ def _fields(train: Sequences, dims: dict, feeds: dict, readout: dict, hidden: in
     """[x, y, channel] standardised on ``train``; ``encoder`` embeds x and y ("mlp" or, with
     dims 1, "identity"); ``channels``: a count or the labels (see :func:`_channels`)."""
     channels, labels = _channels(channels)
-    x_loc, x_scale, y_loc, y_scale = _stats(train)
+    x_loc, x_scale, y_loc, y_scale = moments(train)
     fields = [
         Attribute("x", size=1, dim=dims["x"], hidden=hidden, encoder=encoder, loc=[x_loc],
                   scale=[x_scale], feeds=feeds["x"]),

@@ -14,14 +14,14 @@ from efa.conditional import ConditionalModel
 from efa.data import Sequences
 
 
-def _check_int(name, v, low):
+def check_int(name, v, low):
     if isinstance(v, bool) or not isinstance(v, int | np.integer) or (low is not None and v < low):
         bound = f" >= {low}" if low is not None else ""
         raise ValueError(f"{name} must be an integer{bound}, got {v!r}")
 
 
-def _batches(data: Sequences, batch_size: int, device: torch.device | None = None):
-    _check_int("batch_size", batch_size, 1)
+def in_batches(data: Sequences, batch_size: int, device: torch.device | None = None):
+    check_int("batch_size", batch_size, 1)
     for start in range(0, len(data), batch_size):
         idx = torch.arange(start, min(start + batch_size, len(data)))
         batch = data[idx]
@@ -29,7 +29,7 @@ def _batches(data: Sequences, batch_size: int, device: torch.device | None = Non
 
 
 @contextlib.contextmanager
-def _scoring(model: ConditionalModel, data: Sequences):
+def scoring_mode(model: ConditionalModel, data: Sequences):
     """Check ``data`` against the model and score in eval mode; the model's training mode is
     restored afterwards, also when scoring raises."""
     model.check(data)
@@ -49,11 +49,11 @@ def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 
     non-finite value at a predicted position is an error naming it, as in ``evaluate``."""
     out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
            for f in model.target_fields}
-    with _scoring(model, data):
-        for idx, batch in _batches(data, batch_size, model.device):
+    with scoring_mode(model, data):
+        for idx, batch in in_batches(data, batch_size, model.device):
             for name, lp in model.log_likelihoods(batch, base_measure).items():
                 if not torch.isfinite(lp[batch.predicted(name)]).all():
-                    _raise_non_finite(model, batch, idx, "log_likelihoods")
+                    raise_non_finite(model, batch, idx, "log_likelihoods")
                 out[name][idx, : lp.shape[1]] = lp.double().cpu()
     return out
 
@@ -66,17 +66,17 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
     positions of ``data``. A field with no predicted position gets NaN and a warning; a
     non-finite log-likelihood is an error naming the field, sequence and position."""
     if fields is not None:
-        _check_targets(model, fields)
+        check_targets(model, fields)
     names = [f.name for f in model.target_fields if fields is None or f.name in fields]
     sums: dict[str, float] = dict.fromkeys(names, 0.0)
     counts: dict[str, int] = dict.fromkeys(names, 0)
-    with _scoring(model, data):
-        for idx, batch in _batches(data, batch_size, model.device):
+    with scoring_mode(model, data):
+        for idx, batch in in_batches(data, batch_size, model.device):
             for name, (s, n) in model.log_likelihood(batch, base_measure, check=False).items():
                 if name not in sums:
                     continue
                 if not torch.isfinite(s):
-                    _raise_non_finite(model, batch, idx, "evaluate")
+                    raise_non_finite(model, batch, idx, "evaluate")
                 sums[name] += float(s)
                 counts[name] += n
     out = {}
@@ -90,7 +90,7 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
     return out
 
 
-def _check_targets(model: ConditionalModel, names) -> None:
+def check_targets(model: ConditionalModel, names) -> None:
     targets = [f.name for f in model.target_fields]
     unknown = [n for n in names if n not in targets]
     if unknown:
@@ -98,7 +98,7 @@ def _check_targets(model: ConditionalModel, names) -> None:
                          f"are {targets}")
 
 
-def _raise_non_finite(model, batch: Sequences, idx: torch.Tensor, where: str, extra: str = ""):
+def raise_non_finite(model, batch: Sequences, idx: torch.Tensor, where: str, extra: str = ""):
     """Find the first position whose log-likelihood is not finite and say where it is."""
     with torch.no_grad():
         lps = model.log_likelihoods(batch)
@@ -122,8 +122,8 @@ def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size:
     """(observed y, predicted mean E[y | context]) at every predicted position of ``name``."""
     f = model.target(name)
     ys, means = [], []
-    with _scoring(model, data):
-        for idx, batch in _batches(data, batch_size, model.device):
+    with scoring_mode(model, data):
+        for idx, batch in in_batches(data, batch_size, model.device):
             mask = batch.predicted(name)
             mean = model._means_at(batch, mask)[0][name][mask]  # checked here: global ids
             bad = ~torch.isfinite(mean.reshape(len(mean), -1) if len(mean) else

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from efa import checkpoint, distributed, vocab
 from efa.conditional import ConditionalModel
 from efa.data import Sequences
-from efa.scoring import _batches, _check_int, _check_targets, _raise_non_finite, evaluate
+from efa.scoring import check_int, check_targets, evaluate, in_batches, raise_non_finite
 
 SCHEDULES = ("anneal", "plateau", "cosine", "constant")
 JOB_SAVE_SECONDS = 60.0
@@ -138,15 +138,15 @@ class TrainConfig:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         for name in ("batch_size", "max_epochs", "patience", "eval_batch_size"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("warmup_steps", self.warmup_steps, 0)
-        _check_int("seed", self.seed, None)
+            check_int(name, getattr(self, name), 1)
+        check_int("warmup_steps", self.warmup_steps, 0)
+        check_int("seed", self.seed, None)
         if self.threads is not None:
-            _check_int("threads", self.threads, 1)
+            check_int("threads", self.threads, 1)
         if self.positions is not None:
-            _check_int("positions", self.positions, 1)
+            check_int("positions", self.positions, 1)
         if self.sampled_softmax is not None:
-            _check_int("sampled_softmax", self.sampled_softmax, 1)
+            check_int("sampled_softmax", self.sampled_softmax, 1)
         if self.proposal not in ("unigram", "uniform"):
             raise ValueError(f"proposal must be 'unigram' or 'uniform', got {self.proposal!r}")
         if self.autocast not in (None, "bf16", "fp16"):
@@ -177,7 +177,7 @@ class History:
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch: same seed, same numbers (on the same machine, with the same
     number of torch threads)."""
-    _check_int("seed", seed, 0)
+    check_int("seed", seed, 0)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -194,7 +194,7 @@ def _val_loss(model, data, batch_size, monitor=None) -> float:
     if shard is not None:
         with torch.no_grad():
             model.eval()
-            for _, batch in _batches(shard, batch_size, model.device):
+            for _, batch in in_batches(shard, batch_size, model.device):
                 for name, (s, n) in model.log_likelihood(batch, check=False).items():
                     if name in sums:
                         sums[name][0] += float(s)
@@ -235,7 +235,7 @@ def fit(
     if overrides:
         cfg = TrainConfig(**{**asdict(cfg), **overrides})
     if cfg.monitor is not None:
-        _check_targets(model, cfg.monitor)
+        check_targets(model, cfg.monitor)
     generic = [what for what, on in (("positions=m", cfg.positions is not None),
                                      ("data-parallel training", distributed.world()[1] > 1),
                                      ("sampled_softmax", cfg.sampled_softmax is not None)) if on]
@@ -266,7 +266,7 @@ def fit(
     model.standardise(train)  # Value fields left at loc/scale None: standardised on train
     device = cfg.device or getattr(_CONTEXT.get(), "device", None)
     if device is not None:
-        _check_device(device)
+        check_device(device)
         model.to(device)
     threads = torch.get_num_threads()
     if cfg.threads is not None:
@@ -277,7 +277,7 @@ def fit(
         torch.set_num_threads(threads)
 
 
-def _check_device(device) -> None:
+def check_device(device) -> None:
     d = torch.device(device)
     if d.type == "cpu":
         return
@@ -350,7 +350,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                     loss, batch = _batch_loss(model, objective, train, idx, cfg, sampler,
                                               sampling)
                 if not torch.isfinite(loss):
-                    _raise_non_finite(model, batch, idx[rank::size], "fit", f" at epoch {epoch}")
+                    raise_non_finite(model, batch, idx[rank::size], "fit", f" at epoch {epoch}")
                 _step(model, opt, sched, loss, cfg.grad_clip)
                 total += float(loss.detach()) / size
             hist.train_loss.append(distributed.all_sum([total])[0] / n_batches)
@@ -431,7 +431,7 @@ def _batch_loss(model, objective, train: Sequences, idx, cfg: TrainConfig, sampl
     counts = {f.name: int(whole.predicted(f.name).sum()) for f in model.target_fields}
     weights = None
     if cfg.positions is not None:
-        batch, weights = _sample_positions(batch, cfg.positions, sampler)
+        batch, weights = sample_positions(batch, cfg.positions, sampler)
     return objective(batch, weights, counts, float(size), sampling), batch
 
 
@@ -445,7 +445,7 @@ def _step(model, opt, sched, loss: torch.Tensor, grad_clip: float | None) -> Non
         sched.step()
 
 
-def _sample_positions(batch: Sequences, m: int, gen: torch.Generator):
+def sample_positions(batch: Sequences, m: int, gen: torch.Generator):
     """Keep m scored positions per sequence, uniformly at random (all when fewer), and the
     weights n_b / m_b that make the sum of the kept terms an unbiased estimate of the sum of
     all of them."""

@@ -1776,7 +1776,7 @@ add(A, "efa.evaluate(m, d, fields='rating')  # a string, not a tuple",
     lambda: efa.evaluate(mr_model(), mr_data(), fields="rating"),
     needles=("'rating'",), should="treat a string as one field name, or say fields must be a "
     "tuple (it lists the characters ['r', 'a', ...] as unknown fields)",
-    fix=f"{fx}: evaluate / _check_targets")
+    fix=f"{fx}: evaluate / check_targets")
 add(A, "efa.evaluate(m, d, fields=('nope',))",
     lambda: efa.evaluate(mr_model(), mr_data(), fields=("nope",)), needles=("nope",))
 add(A, "efa.evaluate(m, d, batch_size=0)", lambda: efa.evaluate(mr_model(), mr_data(),

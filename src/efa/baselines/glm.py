@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from efa.baselines.fm import context_sum
-from efa.conditional import ConditionalModel, _no_sampling, context_pairs
+from efa.conditional import ConditionalModel, context_pairs, refuse_sampling
 from efa.data import Sequences
 from efa.fields import Category, Value
 
@@ -59,7 +59,7 @@ class Unigram(ConditionalModel):
                      sampling=None) -> dict[str, Tensor]:
         """log p(y) without [positions × D] logits (any vocabulary size): the frequency, and
         with ``distinct`` the renormalisation over the items not in the context."""
-        _no_sampling(self, sampling)
+        refuse_sampling(self, sampling)
         f = self.fields[0]
         m = at[f.name]
         lp = self.log_probs[data.fields[f.name][m]]

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from efa.conditional import ConditionalModel, refuse_generic_options
 from efa.data import Sequences
 from efa.fields import Category
-from efa.scoring import _batches, _scoring
+from efa.scoring import in_batches, scoring_mode
 
 # RecBole's defaults (properties/model/*.yaml, properties/overall.yaml).
 RECBOLE = {
@@ -187,8 +187,8 @@ def ranking_metrics(model: ConditionalModel, data: Sequences, name: str | None =
     items scored at least as high), so a constant score gets no hit."""
     f = model.target(name)
     hits, gains = [], []
-    with _scoring(model, data):
-        for _, batch in _batches(data, batch_size, model.device):
+    with scoring_mode(model, data):
+        for _, batch in in_batches(data, batch_size, model.device):
             last = torch.zeros_like(batch.valid())
             last[torch.arange(len(batch), device=last.device), batch.lengths - 1] = True
             last &= batch.predicted(f.name)

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from efa.conditional import ConditionalModel, refuse_generic_options
 from efa.data import Sequences
-from efa.regression import _stats
+from efa.regression import moments
 
 
 def build_mlp(dim_in: int, dim_hid: int, dim_out: int, depth: int) -> nn.Sequential:
@@ -45,7 +45,7 @@ class TNPD(ConditionalModel):
                  num_layers: int = 6, min_context: int = 1):
         super().__init__()
         self.fields, self.channels, self.min_context = fields, channels, min_context
-        x_loc, x_scale, y_loc, y_scale = _stats(train)
+        x_loc, x_scale, y_loc, y_scale = moments(train)
         self.register_buffer("norm", torch.tensor([x_loc, x_scale, y_loc, y_scale]))
         dim_x = 1 + channels
         self.embedder = build_mlp(dim_x + 1, d_model, d_model, emb_depth)
