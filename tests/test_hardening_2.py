@@ -127,21 +127,21 @@ def test_03_quantile_bins_keep_few_distinct_values_apart():
     import warnings
 
     from efa.tabular import AttentionTableClassifier
-    from efa.tabular.encoding import _bin_edges
+    from efa.tabular.encoding import bin_edges
 
-    assert list(_bin_edges(np.array([0.0, 1, 2, 1, 0, 2]), 10, "x")) == [0.5, 1.5]
+    assert list(bin_edges(np.array([0.0, 1, 2, 1, 0, 2]), 10, "x")) == [0.5, 1.5]
     rating = np.repeat([1.0, 2, 3, 4, 5], [5, 5, 5, 40, 45])
-    edges = _bin_edges(rating, 10, "rating")
+    edges = bin_edges(rating, 10, "rating")
     assert len(np.unique(np.searchsorted(edges, rating, "right"))) == 5
     # many values, heavy ties: no empty bin, and the column is named in a warning
     tied = np.concatenate([np.zeros(900), np.linspace(1, 2, 100)])
     with pytest.warns(UserWarning, match="column 'tied': ties leave"):
-        edges = _bin_edges(tied, 10, "tied")
+        edges = bin_edges(tied, 10, "tied")
     counts = np.bincount(np.searchsorted(edges, tied, "right"))
     assert (counts > 0).all() and len(counts) == len(edges) + 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _bin_edges(np.linspace(0, 1, 1000), 10, "smooth")
+        bin_edges(np.linspace(0, 1, 1000), 10, "smooth")
     rng = np.random.RandomState(0)
     x = rng.choice([0.0, 1.0, 2.0], 300)
     X = pd.DataFrame({"x": x})
@@ -313,14 +313,14 @@ def test_round3_serious_silent_answers():
 
     from efa.families import NegativeBinomial, Poisson
     from efa.tabular import AttentionTableClassifier
-    from efa.tabular.encoding import _bin_edges
+    from efa.tabular.encoding import bin_edges
 
     # analogy-027/028: a common scale of 1e±200 does not change 3CosAdd
     x = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1], [1, 0, 0.1], [1, 1, 0.1]])
     for scale in (1.0, 1e200, 1e-200):
         assert analogy.answer(x * scale, VOCAB, QUESTIONS.iloc[:1])["correct"].all(), scale
     # tabular-080: edges of values near the float range stay finite and between the values
-    edges = _bin_edges(np.array([-1e308, 1e308, 1e308]), 10, "huge")
+    edges = bin_edges(np.array([-1e308, 1e308, 1e308]), 10, "huge")
     assert np.isfinite(edges).all() and -1e308 < edges[0] < 1e308
     # tabular-087: a bare pd.Categorical keeps its order for an ordinal response
     X = pd.DataFrame({"a": ["x", "y", "z"] * 10})

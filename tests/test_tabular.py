@@ -320,18 +320,18 @@ def test_glm_stage_skips_the_attention_without_changing_the_loss(response, addit
     calls = []
     hooks = [m.register_forward_hook(lambda *_: calls.append(1))
              for m in [model.blocks[0], *model.encoders.values()]]
-    from efa.tabular.model import _GLM_STAGE
+    from efa.tabular.model import GLM_STAGE
 
     results = []
     for glm_only in (False, True):
-        token = _GLM_STAGE.set(model if glm_only else None)
+        token = GLM_STAGE.set(model if glm_only else None)
         try:
             model.zero_grad()
             calls.clear()
             loss = model.loss(data)
             loss.backward()
         finally:
-            _GLM_STAGE.reset(token)
+            GLM_STAGE.reset(token)
         results.append((loss.detach(), [p.grad.clone() for p in model.glm_parameters()]))
         assert bool(calls) != glm_only  # attention and encoders run only outside the GLM stage
     for hook in hooks:
@@ -404,13 +404,14 @@ def test_stop_on_response_stops_on_the_classifiers_log_loss(numeric, response):
     from sklearn.metrics import log_loss
     from sklearn.utils import check_random_state
 
-    from efa.tabular.encoding import _split
+    from efa.tabular.encoding import split_rows
 
     X, y = table(120)
     kw = dict(random_state=0, numeric=numeric, response=response, **{**FAST, "max_epochs": 1})
     est = AttentionTableClassifier(stop_on="response", **kw).fit(X, y)
     codes = np.searchsorted(est.classes_, y.to_numpy())
-    _, val = _split(codes, est.validation_fraction, int(check_random_state(0).randint(2**31 - 1)))
+    seed = int(check_random_state(0).randint(2**31 - 1))
+    _, val = split_rows(codes, est.validation_fraction, seed)
     want = log_loss(y.iloc[val], est.predict_proba(X.iloc[val]), labels=est.classes_)
     assert est.history_.best_val == pytest.approx(want, abs=1e-5)
     joint = AttentionTableClassifier(**kw).fit(X, y)

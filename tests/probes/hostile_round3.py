@@ -2291,7 +2291,7 @@ def _():
 
 @probe(A, "quantile bins of a column with values ±1e308 keep them apart", kind="works",
        should="two distinct training values land in two distinct bins and every bin has a "
-       "finite training median", fix=f"{fx}: _bin_edges (lo + (hi - lo) / 2 overflows to inf; "
+       "finite training median", fix=f"{fx}: bin_edges (lo + (hi - lo) / 2 overflows to inf; "
        "use lo / 2 + hi / 2)")
 def _():
     X, y = tab()

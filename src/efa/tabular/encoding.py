@@ -15,7 +15,7 @@ import torch
 from efa.data import Sequences
 
 
-def _as_1d(y) -> np.ndarray:
+def as_1d(y) -> np.ndarray:
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
         from sklearn.exceptions import DataConversionWarning
@@ -29,7 +29,7 @@ def _as_1d(y) -> np.ndarray:
     return arr
 
 
-def _lookup(levels) -> dict:
+def lookup(levels) -> dict:
     out = {}
     for k, v in enumerate(levels):
         out[v] = k
@@ -38,7 +38,7 @@ def _lookup(levels) -> dict:
     return out
 
 
-def _bin_edges(v: np.ndarray, n_bins: int, column) -> np.ndarray:
+def bin_edges(v: np.ndarray, n_bins: int, column) -> np.ndarray:
     """Interior edges of at most ``n_bins`` bins of the values ``v`` (a cell goes to the bin
     ``searchsorted(edges, x, "right")``). Every edge lies halfway between two distinct training
     values, so no bin is empty and no value straddles an edge. A column with at most
@@ -59,14 +59,14 @@ def _bin_edges(v: np.ndarray, n_bins: int, column) -> np.ndarray:
     return edges
 
 
-def _check_scalars(values: pd.Series, column) -> None:
+def check_scalars(values: pd.Series, column) -> None:
     for v in values:
         if not isinstance(v, str | numbers.Number | bool | np.generic):
             raise TypeError(f"column {column!r}: argument must be a string or a number, got "
                             f"{type(v).__name__} {v!r}")
 
 
-def _split(y_codes: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def split_rows(y_codes: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, validation) row indices: labelled rows stratified by class where every class has
     at least 2 of them, unlabelled rows split at random; at least one row stays in training."""
     rng = np.random.RandomState(seed)
@@ -144,7 +144,7 @@ def learn_columns(est, X: pd.DataFrame):
             if not ok.any():
                 raise ValueError(f"column {c!r} has no finite value")
             if est.numeric == "quantile":
-                est.bins_[c] = _bin_edges(v[ok], est.n_bins, c)
+                est.bins_[c] = bin_edges(v[ok], est.n_bins, c)
                 est.levels_[c] = list(range(len(est.bins_[c]) + 1))
                 # each bin's training median: what impute() writes, in the column's units
                 b = np.searchsorted(est.bins_[c], v[ok], "right")
@@ -155,7 +155,7 @@ def learn_columns(est, X: pd.DataFrame):
                 est.stats_[c] = (mu, sd if sd > 0 else 1.0)
         else:
             values = col[col.notna()]
-            _check_scalars(values, c)
+            check_scalars(values, c)
             levels = pd.unique(values)
             try:
                 levels = sorted(levels)
@@ -193,7 +193,7 @@ def cells(est, X: pd.DataFrame, columns, unknown_ok: bool):
             if est.missing == "error":
                 raise nan_error(c, np.flatnonzero(missing))
             obs[missing, j] = False
-        _check_scalars(col[~missing], c)
+        check_scalars(col[~missing], c)
         infinite = np.array([isinstance(v, float | np.floating) and np.isinf(v)
                              for v in col], dtype=bool)
         if infinite.any():  # not a level, and not missing either: never an unknown

@@ -18,14 +18,14 @@ from efa.families import HeteroscedasticGaussian, Ordinal
 from efa.fields import Category, Value
 from efa.model import EFAConfig
 from efa.tabular.encoding import (
-    _as_1d,
-    _lookup,
-    _split,
+    as_1d,
     as_frame,
     learn_columns,
+    lookup,
     sequences,
+    split_rows,
 )
-from efa.tabular.model import _GLM_STAGE, TableEFA
+from efa.tabular.model import GLM_STAGE, TableEFA
 from efa.train import TrainConfig, fit, seed_everything
 
 BACKBONES = ("paper", "linear")
@@ -229,7 +229,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                              "minimum of 1 is required.")
         order = (y.categories if isinstance(y, pd.Categorical)  # a bare Categorical too
                  else getattr(getattr(y, "cat", None), "categories", None))
-        y = _as_1d(y)
+        y = as_1d(y)
         if len(y) != len(X):
             raise ValueError(f"X has {len(X)} rows but y has {len(y)} labels")
         labelled = ~pd.isna(pd.Series(y, dtype=object)).to_numpy()
@@ -273,14 +273,14 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             for c in cats:
                 self.offsets_[c], start = start, start + len(self.levels_[c])
         self.vocab_size_ = start
-        self.lookup_ = {c: _lookup(self.levels_[c]) for c in self.offsets_}
-        self.lookup_[self._target] = _lookup(self.classes_)
+        self.lookup_ = {c: lookup(self.levels_[c]) for c in self.offsets_}
+        self.lookup_[self._target] = lookup(self.classes_)
         y_codes = self._y_codes(y, len(y))
 
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(2**31 - 1))
         data = sequences(self, X, y_codes)
-        train_idx, val_idx = (_split(y_codes, self.validation_fraction, seed)
+        train_idx, val_idx = (split_rows(y_codes, self.validation_fraction, seed)
                               if self.early_stopping else (np.arange(len(y_codes)), []))
         seed_everything(seed)
         self.model_ = self._build()
@@ -320,11 +320,11 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         frozen = [p for p in model.parameters() if id(p) not in glm]
         for p in frozen:
             p.requires_grad_(False)
-        token = _GLM_STAGE.set(model)
+        token = GLM_STAGE.set(model)
         try:
             return fit(model, train, val, cfg)
         finally:
-            _GLM_STAGE.reset(token)
+            GLM_STAGE.reset(token)
             for p in frozen:
                 p.requires_grad_(True)
 
@@ -471,7 +471,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     def _y_codes(self, y, n):
         if y is None:
             return None
-        y = _as_1d(y)
+        y = as_1d(y)
         if len(y) != n:
             raise ValueError(f"X has {n} rows but y has {len(y)} labels")
         lookup = self.lookup_[self._target]

@@ -20,7 +20,7 @@ from efa.model import EFA, EFAConfig
 # The model whose init="glm" first stage is running (AttentionTableClassifier._fit_glm): its
 # read-outs' weights are held at 0, so TableEFA.states skips the network. A context, not a
 # flag written onto the model.
-_GLM_STAGE: ContextVar[TableEFA | None] = ContextVar("efa_glm_stage", default=None)
+GLM_STAGE: ContextVar[TableEFA | None] = ContextVar("efa_glm_stage", default=None)
 
 
 class TableEFA(EFA):
@@ -107,7 +107,7 @@ class TableEFA(EFA):
 
     def states(self, data, target, at, want_weights=False, head=None, content=None,
                stream=None):
-        if _GLM_STAGE.get() is not self:
+        if GLM_STAGE.get() is not self:
             return super().states(data, target, at, want_weights, head, content, stream)
         # The first stage of init="glm" holds every read-out weight at 0, so the state a
         # read-out reads does not matter: a zero state gives the same outputs bit for bit
