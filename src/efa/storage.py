@@ -84,13 +84,7 @@ def load(path: str | Path) -> EFA:
             raise FileNotFoundError(
                 f"{path / name} not found; is {path} a model saved by efa.save?"
             )
-    try:
-        meta = json.loads((path / "config.json").read_text())
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path / 'config.json'} is not valid JSON (truncated?): {err}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION \
-            or meta.get("class") != "EFA":
-        raise ValueError(f"{path / 'config.json'} is not an efa model config")
+    meta = _read_config(path)
     try:
         config = EFAConfig.from_dict(meta["config"])
     except (KeyError, TypeError, ValueError) as err:
@@ -113,16 +107,23 @@ def load(path: str | Path) -> EFA:
 def metadata(path: str | Path) -> dict:
     """What ``save`` recorded beside a model's config: the efa and torch versions and the
     torch thread count it was trained with (``train_threads``, None if not given)."""
-    path = Path(path) / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; is {path.parent} a model saved by efa.save?")
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path / 'config.json'} not found; is {path} a model saved by "
+                                "efa.save?")
+    return {k: v for k, v in _read_config(path).items() if k != "config"}
+
+
+def _read_config(path: Path) -> dict:
+    """``path/config.json``, checked to be an efa model's."""
     try:
-        meta = json.loads(path.read_text())
+        meta = json.loads((path / "config.json").read_text())
     except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON (truncated?): {err}") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path} is not an efa model config")
-    return {k: v for k, v in meta.items() if k != "config"}
+        raise ValueError(f"{path / 'config.json'} is not valid JSON (truncated?): {err}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION \
+            or meta.get("class") != "EFA":
+        raise ValueError(f"{path / 'config.json'} is not an efa model config")
+    return meta
 
 
 def _umask() -> int:

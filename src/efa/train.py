@@ -348,7 +348,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                 idx = order[start : start + cfg.batch_size]
                 with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                     loss, batch = _batch_loss(model, objective, train, idx, cfg, sampler,
-                                              sampling)
+                                              sampling, rank, size)
                 if not torch.isfinite(loss):
                     raise_non_finite(model, batch, idx[rank::size], "fit", f" at epoch {epoch}")
                 _step(model, opt, sched, loss, cfg.grad_clip)
@@ -416,9 +416,8 @@ def _resume(folder: Path, own: bool, fingerprint: dict, model, opt, sched, gen, 
 
 
 def _batch_loss(model, objective, train: Sequences, idx, cfg: TrainConfig, sampler,
-                sampling) -> tuple[torch.Tensor, Sequences]:
+                sampling, rank: int, size: int) -> tuple[torch.Tensor, Sequences]:
     """This rank's loss on the batch ``train[idx]`` (and the batch it was computed on)."""
-    rank, size = distributed.world()
     batch = train[idx[rank::size]]
     if batch.device != model.device:
         batch = batch.to(model.device)
