@@ -89,9 +89,13 @@ def test_kernels_and_mlp_depend_on_no_other_layer():
     graph = _graph()
     for m, deps in graph.items():
         if m.startswith("efa.kernels") or m == "efa.mlp":
-            outside = {d for d in deps if not d.startswith("efa.kernels")}
+            outside = {d for d in deps if not d.startswith("efa.kernels") and d != "efa.registry"}
             assert outside == set(), (m, outside)
     assert "efa.attention" not in graph["efa.fields"]  # fields need an mlp, not attention
+
+
+def test_the_registry_imports_nothing_of_efa():
+    assert _graph()["efa.registry"] <= {"efa"}
 
 
 def test_the_design_map_names_every_module():
@@ -112,7 +116,7 @@ def test_the_design_map_names_every_module():
 
 
 CORE = {"efa.families", "efa.fields", "efa.data", "efa.attention", "efa.mlp", "efa.strategies",
-        "efa.conditional", "efa.encoders",
+        "efa.conditional", "efa.encoders", "efa.registry",
         "efa.model", "efa.vocab"}
 
 

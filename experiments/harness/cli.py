@@ -49,7 +49,7 @@ def reproduce(
     run only the missing jobs, the running ones from their fits' last checkpoints (delete that
     folder to start over)."""
     if name not in EXPERIMENTS:
-        fail(KeyError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}"))
+        fail(EXPERIMENTS.lookup_error(name))
     if only and quick:
         fail(ValueError("--only fills the journal of a full run; it cannot go with --quick"))
     command = " ".join(

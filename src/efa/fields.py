@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -42,6 +42,7 @@ from torch import Tensor, nn
 
 from efa.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
 from efa.families import Categorical, Family, InvalidValues, family_from_config
+from efa.registry import Registry
 
 ENCODERS = ("mlp", "linear", "identity", "table")
 READOUTS = ("mlp", "linear")
@@ -49,14 +50,15 @@ ACTIVATIONS = ("relu", "leaky_relu")
 # What a field's embedding feeds in the first attention layer: the queries, keys, values, and
 # the token carried past the attention (the residual / concatenation path).
 ROLES = ("q", "k", "v", "skip")
-FIELD_KINDS: dict[str, type] = {}
+FieldT = TypeVar("FieldT", bound="Field")
+FIELD_KINDS: Registry[type[Field]] = Registry("field kind", key=lambda cls: cls.kind)
 # Finite, so that exp underflows to exactly 0 in float32 and no inf − inf can occur.
 EXCLUDED = -1e4
 
 
-def register_field(cls):
-    FIELD_KINDS[cls.kind] = cls
-    return cls
+def register_field(cls: type[FieldT]) -> type[FieldT]:
+    """Class decorator: make a field kind rebuildable from its config's ``kind``."""
+    return FIELD_KINDS.register(cls)
 
 
 class Field:
@@ -376,10 +378,7 @@ def field_from_config(d: dict) -> Field:
     d = dict(d)
     if "kind" not in d:
         raise ValueError(f"field config {d!r} has no 'kind' (one of {sorted(FIELD_KINDS)})")
-    kind = d.pop("kind")
-    if kind not in FIELD_KINDS:
-        raise ValueError(f"unknown field kind {kind!r}; expected one of {sorted(FIELD_KINDS)}")
-    cls = FIELD_KINDS[kind]
+    cls = FIELD_KINDS.lookup(d.pop("kind"))
     return cls.from_config(d) if hasattr(cls, "from_config") else cls(**d)
 
 

@@ -35,6 +35,7 @@ from efa.families.discrete import (
     Poisson,
     poisson_counts,
 )
+from efa.registry import Registry
 
 __all__ = [
     "FAMILIES",
@@ -54,9 +55,8 @@ __all__ = [
     "poisson_counts",
 ]
 
-FAMILIES: dict[str, type[Family]] = {
-    cls.name: cls
-    for cls in (
+FAMILIES: Registry[type[Family]] = Registry("family", key=lambda cls: cls.name)
+for _family in (
         Categorical,
         Ordinal,
         Bernoulli,
@@ -67,14 +67,11 @@ FAMILIES: dict[str, type[Family]] = {
         Binomial,
         NegativeBinomial,
         Gamma,
-    )
-}
+):
+    FAMILIES.register(_family)
 
 
 def family_from_config(config: dict[str, Any]) -> Family:
     """Rebuild a family from ``Family.config()``; learned parameters come from state_dict."""
     args = dict(config)
-    name = args.pop("family", None)
-    if name not in FAMILIES:
-        raise ValueError(f"unknown family {name!r}; expected one of {sorted(FAMILIES)}")
-    return FAMILIES[name](**args)
+    return FAMILIES.lookup(args.pop("family", None))(**args)

@@ -22,25 +22,18 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-KERNELS: dict[str, type[Kernel]] = {}
+from efa.registry import Registry
+
+KERNELS: Registry[type[Kernel]] = Registry("attention kernel")
 
 
 def register_kernel(cls: type[Kernel]) -> type[Kernel]:
     """Class decorator: make ``cls`` selectable as ``EFAConfig(attention=cls.name)``.
 
-    A name already taken by another kernel is refused: replacing it would switch every model
-    of the process that uses the name. Running the same definition again (a notebook cell, a
-    reloaded module: same module and class name) replaces it."""
+    A name already taken by another kernel is refused (:class:`efa.registry.Registry`)."""
     if not getattr(cls, "name", None):
         raise TypeError(f"{cls.__name__} needs a class attribute `name`")
-    old = KERNELS.get(cls.name)
-    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__,
-                                                                  cls.__qualname__):
-        raise ValueError(
-            f"attention kernel name {cls.name!r} is already registered by "
-            f"{old.__module__}.{old.__qualname__}; give {cls.__qualname__} another `name`")
-    KERNELS[cls.name] = cls
-    return cls
+    return KERNELS.register(cls, name=cls.name)
 
 
 def kernel_spec(attention: str | dict) -> dict:
@@ -48,10 +41,8 @@ def kernel_spec(attention: str | dict) -> dict:
     if not isinstance(attention, str | dict):
         raise TypeError(f"attention must be a kernel name or a dict, got {attention!r}")
     spec = {"kernel": attention} if isinstance(attention, str) else dict(attention)
-    name = spec.get("kernel")
-    if name not in KERNELS:
-        raise ValueError(f"attention kernel must be one of {sorted(KERNELS)}, got {name!r}")
-    KERNELS[name].check_options({k: v for k, v in spec.items() if k != "kernel"})
+    options = {k: v for k, v in spec.items() if k != "kernel"}
+    KERNELS.lookup(spec.get("kernel")).check_options(options)
     return spec
 
 
