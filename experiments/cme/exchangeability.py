@@ -32,28 +32,23 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
-from efa.conditional import ConditionalModel
+from efa.baselines.flat import FlatMLP
 from efa.data import Sequences
 from efa.generators import GPLatent, LinearGaussian
 from efa.kernels.cme import cme
 from efa.model import EFA, EFAConfig
 from efa.scoring import mean_squared_error, predictions
 from efa.train import TrainConfig, fit, seed_everything
+from experiments.harness.evaluate import estimate, mean_std, slope, table, verdict
+from experiments.harness.papers import paper_numbers
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report
 
 D = torch.float64
 TREND = "trend statistic"
 # The notes' C8 table (fenchel-and-exchangeability-papers.md): RMSE by L.
-C8 = {
-    "L": [50, 100, 200, 400, 800, 1600, 3200],
-    "CME λ = 0.01·L^0.8": [0.1547, 0.0838, 0.0645, 0.0479, 0.0377, 0.0288, 0.0224],
-    "CME λ = 1": [0.2557, 0.1252, 0.0765, 0.0444, 0.0289, 0.0193, 0.0123],
-    "softmax γ = 0.05": [0.2252, 0.1603, 0.1540, 0.1403, 0.1365, 0.1309, 0.1288],
-    "softmax γ = L^-0.4": [0.4610, 0.3645, 0.2967, 0.2290, 0.1797, 0.1362, 0.1038],
-}
+C8 = paper_numbers(__file__, "exchangeability")["c8"]
 METHODS = tuple(k for k in C8 if k != "L")
 
 
@@ -104,22 +99,6 @@ QUICK = Spec(lengths=(50, 100, 200), floor_from=100, head_lengths=(50, 100), hea
              train={"gap": _cfg(lr=3e-3, batch_size=16, max_epochs=2),
                     "excess": _cfg(lr=3e-3, batch_size=16, max_epochs=2, patience=2),
                     "ssl": _cfg(lr=3e-3, batch_size=16, max_epochs=2, patience=2)})
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def slope(x, y) -> float:
-    """Least-squares slope of y on x."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    return float(np.polyfit(x, y, 1)[0])
-
-
-def summary(values) -> tuple[float, float]:
-    """(mean, standard error) over seeds."""
-    v = np.asarray(values, float)
-    se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
-    return float(v.mean()), se
 
 
 def _generator(*key: int) -> torch.Generator:
@@ -223,29 +202,6 @@ def heads(spec: Spec, seed: int) -> dict:
 # --------------------------------------------------------------------------- (d)
 
 
-class FlatMLP(ConditionalModel):
-    """The peer of (d): an MLP on the flattened sequence, predicting token i from
-    (c_j, y_j) of the other tokens in order and c_i. Its input grows with L."""
-
-    def __init__(self, fields, length: int, dim: int, hidden: int = 64):
-        super().__init__()
-        self.fields, self.length, self.dim = fields, length, dim
-        self.family = next(f for f in fields if f.target).family
-        self.net = nn.Sequential(nn.Linear((length - 1) * (dim + 1) + dim, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
-
-    def natural_params_at(self, data: Sequences, at: dict) -> dict:
-        if data.max_len != self.length or (data.lengths != self.length).any():
-            raise ValueError(f"FlatMLP needs sequences of length {self.length}")
-        m = at["y"]
-        b, i = m.nonzero(as_tuple=True)
-        others = torch.stack([torch.cat([torch.arange(p), torch.arange(p + 1, self.length)])
-                              for p in range(self.length)])[i]  # [P, L−1]
-        c, y = data.fields["c"], data.fields["y"].to(data.fields["c"].dtype)
-        x = torch.cat([c[b[:, None], others].flatten(1), y[b[:, None], others], c[b, i]], -1)
-        return {"y": self.family.link(self.net(x))}
-
-
 def _last_only(data: Sequences) -> Sequences:
     scored = torch.zeros(len(data), data.max_len, dtype=torch.bool)
     scored[:, -1] = True
@@ -266,7 +222,7 @@ def gap(spec: Spec, seed: int, length: int, model_kind: str) -> dict:
         model = EFA(EFAConfig(fields, num_layers=1, num_heads=2, head_dim=16, block="residual",
                               d_model=32, mix="mlp", mix_hidden=64))
     else:
-        model = FlatMLP(fields, length, gen.dim)
+        model = FlatMLP(fields, length)
     t0 = time.perf_counter()
     fit(model, train, None, replace(spec.train["gap"], seed=seed))
     bayes = gen.bayes(test).mean[test.predicted("y")]
@@ -430,10 +386,6 @@ def task(job: dict) -> dict:
 # --------------------------------------------------------------------------- tables
 
 
-def _verdict(shown: bool) -> str:
-    return "shown" if shown else "NOT shown"
-
-
 def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     report = Report("exchangeability", command, list(range(seeds)))
     by = {}
@@ -456,44 +408,38 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         report.add(f"(b) Prop 4.2: log-log slope of softmax error, L ≥ {spec.floor_from}", m,
                    TREND, b_slopes[m])
     floor = softmax_floor(spec.bandwidth, spec.queries)
-    sa, sa_se = summary(a_slopes[METHODS[0]])
-    sf, sf_se = summary(a_slopes[METHODS[1]])
+    sa, sa_se = estimate(a_slopes[METHODS[0]])
+    sf, sf_se = estimate(a_slopes[METHODS[1]])
     verdicts.append(
         f"(a) CME error, λ = 0.01·L^0.8: log-log slope {sa:+.3f} ± {sa_se:.3f} (se), below the "
-        f"bound's −1/5 by {(-0.2 - sa) / sa_se:.1f} se: {_verdict(sa + 2 * sa_se < -0.2)} (the "
+        f"bound's −1/5 by {(-0.2 - sa) / sa_se:.1f} se: {verdict(sa + 2 * sa_se < -0.2)} (the "
         f"bound holds and is not tight); fixed λ = 1: slope {sf:+.3f} ± {sf_se:.3f}, "
         f"converging too although the bound grows with L at fixed λ: "
-        f"{_verdict(sf + 2 * sf_se < 0)}.")
+        f"{verdict(sf + 2 * sf_se < 0)}.")
     diff_b = np.array(b_slopes[METHODS[3]]) - np.array(b_slopes[METHODS[2]])
-    db, db_se = summary(diff_b)
+    db, db_se = estimate(diff_b)
     last = np.array(err[METHODS[2]])[:, -1] - np.array(err[METHODS[3]])[:, -1]
-    dl, dl_se = summary(last)
-    fixed_last, _ = summary(np.array(err[METHODS[2]])[:, -1])
-    sb_fixed, sb_fixed_se = summary(b_slopes[METHODS[2]])
+    dl, dl_se = estimate(last)
+    fixed_last, _ = estimate(np.array(err[METHODS[2]])[:, -1])
+    sb_fixed, sb_fixed_se = estimate(b_slopes[METHODS[2]])
     verdicts.append(
         f"(b) Fixed γ = {spec.bandwidth}: slope {sb_fixed:+.3f} ± {sb_fixed_se:.3f} over "
         f"L ≥ {spec.floor_from}, error {fixed_last:.4f} at L = {lengths[-1]} against the "
         f"quadrature floor {floor:.4f} (the kernel-smoothed mean: a bias, not E[V|K=q]); "
         f"γ = L^-0.4 minus fixed γ slope: {db:+.3f} ± {db_se:.3f}, "
-        f"{_verdict(db + 2 * db_se < 0)}; fixed − shrinking error at L = {lengths[-1]}: "
-        f"{dl:+.4f} ± {dl_se:.4f}, {_verdict(dl - 2 * dl_se > 0)}.")
+        f"{verdict(db + 2 * db_se < 0)}; fixed − shrinking error at L = {lengths[-1]}: "
+        f"{dl:+.4f} ± {dl_se:.4f}, {verdict(dl - 2 * dl_se > 0)}.")
     fig["rates"] = {"L": lengths, "errors": {m: err[m].tolist() for m in METHODS},
                     "floor": floor, "c8": C8}
     c8_ratio = {m: [float(x) for x in (err[m].mean(0)[: len(C8["L"])] /
                                         np.array(C8[m])[: len(lengths)])]
                 for m in METHODS} if lengths == C8["L"][: len(lengths)] else {}
-    rows = ["| L | " + " | ".join(f"{m} (this run / C8)" for m in METHODS) + " |",
-            "|---" * (len(METHODS) + 1) + "|"]
-    for j, n in enumerate(lengths):
-        cells = []
-        for m in METHODS:
-            c8 = C8[m][C8["L"].index(n)] if n in C8["L"] else float("nan")
-            sd = err[m][:, j].std(ddof=1) if seeds > 1 else 0.0
-            cells.append(f"{err[m][:, j].mean():.4f} ± {sd:.4f} / {c8:.4f}")
-        rows.append(f"| {n} | " + " | ".join(cells) + " |")
+    rows = [[n] + [f"{mean_std(err[m][:, j])} / "
+                   f"{C8[m][C8['L'].index(n)] if n in C8['L'] else float('nan'):.4f}"
+                   for m in METHODS] for j, n in enumerate(lengths)]
     report.sections.append(
-        "## (a), (b): RMSE against L (mean ± std over seeds) next to the notes' C8 table\n\n"
-        + "\n".join(rows)
+        table(["L"] + [f"{m} (this run / C8)" for m in METHODS], rows,
+              "(a), (b): RMSE against L (mean ± std over seeds) next to the notes' C8 table")
         + f"\n\nSoftmax floor at γ = {spec.bandwidth} (L → ∞, quadrature): {floor:.4f}.")
     if c8_ratio:
         worst = max(abs(math.log(r)) for v in c8_ratio.values() for r in v)
@@ -509,13 +455,13 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                "1 head, invertible Wᵏ", TREND, single[:, -1])
     report.add(f"(c) App B.2: R² of a linear fit in q, L = {spec.head_lengths[-1]}",
                "2 heads, d_p = d/2", TREND, multi[:, -1])
-    dc, dc_se = summary(single[:, -1] - multi[:, -1])
+    dc, dc_se = estimate(single[:, -1] - multi[:, -1])
     s1 = [slope(np.log(spec.head_lengths), np.log(1 - r)) for r in single]
-    sc, sc_se = summary(s1)
+    sc, sc_se = estimate(s1)
     verdicts.append(
         f"(c) R² single − two heads at L = {spec.head_lengths[-1]}: {dc:+.3f} ± {dc_se:.3f}, "
-        f"{_verdict(dc - 2 * dc_se > 0)}; single head 1 − R² shrinks with L (log-log slope "
-        f"{sc:+.2f} ± {sc_se:.2f}): {_verdict(sc + 2 * sc_se < 0)}.")
+        f"{verdict(dc - 2 * dc_se > 0)}; single head 1 − R² shrinks with L (log-log slope "
+        f"{sc:+.2f} ± {sc_se:.2f}): {verdict(sc + 2 * sc_se < 0)}.")
     fig["heads"] = {"L": list(spec.head_lengths), "single": single.tolist(),
                     "multi": multi.tolist()}
 
@@ -531,12 +477,12 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                TREND, d_slopes["attention"])
     report.add("(d) Thm 5.3: slope of the generalisation gap in log₂ L",
                "MLP on the flattened input", TREND, d_slopes["mlp"])
-    sd_a, sd_a_se = summary(d_slopes["attention"])
-    dd, dd_se = summary(np.array(d_slopes["mlp"]) - np.array(d_slopes["attention"]))
+    sd_a, sd_a_se = estimate(d_slopes["attention"])
+    dd, dd_se = estimate(np.array(d_slopes["mlp"]) - np.array(d_slopes["attention"]))
     verdicts.append(
         f"(d) Gap slope per doubling of L: attention {sd_a:+.4f} ± {sd_a_se:.4f} (does not "
-        f"grow: {_verdict(sd_a - 2 * sd_a_se <= 0)}); MLP − attention {dd:+.4f} ± {dd_se:.4f} "
-        f"({_verdict(dd - 2 * dd_se > 0)}).")
+        f"grow: {verdict(sd_a - 2 * sd_a_se <= 0)}); MLP − attention {dd:+.4f} ± {dd_se:.4f} "
+        f"({verdict(dd - 2 * dd_se > 0)}).")
     fig["gap"] = {"L": gl, "gap": {k: v.tolist() for k, v in gaps.items()},
                   "test": {k: v.tolist() for k, v in tests.items()}, "bayes": bayes_d.tolist()}
 
@@ -550,14 +496,14 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     report.add(setting, "softmax attention", TREND, drops["softmax"])
     report.add(setting, "CME attention", TREND, drops["cme"])
     log_slopes = [slope(np.log(el), np.log(np.maximum(e, 1e-6))) for e in exc["softmax"]]
-    ls, ls_se = summary(log_slopes)
-    first, first_se = summary(drops["softmax"])
-    cme_last, cme_last_se = summary(exc["cme"][:, -1])
-    soft_last, soft_last_se = summary(exc["softmax"][:, -1])
+    ls, ls_se = estimate(log_slopes)
+    first, first_se = estimate(drops["softmax"])
+    cme_last, cme_last_se = estimate(exc["cme"][:, -1])
+    soft_last, soft_last_se = estimate(exc["softmax"][:, -1])
     verdicts.append(
         f"(e) Softmax attention's excess MSE over the Bayes predictor (the GP posterior mean = "
         f"CME attention with the true kernel) shrinks from L = {el[0]} to {el[-1]} by "
-        f"{first:+.4f} ± {first_se:.4f}: {_verdict(first - 2 * first_se > 0)} (log-log slope "
+        f"{first:+.4f} ± {first_se:.4f}: {verdict(first - 2 * first_se > 0)} (log-log slope "
         f"{ls:+.2f} ± {ls_se:.2f}); at L = {el[-1]} softmax {soft_last:.4f} ± "
         f"{soft_last_se:.4f}, trained CME attention {cme_last:.4f} ± {cme_last_se:.4f}.")
     fig["excess"] = {"L": el, "excess": {k: v.tolist() for k, v in exc.items()},
@@ -583,13 +529,13 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                TREND, f1_slopes)
     report.add("(f) Thm 6.3: log-log slope of downstream excess MSE in μ", "2 PT queries",
                TREND, f2_slopes)
-    s1m, s1se = summary(f1_slopes)
-    s2m, s2se = summary(f2_slopes)
+    s1m, s1se = estimate(f1_slopes)
+    s2m, s2se = estimate(f2_slopes)
     verdicts.append(
         f"(f) Downstream MSE grows with the pretrain/downstream angle (slope in sin²θ "
-        f"{s1m:+.3f} ± {s1se:.3f}): {_verdict(s1m - 2 * s1se > 0)}; the pretrained features' "
+        f"{s1m:+.3f} ± {s1se:.3f}): {verdict(s1m - 2 * s1se > 0)}; the pretrained features' "
         f"excess over exact Bayes features grows with μ = ‖B‖² ({min(mu):.1f}..{max(mu):.1f}; "
-        f"log-log slope {s2m:+.3f} ± {s2se:.3f}): {_verdict(s2m - 2 * s2se > 0)}.")
+        f"log-log slope {s2m:+.3f} ± {s2se:.3f}): {verdict(s2m - 2 * s2se > 0)}.")
     pt = [by["ssl", s, None, None]["pt_val_mse"] for s in seeds_]
     fig["ssl"] = {"angles": list(spec.angles), "angle_network": f1.tolist(),
                   "angle_bayes": f1b.tolist(), "spreads": list(spec.spreads),

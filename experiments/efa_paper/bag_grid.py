@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from efa.scoring import evaluate
 from efa.train import fit, seed_everything
 from experiments.efa_paper import items
+from experiments.harness.evaluate import table
 from experiments.harness.report import Report
 
 DIRECTIONS = ("unidirectional", "bidirectional")
@@ -129,17 +130,16 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                                    f"validation CE, {r}",
                                    [by[d, b, r, l2, s, k]["val"] for k in range(seeds)])
     best = choose(results)
-    lines = ["## Chosen on validation", "",
-             "| data set | support | bag_l2 | bag_scale | validation CE (uni + bi) | the spec's "
-             "bag_l2 / bag_scale | spec = chosen |", "|---|---|---|---|---|---|---|"]
-    agree = {}
+    rows, agree = [], {}
     for (d, b), (l2, s, v) in best.items():
         zoo = zoo_spec(d, spec.quick)
         have = (zoo.bag_l2[b], zoo.bag_scale[b])
         agree[f"{d}, {support_name(b)}"] = have == (l2, s)
-        lines.append(f"| {d} | {support_name(b)} | {l2:g} | {s:g} | {v:.4f} | "
-                     f"{have[0]:g} / {have[1]:g} | {'yes' if have == (l2, s) else 'NO'} |")
-    report.sections.append("\n".join(lines))
+        rows.append([d, support_name(b), f"{l2:g}", f"{s:g}", f"{v:.4f}",
+                     f"{have[0]:g} / {have[1]:g}", "yes" if have == (l2, s) else "NO"])
+    report.sections.append(table(["data set", "support", "bag_l2", "bag_scale",
+                                  "validation CE (uni + bi)", "the spec's bag_l2 / bag_scale",
+                                  "spec = chosen"], rows, "Chosen on validation"))
     report.extra["chosen"] = {f"{d}, {support_name(b)}": {"bag_l2": l2, "bag_scale": s,
                                                            "validation": v}
                               for (d, b), (l2, s, v) in best.items()}
@@ -161,11 +161,9 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
 def chosen_table(doc: dict, first: str, settings: tuple[str, ...], validation: str) -> list[str]:
     """The README's table of a grid: one row per group of ``doc["chosen"]``, the chosen
     ``settings`` and their validation CE."""
-    lines = [f"| {first} | {' | '.join(settings)} | {validation} |",
-             "|---" * (len(settings) + 2) + "|"]
-    lines += [f"| {k} | " + " | ".join(f"{c[s]:g}" for s in settings)
-              + f" | {c['validation']:.4f} |" for k, c in doc["chosen"].items()]
-    return lines
+    rows = [[k, *(f"{c[s]:g}" for s in settings), f"{c['validation']:.4f}"]
+            for k, c in doc["chosen"].items()]
+    return table([first, *settings, validation], rows).split("\n")
 
 
 def headline(doc: dict) -> list[str]:

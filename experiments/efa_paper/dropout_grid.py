@@ -21,6 +21,7 @@ from experiments.efa_paper.bag_grid import (
     validation_fit,
     zoo_spec,
 )
+from experiments.harness.evaluate import table
 from experiments.harness.report import Report
 
 DIRECTIONS = ("unidirectional", "bidirectional")
@@ -71,14 +72,13 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                     report.add(f"{d}, {r}", f"dropout {p:g}", f"validation CE, {m}",
                                [by[d, r, m, p, k]["val"] for k in range(seeds)])
     best = choose(results)
-    lines = ["## Chosen on validation", "",
-             "| data set | direction | dropout | validation CE (sum over the variants) | the "
-             "spec's dropout | spec = chosen |", "|---|---|---|---|---|---|"]
+    rows = []
     for (d, r), (p, v) in best.items():
         have = zoo_spec(d, spec.quick).dropout[r]
-        lines.append(f"| {d} | {r} | {p:g} | {v:.4f} | {have:g} | "
-                     f"{'yes' if have == p else 'NO'} |")
-    report.sections.append("\n".join(lines))
+        rows.append([d, r, f"{p:g}", f"{v:.4f}", f"{have:g}", "yes" if have == p else "NO"])
+    report.sections.append(table(["data set", "direction", "dropout",
+                                  "validation CE (sum over the variants)", "the spec's dropout",
+                                  "spec = chosen"], rows, "Chosen on validation"))
     report.extra["chosen"] = {f"{d}, {r}": {"dropout": p, "validation": v}
                               for (d, r), (p, v) in best.items()}
     report.notes += [

@@ -26,6 +26,8 @@ from efa.datasets import instacart as ic
 from efa.train import seed_everything
 from experiments.efa_paper import items
 from experiments.efa_paper.items import ZooSpec, adam
+from experiments.harness.evaluate import table
+from experiments.harness.papers import by_key, paper_numbers
 from experiments.harness.plots import figure, heatmap, save
 from experiments.harness.report import Report
 
@@ -34,7 +36,7 @@ MODELS = ("Unigram", "Unigram + distinct", "Logit", "Logit + distinct", "FM", "S
           "SASRec + distinct", "BERT4Rec", "BERT4Rec + distinct", "EFA + distinct", "EFA + bag",
           "EFA + bag + distinct")
 N_ITEMS, MAX_LEN = 63, 24
-PAPER = items.paper_numbers(fm=(3.715, 3.476), efa=(3.706, 3.420))
+PAPER = by_key(paper_numbers(__file__, "instacart")["test_ce"], 2)
 TABLE3_ITEMS = ("Asparagus", "Carrots", "Fresh Cauliflower", "Organic Avocado")
 TABLE3_METHODS = (("bidirectional", "FM"), ("unidirectional", "FM"),
                   ("bidirectional", "EFA + distinct"), ("unidirectional", "EFA + distinct"))
@@ -220,11 +222,9 @@ def table3_markdown(table3: dict) -> str:
              "excluded (seed-0 models). For EFA, α is either the input table β (the paper's "
              "choice) or β through the value path W_o W_v β, which is how a context product "
              "enters the logits of a one-layer residual EFA.", "",
-             "| model | " + " | ".join(TABLE3_ITEMS) + " |",
-             "|---|" + "---|" * len(TABLE3_ITEMS)]
-    for m, top in table3.items():
-        lines.append(f"| {m} | " + " | ".join(", ".join(top[item]) for item in TABLE3_ITEMS)
-                     + " |")
+             table(["model", *TABLE3_ITEMS],
+                   [[m, *(", ".join(top[item]) for item in TABLE3_ITEMS)]
+                    for m, top in table3.items()])]
     return "\n".join(lines)
 
 

@@ -20,16 +20,13 @@ from efa.fields import Category
 from efa.model import EFA, EFAConfig
 from efa.scoring import evaluate, log_likelihoods
 from efa.train import TrainConfig, fit
+from experiments.harness.evaluate import standard_error, table
 
 DISTINCT = " + distinct"
 BAG = "EFA + bag"
 HR, NDCG = "HR@10 (last item, full ranking)", "NDCG@10 (last item, full ranking)"
 
 
-def paper_numbers(fm: tuple[float, float], efa: tuple[float, float]) -> dict:
-    """A paper's single-run test CE of its FM and EFA, (unidirectional, bidirectional)."""
-    return {(d, m): v for m, pair in (("FM", fm), ("EFA", efa))
-            for d, v in zip(("unidirectional", "bidirectional"), pair, strict=True)}
 QUICK_CONVEX = {"l2_grid": (1e-2, 1e-3), "design_ratios": (1.0,)}
 
 
@@ -198,10 +195,8 @@ def paired(results, protocols, directions, models, seeds) -> tuple[str, dict]:
              "Δ = mean over test positions of log p_EFA − log p_peer (nats; > 0: EFA better), "
              "per seed; ± is the std over seeds of the per-seed means, SE the standard error "
              "over positions within a seed (worst seed). Best peer: lowest mean test CE among "
-             "the non-EFA models of the same direction and support.", "",
-             "| setting | EFA model | best peer | Δ mean ± std over seeds | per-seed SE (max) "
-             "| seeds with Δ > 2 SE |", "|---|---|---|---|---|---|"]
-    numbers = {}
+             "the non-EFA models of the same direction and support.", ""]
+    rows, numbers = [], {}
     for p in protocols:
         for d in directions:
             for e in efas:
@@ -218,12 +213,14 @@ def paired(results, protocols, directions, models, seeds) -> tuple[str, dict]:
                     diff = (np.asarray(by[p, d, e, s]["lls"])
                             - np.asarray(by[p, d, best, s]["lls"]))
                     deltas.append(float(diff.mean()))
-                    ses.append(float(diff.std(ddof=1) / np.sqrt(len(diff))))
+                    ses.append(standard_error(diff))
                 wins = sum(dl > 2 * se for dl, se in zip(deltas, ses, strict=True))
                 numbers[f"{p}: {d} / {e}"] = {"peer": best, "delta": deltas, "se": ses}
                 sd = float(np.std(deltas, ddof=1)) if seeds > 1 else 0.0
-                lines.append(f"| {p}: {d} | {e} | {best} | {np.mean(deltas):+.4f} ± {sd:.4f} "
-                             f"| {max(ses):.4f} | {wins} of {seeds} |")
+                rows.append([f"{p}: {d}", e, best, f"{np.mean(deltas):+.4f} ± {sd:.4f}",
+                             f"{max(ses):.4f}", f"{wins} of {seeds}"])
+    lines.append(table(["setting", "EFA model", "best peer", "Δ mean ± std over seeds",
+                        "per-seed SE (max)", "seeds with Δ > 2 SE"], rows))
     return "\n".join(lines), numbers
 
 

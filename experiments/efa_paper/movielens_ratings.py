@@ -34,6 +34,7 @@ from efa.train import fit, seed_everything
 from experiments.efa_paper import items
 from experiments.efa_paper.items import adam
 from experiments.efa_paper.movielens import PROTOCOLS, _ratings
+from experiments.harness.papers import by_key, paper_numbers
 from experiments.harness.plots import dot_plot, figure, save
 from experiments.harness.report import Report
 
@@ -44,22 +45,9 @@ MODELS = ("Per-movie mean", "GLM", "FM", "EFA")
 CE, NLL = "test CE (paper: no log y!)", "test NLL (full)"
 MEAN = "mean pred | y={}"
 # Table 2 [and the reference notebooks' raw values for the mean predictions].
-PAPER_CE = {
-    ("v1", "unidirectional", "FM"): 0.972, ("v1", "bidirectional", "FM"): 0.971,
-    ("v2", "unidirectional", "FM"): 0.508, ("v2", "bidirectional", "FM"): 0.507,
-    ("v1", "unidirectional", "EFA"): 0.953, ("v1", "bidirectional", "EFA"): 0.945,
-    ("v2", "unidirectional", "EFA"): 0.499, ("v2", "bidirectional", "EFA"): 0.494,
-}
-PAPER_MEAN = {
-    ("v1", "unidirectional", "FM"): (2.06, 2.09, 2.20),
-    ("v1", "bidirectional", "FM"): (2.06, 2.10, 2.21),
-    ("v2", "unidirectional", "FM"): (2.06, 2.10, 2.20),
-    ("v2", "bidirectional", "FM"): (2.06, 2.10, 2.21),
-    ("v1", "unidirectional", "EFA"): (1.98, 2.09, 2.29),
-    ("v1", "bidirectional", "EFA"): (1.93, 2.06, 2.30),
-    ("v2", "unidirectional", "EFA"): (1.98, 2.09, 2.29),
-    ("v2", "bidirectional", "EFA"): (1.94, 2.08, 2.31),
-}
+_NUMBERS = paper_numbers(__file__, "movielens-ratings")
+PAPER_CE = by_key(_NUMBERS["test_ce"], 3)
+PAPER_MEAN = by_key(_NUMBERS["mean_prediction"], 3)
 
 
 def family(variant: str) -> Poisson:

@@ -24,17 +24,13 @@ from efa.fields import Category, Value
 from efa.model import EFA, EFAConfig
 from efa.scoring import mean_squared_error
 from efa.train import TrainConfig, fit, seed_everything
+from experiments.harness.papers import by_key, paper_numbers
 from experiments.harness.plots import bar_plot, heatmap
 from experiments.harness.report import Report
 
 N_MOVIES = 5
 SIGMA = 1.0
-PAPER = {
-    ("unidirectional", "FM"): 4.519,
-    ("unidirectional", "EFA"): 1.033,
-    ("bidirectional", "FM"): 2.636,
-    ("bidirectional", "EFA"): 1.038,
-}
+PAPER = by_key(paper_numbers(__file__, "synthetic")["test_mse"], 2)
 
 
 def _paper_data_oracle_mse() -> float:

@@ -25,29 +25,17 @@ from efa.datasets import temperature as tp
 from efa.scoring import mean_squared_error
 from efa.spatial import anomalies, frame_to_sequences, knn_fm, site_means, spatial_efa
 from efa.train import TrainConfig, fit, seed_everything
+from experiments.harness.papers import by_key, paper_numbers
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report
 
 NAME = "temp"
 METRIC = "test MSE (°F²)"
 K_VALUES = (1, 2, 3, 4, 5, 10, 15, 20, 25, 30, 35, 40)
-PAPER = {
-    ("same day", "EFA ℓ=1"): 17.135,
-    ("same day", "EFA ℓ=2"): 11.522,
-    ("same day", "EFA ℓ=4"): 11.224,
-    ("1 day ahead", "EFA"): 9.248,
-    ("2 days ahead", "EFA"): 10.420,
-    ("same day", "FM"): 22.685,
-}
+_NUMBERS = paper_numbers(__file__, "temperature")
+PAPER = by_key(_NUMBERS["test_mse"], 2)
 # The reference's FM curve (temperature/visualization.ipynb), test MSE by k.
-PAPER_FM_CURVE = dict(
-    zip(
-        K_VALUES,
-        (37.395, 31.901, 23.062, 22.766, 22.685, 29.917, 34.259, 40.503, 47.626, 52.712,
-         60.981, 75.551),
-        strict=True,
-    )
-)
+PAPER_FM_CURVE = dict(zip(_NUMBERS["fm_curve_k"], _NUMBERS["fm_curve_test_mse"], strict=True))
 SETTINGS = {0: "same day", 1: "1 day ahead", 2: "2 days ahead"}
 ATTENTION_CITY = "Chicago"
 

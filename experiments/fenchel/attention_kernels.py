@@ -32,6 +32,7 @@ from efa.scoring import evaluate, mean_squared_error
 from efa.train import fit, seed_everything
 from experiments.efa_paper import instacart, items, movielens
 from experiments.efa_paper import temperature as temp
+from experiments.harness.evaluate import Estimate, paired, table
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report
 
@@ -141,25 +142,18 @@ def _learned(model, name: str) -> list[list[float]] | None:
     return [v.detach().exp().tolist() for v in values]
 
 
-def compare(by: dict, setting: str, kernel: str, seeds: int, key: str = "test"):
-    """Paired over the seeds both ran: (mean difference kernel − softmax, its standard error,
-    n)."""
+def compare(by: dict, setting: str, kernel: str, seeds: int, key: str = "test") -> Estimate:
+    """Kernel − softmax, paired over the seeds both ran."""
     common = [s for s in range(seeds) if (setting, kernel, s) in by and
               (setting, "softmax", s) in by]
-    diff = np.array([by[setting, kernel, s][key] - by[setting, "softmax", s][key]
-                     for s in common])
-    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
-    return float(diff.mean()) if len(diff) else float("nan"), se, len(diff)
+    return paired([by[setting, kernel, s][key] for s in common],
+                  [by[setting, "softmax", s][key] for s in common])
 
 
-def verdict(mean: float, se: float) -> str:
-    if not np.isfinite(se):
+def kernel_verdict(diff: Estimate) -> str:
+    if not np.isfinite(diff.se):
         return "too few seeds"
-    if mean > 2 * se:
-        return "better"
-    if mean < -2 * se:
-        return "worse"
-    return "no difference"
+    return "better" if diff.above(0) else "worse" if diff.below(0) else "no difference"
 
 
 def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
@@ -188,9 +182,8 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
              "Difference in test log-likelihood per prediction (kernel − softmax; positive = "
              "the kernel is better), mean ± standard error over the seeds both ran; a kernel "
              "wins (or loses) where |mean| > 2 SE. Time: seconds per epoch relative to softmax "
-             "(same seeds, same run).", "",
-             "| setting | kernel | seeds | Δ test log-lik. | SE | verdict | time × softmax |",
-             "|---|---|---|---|---|---|---|"]
+             "(same seeds, same run).", ""]
+    cells = []
     wins, losses = [], []
     comparisons = {}
     for setting in spec.settings:
@@ -198,15 +191,18 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         for kernel in spec.kernels:
             if kernel == "softmax" or not values(setting, kernel, "test"):
                 continue
-            mean, se, n = compare(by, setting, kernel, seeds)
+            diff = compare(by, setting, kernel, seeds)
+            mean, se = diff
             ratio = np.mean(values(setting, kernel, "seconds_per_epoch")) / base_t
-            v = verdict(mean, se)
-            comparisons[f"{setting} / {kernel}"] = {"mean": mean, "se": se, "n": n,
+            v = kernel_verdict(diff)
+            comparisons[f"{setting} / {kernel}"] = {"mean": mean, "se": se, "n": diff.n,
                                                     "verdict": v, "time_ratio": ratio}
-            lines.append(f"| {setting} | {kernel} | {n} | {mean:+.4f} | {se:.4f} | {v} | "
-                         f"{ratio:.2f} |")
+            cells.append([setting, kernel, diff.n, f"{mean:+.4f}", f"{se:.4f}", v,
+                          f"{ratio:.2f}"])
             (wins if v == "better" else losses if v == "worse" else []).append(
                 f"{kernel} on {setting} ({mean:+.4f} ± {se:.4f})")
+    lines.append(table(["setting", "kernel", "seeds", "Δ test log-lik.", "SE", "verdict",
+                        "time × softmax"], cells))
     report.sections.append("\n".join(lines))
     report.extra["comparisons"] = comparisons
     report.extra["per_job"] = [{k: v for k, v in r.items()} for r in results]

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from efa.kernels.fenchel import solve_dual
 from efa.scoring import evaluate, mean_squared_error
 from efa.train import fit, seed_everything
+from experiments.harness.evaluate import table
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report
 
@@ -315,18 +316,18 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                                            r["single"], "train_seconds": round(
                                                r["train_seconds"], 1)} for r in results}
     report.figures = {"results": results, "bins": BINS.tolist()}
-    lines = ["## Regime per model and layer (head average per query)", "",
-             "| model | layer | mapping | queries | mean | median | p90 | share < 0.1 | "
-             "mean α‖Σ_u‖ |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for r in sorted(results, key=lambda r: spec.models.index(r["model"])):
         for layer, entry in r["layers"].items():
             for mapping in MAPPINGS:
                 e = entry[mapping]
                 a = e["head_average"]
-                lines.append(f"| {r['model']} | {int(layer) + 1} | {mapping} | {entry['queries']}"
-                             f" | {a['mean']:.3f} | {a['median']:.3f} | {a['p90']:.3f} | "
-                             f"{a['below_0.1']:.2f} | {e['alpha_sigma_mean']:.3f} |")
-    report.sections.append("\n".join(lines))
+                rows.append([r["model"], int(layer) + 1, mapping, entry["queries"],
+                             f"{a['mean']:.3f}", f"{a['median']:.3f}", f"{a['p90']:.3f}",
+                             f"{a['below_0.1']:.2f}", f"{e['alpha_sigma_mean']:.3f}"])
+    report.sections.append(table(["model", "layer", "mapping", "queries", "mean", "median",
+                                  "p90", "share < 0.1", "mean α‖Σ_u‖"], rows,
+                                 "Regime per model and layer (head average per query)"))
     s = stats["paper"]
     k = stats["keys"]
     report.notes += [

@@ -27,6 +27,7 @@ from efa.kernels.fenchel import (
     tilt_weights,
 )
 from efa.kernels.preference import generalized_weights
+from experiments.harness.evaluate import slope, table
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report
 
@@ -162,22 +163,18 @@ def _slope(rows, spec) -> tuple[float, float]:
     x = np.log([r["alpha"] for r in small])
     out = []
     for key in ("dev_first", "dev_second"):
-        y = np.log([max(r[key], 1e-300) for r in small])
-        out.append(float(np.polyfit(x, y, 1)[0]))
+        out.append(slope(x, np.log([max(r[key], 1e-300) for r in small])))
     return out[0], out[1]
 
 
 def _table(rows: list[dict], title: str) -> str:
-    lines = [f"## {title}", "",
-             "| α | α‖Σ_u‖ | ‖λ*−αz‖/‖λ*‖ | ‖λ*−λ₂‖/‖λ*‖ | ‖ĥ₁₇−ĥ‖ | ‖ĥ₁₄−ĥ‖ | KKT residual | "
-             "primal − dual | Newton its |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(
-            f"| {r['alpha']:.3g} | {r['alpha_sigma']:.3e} | {r['dev_first']:.3e} | "
-            f"{r['dev_second']:.3e} | {r['h_error_first']:.3e} | {r['h_error_second']:.3e} | "
-            f"{r['kkt']:.1e} | {r['gap']:.1e} | {r['iterations']} |")
-    return "\n".join(lines)
+    header = ["α", "α‖Σ_u‖", "‖λ*−αz‖/‖λ*‖", "‖λ*−λ₂‖/‖λ*‖", "‖ĥ₁₇−ĥ‖", "‖ĥ₁₄−ĥ‖",
+              "KKT residual", "primal − dual", "Newton its"]
+    return table(header, [[f"{r['alpha']:.3g}", f"{r['alpha_sigma']:.3e}",
+                           f"{r['dev_first']:.3e}", f"{r['dev_second']:.3e}",
+                           f"{r['h_error_first']:.3e}", f"{r['h_error_second']:.3e}",
+                           f"{r['kkt']:.1e}", f"{r['gap']:.1e}", r["iterations"]]
+                          for r in rows], title)
 
 
 def plots(report: Report, out) -> None:

@@ -43,6 +43,7 @@ from efa.fields import Category
 from efa.model import EFA, EFAConfig
 from efa.scoring import evaluate
 from efa.train import TrainConfig, fit, seed_everything
+from experiments.harness.papers import paper_numbers
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report
 
@@ -52,8 +53,8 @@ SUBJECTS, ADJECTIVES = 4, 8  # first ids of the subjects and of the adjectives
 SCORES = np.array([[4, 2, 4, 2], [6, 0, 5, 1], [1, 5, 2, 4], [0, 6, 0, 6]], dtype=float)
 TYPE1 = np.array([4, 5, 1, 1]) / 11
 DIMS = (30, 100, 300, 900)
-PAPER = {"spearman": dict(zip(DIMS, (0.74, 0.77, 0.77, 0.77), strict=True)),
-         "pearson": dict(zip(DIMS, (0.67, 0.71, 0.70, 0.71), strict=True))}
+_NUMBERS = paper_numbers(__file__, "analogy-toy")
+PAPER = {k: dict(zip(_NUMBERS["dims"], _NUMBERS[k], strict=True)) for k in ("spearman", "pearson")}
 CBOW, ATTENTION = "CBOW (CategoricalFM)", "attention (1 layer, Eq. 1)"
 
 

@@ -17,13 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.harness.papers import paper_numbers
 from experiments.harness.report import Report
 from experiments.moe.tabular_simulation import GLM_NAME, GLM_OPTIONS, numbers_name
 
-PAPER = {"LR": (0.657, 0.343), "RF": (0.721, 0.279), "GB": (0.657, 0.343),
-         "MLP": (0.700, 0.300), "CE": (0.764, 0.236), "FT (pytorch_tabular)": (0.707, 0.293),
-         "TT": (0.707, 0.293), "AI": (0.364, 0.636), "TN": (0.600, 0.486),
-         "ATN": (0.793, 0.207)}
+PAPER = {m: tuple(v) for m, v in paper_numbers(__file__, "auto-mpg")["table_2"].items()}
 REFERENCE_SEED = 42
 PAPER_BACKBONE = "efa (paper block)"
 LINEAR_BACKBONE = "efa (linear block)"

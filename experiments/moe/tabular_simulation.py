@@ -25,41 +25,18 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.harness.evaluate import standard_error, table
+from experiments.harness.papers import paper_numbers
 from experiments.harness.report import Report
 
 REFERENCE = Path(__file__).parent / "reference" / "attention_uai_simulation.csv"
 GRIDS = Path(__file__).resolve().parents[2] / "results" / "tabular-simulation-grids"
 
-# Table 1 of the paper (accuracy, MSE), (n_c, noise, corr) → model → value.
-PAPER_MODELS = ("LR", "RF", "GB", "MLP", "ATN")
-PAPER_ACC = {
-    (1, 0, 0.1): (0.388, 0.409, 0.413, 0.323, 0.404),
-    (1, 0, 0.9): (0.313, 0.298, 0.350, 0.237, 0.389),
-    (1, 0.5, 0.1): (0.345, 0.361, 0.366, 0.292, 0.359),
-    (1, 0.5, 0.9): (0.270, 0.253, 0.299, 0.202, 0.306),
-    (1, 1.5, 0.1): (0.250, 0.243, 0.253, 0.204, 0.252),
-    (1, 1.5, 0.9): (0.169, 0.158, 0.172, 0.142, 0.170),
-    (5, 0, 0.1): (0.250, 0.207, 0.244, 0.306, 0.419),
-    (5, 0, 0.9): (0.162, 0.150, 0.156, 0.169, 0.392),
-    (5, 0.5, 0.1): (0.227, 0.173, 0.214, 0.252, 0.318),
-    (5, 0.5, 0.9): (0.154, 0.133, 0.153, 0.151, 0.269),
-    (5, 1.5, 0.1): (0.167, 0.099, 0.157, 0.165, 0.171),
-    (5, 1.5, 0.9): (0.125, 0.108, 0.114, 0.118, 0.133),
-}
-PAPER_MSE = {
-    (1, 0, 0.1): (3.015, 2.694, 2.730, 4.059, 2.941),
-    (1, 0, 0.9): (5.163, 9.331, 4.855, 7.911, 3.078),
-    (1, 0.5, 0.1): (3.416, 3.201, 3.123, 4.704, 3.281),
-    (1, 0.5, 0.9): (5.955, 10.106, 6.070, 8.123, 4.465),
-    (1, 1.5, 0.1): (5.725, 5.685, 5.415, 7.199, 5.594),
-    (1, 1.5, 0.9): (8.942, 12.340, 9.837, 9.874, 7.339),
-    (5, 0, 0.1): (5.333, 8.498, 5.967, 2.814, 1.521),
-    (5, 0, 0.9): (5.674, 10.101, 8.858, 7.842, 1.633),
-    (5, 0.5, 0.1): (6.021, 10.236, 6.844, 4.056, 2.605),
-    (5, 0.5, 0.9): (6.118, 10.427, 8.283, 7.884, 2.355),
-    (5, 1.5, 0.1): (9.159, 16.154, 9.538, 8.313, 8.316),
-    (5, 1.5, 0.9): (8.410, 10.409, 10.110, 9.966, 6.501),
-}
+# Table 1 of the paper (accuracy, MSE), (n_c, noise, corr) → one value per model.
+_NUMBERS = paper_numbers(__file__, "tabular-simulation")
+PAPER_MODELS = tuple(_NUMBERS["models"])
+PAPER_ACC = {tuple(r["setting"]): tuple(r["accuracy"]) for r in _NUMBERS["table_1"]}
+PAPER_MSE = {tuple(r["setting"]): tuple(r["class_mse"]) for r in _NUMBERS["table_1"]}
 EFA_NAME = "efa (linear block)"
 # The estimator with an ordered response and a GLM term fitted first (init="glm"): the
 # response is a binned linear function of the features, so the ordinal GLM is the
@@ -349,11 +326,6 @@ def _paper_layout(report, spec, summary, used, full):
         report.sections.append("\n".join(lines))
 
 
-def _se(values) -> float:
-    v = np.asarray(values, dtype=float)
-    return float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
-
-
 def _claims(report, spec, summary, used):
     """The targets, each a mean over the data sets against the paper's, with standard errors:
     the data are not the authors' (drawn the same on every machine), so nothing is paired."""
@@ -365,8 +337,8 @@ def _claims(report, spec, summary, used):
     for s in spec.settings:
         acc = summary[s, "LR"][0]
         theirs = [ref[tuple(s), sd]["acc_test_lr"] for sd in used]
-        lr.append((setting_name(s), float(np.mean(acc)), float(np.hypot(_se(acc), _se(theirs))),
-                   PAPER_ACC[tuple(s)][0]))
+        se = float(np.hypot(standard_error(acc), standard_error(theirs)))
+        lr.append((setting_name(s), float(np.mean(acc)), se, PAPER_ACC[tuple(s)][0]))
     inside = sum(abs(m - p) <= 2 * se for _, m, se, p in lr)
     report.extra.setdefault("claims", {}).update({
         "lr_within_2se_of_table_1": inside, "lr_vs_table_1": lr})
@@ -378,7 +350,7 @@ def _claims(report, spec, summary, used):
             mine = summary[s, model][0]
             theirs = [ref[tuple(s), sd]["acc_test_at"] for sd in used]
             diff = float(np.mean(mine)) - PAPER_ACC[tuple(s)][4]
-            se = float(np.hypot(_se(mine), _se(theirs)))
+            se = float(np.hypot(standard_error(mine), standard_error(theirs)))
             beat.append((setting_name(s), float(np.mean(mine)), PAPER_ACC[tuple(s)][4],
                          diff >= 0, diff, se))
         wins = sum(b[3] for b in beat)
@@ -423,9 +395,10 @@ def _claims(report, spec, summary, used):
                      "(results/tabular-simulation-grids), one data set per setting: inside the "
                      "authors' spread over their 20 data sets (mean ± 2 sd) in "
                      + ", ".join(f"{m} {k} of {n}" for m, (k, n) in within.items()) + ".")
-        lines += ["", "| data set | model | rerun accuracy | authors' mean ± sd (20 data sets) |",
-                  "|---|---|---|---|"]
-        lines += [f"| {n} | {m} | {a:.4f} | {mu:.4f} ± {sd:.4f} |" for n, m, a, mu, sd in rows]
+        lines += ["", table(["data set", "model", "rerun accuracy",
+                             "authors' mean ± sd (20 data sets)"],
+                            [[n, m, f"{a:.4f}", f"{mu:.4f} ± {sd:.4f}"]
+                             for n, m, a, mu, sd in rows])]
         report.extra["claims"]["grids_within_authors_2sd"] = within
     else:
         lines.append("- Reference grids: not rerun yet (`efa reproduce tabular-simulation-grids "

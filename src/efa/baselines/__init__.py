@@ -4,6 +4,8 @@
   (``CategoricalFM``, ``ValueFM``) and the k-nearest-neighbour FM of the temperature
   experiment (``KNNFM``).
 - :mod:`efa.baselines.cbow`: CBOW with a window and a full softmax (``CBOW``).
+- :mod:`efa.baselines.flat`: an MLP on the flattened fixed-length sequence (``FlatMLP``), the
+  peer whose input grows with the length.
 - :mod:`efa.baselines.tabular`: peers of the tabular estimator (reference grids, CatBoost, TabM,
   FT-Transformer).
 - :mod:`efa.baselines.glm`: GLMs (``Unigram``, ``ContextLogit``, ``RatingGLM``), fitted to
@@ -17,6 +19,7 @@
 """
 
 from efa.baselines.cbow import CBOW
+from efa.baselines.flat import FlatMLP
 from efa.baselines.fm import KNNFM, CategoricalFM, ValueFM, context_sum, knn_indices
 from efa.baselines.gaussian import (
     Climatology,
@@ -32,6 +35,7 @@ from efa.baselines.tnp import TNPD
 __all__ = [
     "CBOW",
     "KNNFM",
+    "FlatMLP",
     "CategoricalFM",
     "Climatology",
     "ContextLogit",

@@ -1,0 +1,61 @@
+"""An MLP on the flattened sequence: the peer whose input grows with the length.
+
+Token i's target is read from every field of the other L − 1 tokens, in their order, and from
+token i's own covariates, all concatenated into one vector of length
+(L − 1)·Σ widths + Σ widths of the non-target fields. Unlike attention it is not invariant to
+permuting the context and needs one fixed length; it is the "MLP on the flattened sequence" of
+Zhang et al.'s generalisation-gap comparison (experiments/cme/exchangeability.py (d)).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from efa.conditional import ConditionalModel
+from efa.data import Sequences
+from efa.fields import Attribute, Field, Value
+
+
+def _width(field: Field) -> int:
+    if isinstance(field, Attribute):
+        return field.size
+    if isinstance(field, Value):
+        return 1
+    raise ValueError(f"FlatMLP reads numbers: field {field.name!r} is a {field.kind}; it takes "
+                     "Value and Attribute fields")
+
+
+class FlatMLP(ConditionalModel):
+    """Two hidden layers of ``hidden`` ReLU units from the flattened context to the natural
+    parameter of the one target field (a ``Value``), for sequences of exactly ``length``."""
+
+    def __init__(self, fields: list[Field], length: int, hidden: int = 64) -> None:
+        super().__init__()
+        targets = [f for f in fields if f.target]
+        if len(targets) != 1 or not isinstance(targets[0], Value):
+            raise ValueError("FlatMLP predicts one target field, a Value; got targets "
+                             f"{[f.name for f in targets]}")
+        if isinstance(length, bool) or not isinstance(length, int) or length < 2:
+            raise ValueError(f"FlatMLP needs a fixed length of at least 2, got {length!r}")
+        self.fields, self.length, self.target_name = list(fields), length, targets[0].name
+        self.family = targets[0].family
+        width = sum(_width(f) for f in fields)
+        own = sum(_width(f) for f in fields if not f.target)
+        self.net = nn.Sequential(nn.Linear((length - 1) * width + own, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        if data.max_len != self.length or bool((data.lengths != self.length).any()):
+            raise ValueError(f"FlatMLP needs sequences of length {self.length}")
+        b, i = at[self.target_name].nonzero(as_tuple=True)
+        others = torch.stack([torch.cat([torch.arange(p), torch.arange(p + 1, self.length)])
+                              for p in range(self.length)])[i]  # [P, L−1]
+        dtype = self.net[0].weight.dtype
+        parts, own = [], []
+        for f in self.fields:
+            x = data.fields[f.name].to(dtype)
+            parts.append(x[b[:, None], others].flatten(1))
+            if not f.target:
+                own.append(x[b, i].reshape(len(b), -1))
+        return {self.target_name: self.family.link(self.net(torch.cat(parts + own, -1)))}
