@@ -212,3 +212,34 @@ def test_questions_from_gensim_wheel():
     assert (q.group == "semantic").sum() == 8_869 and (q.group == "syntactic").sum() == 10_675
     assert tuple(q.iloc[0][["a", "b", "c", "d"]]) == ("athens", "greece", "baghdad", "iraq")
     assert isinstance(q, pd.DataFrame)
+
+
+TIE_VOCAB = ["man", "woman", "king", "queen", "boy", "girl"]
+
+
+QUESTIONS = pd.DataFrame({"category": ["c"] * 2, "group": ["semantic"] * 2,
+                          "a": ["man", "boy"], "b": ["woman", "girl"], "c": ["king", "king"],
+                          "d": ["queen", "queen"], "line": [1, 2]})
+
+
+@pytest.mark.parametrize("vectors", [np.zeros((6, 3)), np.ones((6, 3))],
+                         ids=["collapsed", "identical"])
+def test_analogy_ties_are_not_hits(vectors):
+    out = analogy.answer(vectors, TIE_VOCAB, QUESTIONS)
+    assert not out["correct"].any() and (out["rank"] > 1).all()
+    assert analogy.evaluate(vectors, TIE_VOCAB, QUESTIONS)["overall"]["accuracy"] == 0.0
+    # a real answer is still a hit, and `predicted` agrees with `correct`
+    x = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1], [1, 0, 0.1], [1, 1, 0.1]])
+    good = analogy.answer(x, TIE_VOCAB, QUESTIONS.iloc[:1])
+    assert good["correct"].all() and (good["predicted"] == good["d"]).all()
+
+
+def test_analogy_bad_input_is_named(tmp_path):
+    with pytest.raises(ValueError, match="vocabulary entry 1 must be a non-empty string"):
+        analogy.evaluate(np.eye(6), ["man", 3, "king", "queen", "boy", "girl"], QUESTIONS)
+    with pytest.raises(ValueError, match="chunk must be a positive number"):
+        analogy.answer(np.eye(6), TIE_VOCAB, QUESTIONS, chunk=0)
+    path = tmp_path / "q.txt"
+    path.write_bytes(": capital\nman woman king k\xf6nigin\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"line 2: not UTF-8 \(byte 0xf6\)"):
+        analogy.load_questions(path)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import inspect
 import math
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -192,3 +194,16 @@ def test_a_model_without_parameters_is_refused_by_name():
                                            readout_hidden=8).fields)
     with pytest.raises(ValueError, match="GPOracle has no parameters to train"):
         efa.fit(oracle, data, None, max_epochs=1, progress=False)
+
+
+def test_positions_on_a_model_with_its_own_objective_is_a_clear_error():
+    import efa
+    from efa.tabular import AttentionTableClassifier
+    from efa.tabular.encoding import sequences
+
+    rng = np.random.RandomState(0)
+    X = pd.DataFrame({"a": rng.choice(["x", "y"], 40)})
+    y = rng.randint(0, 2, 40)
+    clf = AttentionTableClassifier(max_epochs=1, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="positions=m needs a model whose loss takes"):
+        efa.fit(clf.model_, sequences(clf, X, y), positions=1, progress=False)

@@ -544,3 +544,14 @@ def test_nearest_neighbours(october):
     assert tp.nearest_neighbours(lat, lon, 43).shape == (44, 43)
     with pytest.raises(ValueError, match="k must be"):
         tp.nearest_neighbours(lat, lon, 44)
+
+
+def test_readme_promises_truncated_gzip_reader(tmp_path):
+    from efa.datasets import temperature
+
+    path = tmp_path / "t.csv.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("Region,Country,State,City,Month,Day,Year,AvgTemperature\n" * 1000)
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(ValueError, match=r"t.csv.gz cannot be read \(EOFError"):
+        temperature.read_city_temperatures(path)

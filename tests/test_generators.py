@@ -158,3 +158,60 @@ def test_bad_arguments_are_refused():
         ExpFamilyLatent("gamma")
     with pytest.raises(ValueError, match="direction"):
         GPLatent().bayes(GPLatent().sample(2, 3).sequences, "sideways")
+
+
+def _teacher():
+    from efa.families import Poisson
+    from efa.fields import Category, Value
+    from efa.generators import attention_teacher
+
+    return attention_teacher([Category("item", 8), Value("count", Poisson())], max_len=5)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda g: g.sample(_teacher(), 0), "n must be a positive integer, got 0"),
+    (lambda g: g.sample(_teacher(), 2, length=0), "length must be a positive integer, got 0"),
+    (lambda g: g.sample(_teacher(), 2, batch_size=0), "batch_size must be a positive integer"),
+    (lambda g: g.attention_teacher([], max_len=5), "at least one field"),
+    (lambda g: g.sample_note(g.LITERAL, 0, 0), "num must be a positive integer, got 0"),
+    (lambda g: g.sample_note(g.LITERAL, 1.5, 0), "num must be a positive integer, got 1.5"),
+    (lambda g: g.sample_tnp(g.TNPGP(), 0, 0), "num_batches must be a positive integer"),
+    (lambda g: g.sample_tnp(g.TNPGP(), 1, 0, sizes=(0, 5)), r"sizes\[0\] \(context points\)"),
+    (lambda g: g.TNPGP(batch_size=0), "batch_size must be a positive integer"),
+    (lambda g: g.TNPGP(max_num_points=5), "max_num_points must be >= 7"),
+    (lambda g: g.LinearGaussian(dim=2).sample(0, 5), "n must be a positive integer"),
+])
+def test_generators_refuse_empty_and_degenerate_sizes(call, message):
+    from efa import generators
+
+    with pytest.raises(ValueError, match=message):
+        call(generators)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf")])
+def test_teacher_strength_must_be_positive_and_finite(value):
+    from efa.fields import Category
+    from efa.generators import attention_teacher
+
+    with pytest.raises(ValueError, match="strength must be a positive finite number"):
+        attention_teacher([Category("item", 8)], max_len=5, strength=value)
+
+
+def test_bayes_predictors_refuse_values_outside_the_support():
+    import torch
+
+    from efa.data import Sequences
+    from efa.generators import ExpFamilyLatent, GPLatent
+
+    for gen, value, message in ((ExpFamilyLatent("bernoulli", dim=2), 5.0, "0 or 1"),
+                                (ExpFamilyLatent("poisson", dim=2), 1.5, "a count"),
+                                (ExpFamilyLatent("poisson", dim=2), -1.0, "a count"),
+                                (GPLatent(dim=1), float("nan"), "a finite number")):
+        s = gen.sample(3, 4, seed=0).sequences
+        y = s.fields["y"].double()  # (Poisson counts come as integers)
+        y[1, 2] = value
+        with pytest.raises(ValueError, match=f"field 'y', sequence 1, position 2: expected "
+                                             f"{message}"):
+            gen.bayes(Sequences({"c": s.fields["c"], "y": y}, s.lengths))
+    ok = ExpFamilyLatent("poisson", dim=2).sample(3, 4, seed=0).sequences
+    assert torch.isfinite(ExpFamilyLatent("poisson", dim=2).bayes(ok).mean).any()

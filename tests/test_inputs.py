@@ -1,11 +1,15 @@
 """Every bad input through the public API gets a specific error: field, problem, expectation."""
 
+
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 import efa
 from efa import EFA, Category, EFAConfig, Sequences, Value
 from efa.families import Bernoulli, Gaussian, Poisson
+from tests.helpers import make_model, mixed_data
 
 
 @pytest.fixture
@@ -163,3 +167,128 @@ def test_from_frame_builds_ordered_padded_sequences():
     assert data.fields["where"].shape == (2, 3, 2)
     with pytest.raises(KeyError, match="'nope'"):
         Sequences.from_frame(df, "user", {"movie": "nope"})
+
+
+def _data(n=20, seed=0):
+    return mixed_data(n=n, seed=seed, dtype=torch.float32)
+
+
+def _model(seed=0, **kw):
+    return make_model(seed=seed, dtype=torch.float32, num_layers=1, **kw)
+
+
+def test_no_predicted_positions_is_never_a_perfect_score():
+    data = _data()
+    none = data.with_scored(torch.zeros_like(data.valid()))
+    with pytest.raises(ValueError, match="no predicted position"):
+        efa.fit(_model(), data, none, max_epochs=1, progress=False)
+    with pytest.warns(UserWarning, match="no predicted position"):
+        scores = efa.evaluate(_model(), none)
+    assert all(np.isnan(v) for v in scores.values())
+
+
+def test_mask_shapes_must_match_exactly():
+    items = [[0, 1, 2], [1, 2]]
+    with pytest.raises(ValueError, match=r"observed\['item'\], sequence 1: 1 entries for a "
+                                         r"sequence of length 2"):
+        efa.Sequences.from_lists({"item": items}, observed={"item": [[True] * 3, [True]]})
+    with pytest.raises(ValueError, match="sequence 0: 4 entries"):
+        efa.Sequences.from_lists({"item": items}, observed={"item": [[True] * 4, [True] * 2]})
+    with pytest.raises(ValueError, match="field 'y' has 1 sequences, field 'item' has 2"):
+        efa.Sequences.from_lists({"item": items, "y": [[1.0, 2.0, 3.0]]})
+
+
+def test_non_finite_padding_and_overflow_are_refused():
+    data = _data()
+    short = int(data.lengths.argmin())
+    n = int(data.lengths[short])
+    temp = data.fields["temp"].clone()
+    temp[short, n] = float("nan")  # padding
+    bad = efa.Sequences({**data.fields, "temp": temp}, data.lengths, data.observed)
+    with pytest.raises(ValueError, match=f"sequence {short}, position {n}, which is padding"):
+        efa.evaluate(_model(), bad)
+    big = data.fields["temp"].double().clone()
+    big[0, 0] = 1e39  # finite in float64, inf in the model's float32
+    huge = efa.Sequences({**data.fields, "temp": big}, data.lengths,
+                         {"temp": torch.ones_like(data.valid())})
+    with pytest.raises(ValueError, match="sequence 0, position 0 does not fit the model's "
+                                         "torch.float32"):
+        efa.evaluate(_model(), huge)
+    # A model whose log-likelihood overflows is stopped with the place it overflowed.
+    model = _model()
+    with torch.no_grad():
+        model.readouts["count"].net[-1].weight.fill_(1e30)
+    with pytest.raises(FloatingPointError, match="field 'count' at sequence 0, position 0"):
+        efa.evaluate(model, data)
+
+
+def test_frame_rows_without_a_key_and_cut_files(tmp_path):
+    df = pd.DataFrame({"user": [1.0, np.nan, 2.0], "item": [0, 1, 2]})
+    with pytest.raises(ValueError, match="'user' .* missing in 1 rows"):
+        efa.Sequences.from_frame(df, by="user", fields={"item": "item"})
+    from efa.datasets import movielens
+
+    src = (efa.datasets.root.data_root() / "movielens-100k" / "u.data").read_text()
+    cut = tmp_path / "u.data"
+    cut.write_text("\n".join(src.splitlines()[:50_000]) + "\n")
+    with pytest.warns(UserWarning, match="50,000 data rows; the official MovieLens-100K"):
+        movielens.read_ratings(cut)
+
+
+def test_float_held_integers_are_located_and_explained():
+    counts = torch.tensor([[1.0, 2.0, 3.0], [4.0, 2.5, 1.0]])
+    data = efa.Sequences({"c": counts}, torch.tensor([3, 3]))
+    model = efa.EFA(efa.EFAConfig([efa.Value("c", Poisson(), dim=4)], num_layers=1))
+    with pytest.raises(ValueError, match=r"2.5 at sequence 1, position 1 is not a whole number"
+                                         r".*nullable 'Int64'"):
+        model.check(data)
+    whole = efa.Sequences({"c": counts.round()}, torch.tensor([3, 3]))
+    with pytest.raises(ValueError, match=r"integer tensor, got dtype torch.float32 .*\.long\(\)"):
+        model.check(whole)
+    # Support errors name the (sequence, position), not a flat index.
+    neg = efa.Sequences({"c": torch.tensor([[1, 2, 3], [4, -1, 1]])}, torch.tensor([3, 3]))
+    with pytest.raises(ValueError, match=r"first: -1 at sequence 1, position 1"):
+        model.check(neg)
+
+
+def test_library_errors_become_efa_errors(tmp_path):
+    df = pd.DataFrame({"user": [1, 1, 2], "genre": ["a", "b", "a"], "y": [1.0, 2.0, 3.0]})
+    with pytest.raises(TypeError, match="'genre' holds .* values .e.g. 'a'., not numbers.*astype"):
+        efa.Sequences.from_frame(df, by="user", fields={"genre": "genre"})
+    df["genre"] = df["genre"].astype("category")
+    data = efa.Sequences.from_frame(df, by="user", fields={"genre": "genre", "y": "y"})
+    assert data.fields["genre"].tolist() == [[0, 1], [0, 0]]
+    with pytest.raises(ValueError, match="the selection is empty"):
+        data[torch.arange(0)]
+    assert len(data[1]) == 1 and data[-1].fields["y"].tolist() == [[3.0]]
+    with pytest.raises(IndexError, match="sequence 5 is out of range"):
+        data[5]
+    model = _model()
+    d = _data()
+    with pytest.raises(ValueError, match="'item' is a category"):
+        efa.mean_squared_error(model, d, "item")
+    with pytest.raises(KeyError, match="no field 'nosuch'"):
+        efa.mean_squared_error(model, d, "nosuch")
+    with pytest.raises(KeyError, match="no field 'nosuch'"):
+        model.attention_weights(d, "nosuch")
+    with pytest.raises(TypeError, match="max_epochs=30"):
+        efa.fit(model, d, d, 30)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+        efa.evaluate(model, d, batch_size=0)
+    with pytest.raises(ValueError, match="max_epochs must be an integer"):
+        efa.TrainConfig(max_epochs=2.5)
+    assert efa.Category("x", np.int64(5)).num_categories == 5
+    path = efa.save(model, tmp_path / "m")
+    weights = (path / "model.safetensors").read_bytes()
+    (path / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    with pytest.raises(ValueError, match="model.safetensors is not readable"):
+        efa.load(path)
+    (path / "config.json").write_text((path / "config.json").read_text()[:40])
+    with pytest.raises(ValueError, match="config.json is not valid JSON"):
+        efa.load(path)
+    ckpt = tmp_path / "ckpt"
+    efa.fit(_model(), d, None, max_epochs=1, progress=False, checkpoint_dir=str(ckpt))
+    blob = (ckpt / "checkpoint.safetensors").read_bytes()
+    (ckpt / "checkpoint.safetensors").write_bytes(blob[:100])
+    with pytest.raises(ValueError, match="checkpoint.safetensors is not a readable efa"):
+        efa.fit(_model(), d, None, max_epochs=2, progress=False, checkpoint_dir=str(ckpt))

@@ -608,3 +608,10 @@ def test_ot_factorised_form_declines_a_z_whose_gradient_would_overflow():
     w = _mix_factorised(s64, log_u.double(), base64, None, gamma.double(), allowed)
     (w * torch.arange(3.0, dtype=torch.float64)).sum().backward()
     assert bool(torch.isfinite(s64.grad).all()) and bool(torch.isfinite(base64.grad).all())
+
+
+def test_ot_kernel_names_a_ragged_cost_matrix():
+    from efa.kernels.ot import check_cost
+
+    with pytest.raises(ValueError, match=r"square matrix of numbers; got rows of lengths \[2, 1\]"):
+        check_cost([[0.0, 1.0], [1.0]])

@@ -1,9 +1,12 @@
 import itertools
 
+import numpy as np
 import pytest
 import torch
 
+import efa
 from efa import EFA, KERNELS, Category, EFAConfig, Kernel, Sequences, register_kernel
+from efa.families import Poisson
 from tests.helpers import (
     feeding_fields,
     gradcheck_query_weight,
@@ -418,3 +421,21 @@ def test_a_field_hidden_everywhere_is_its_mask_vector_without_running_the_encode
     assert torch.equal(fast, slow)  # the same numbers, bit for bit
     for g, h in zip(grads, torch.autograd.grad(slow, params, allow_unused=True), strict=True):
         assert (g is None and h is None) or torch.equal(g, h)
+
+
+def test_default_dtype_float64():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(0)
+        data = efa.Sequences.from_lists({"movie": [[0, 1, 2], [2, 1]],
+                                         "rating": [[1, 2, 3], [2, 3]]})
+        model = efa.EFA(efa.EFAConfig([efa.Category("movie", 3, dim=4),
+                                       efa.Value("rating", Poisson(shift=1), dim=4)],
+                                      num_layers=1, max_len=3))
+        efa.fit(model, data, None, max_epochs=1, progress=False)
+        assert all(np.isfinite(v) for v in efa.evaluate(model, data).values())
+        model.float()
+        assert all(np.isfinite(v) for v in efa.evaluate(model, data).values())
+    finally:
+        torch.set_default_dtype(old)

@@ -613,3 +613,84 @@ def test_simulation_claims_compare_means_with_standard_errors():
     assert claims["efa_ahead_of_paper_atn_beyond_2se"] == 0
     assert "of Table 1 in 12 of 12 settings" in report.sections[0]
     assert claims["efa_margin_over_lr_ge_atn_margin"] == 0  # 0.1 below ATN, LR at Table 1
+
+
+def test_quantile_bins_keep_few_distinct_values_apart():
+    import warnings
+
+    from efa.tabular import AttentionTableClassifier
+    from efa.tabular.encoding import bin_edges
+
+    assert list(bin_edges(np.array([0.0, 1, 2, 1, 0, 2]), 10, "x")) == [0.5, 1.5]
+    rating = np.repeat([1.0, 2, 3, 4, 5], [5, 5, 5, 40, 45])
+    edges = bin_edges(rating, 10, "rating")
+    assert len(np.unique(np.searchsorted(edges, rating, "right"))) == 5
+    # many values, heavy ties: no empty bin, and the column is named in a warning
+    tied = np.concatenate([np.zeros(900), np.linspace(1, 2, 100)])
+    with pytest.warns(UserWarning, match="column 'tied': ties leave"):
+        edges = bin_edges(tied, 10, "tied")
+    counts = np.bincount(np.searchsorted(edges, tied, "right"))
+    assert (counts > 0).all() and len(counts) == len(edges) + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bin_edges(np.linspace(0, 1, 1000), 10, "smooth")
+    rng = np.random.RandomState(0)
+    x = rng.choice([0.0, 1.0, 2.0], 300)
+    X = pd.DataFrame({"x": x})
+    y = (x == 2).astype(int)
+    est = AttentionTableClassifier(random_state=0, max_epochs=60, lr=5e-2, patience=60)
+    assert est.fit(X, y).score(X, y) == 1.0
+
+
+@pytest.mark.parametrize("name, make, error", [
+    ("__response__", lambda a, r, n: pd.DataFrame({"__response__": a}), None),
+    ("Float64", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.array(r.normal(size=n),
+                                                                     dtype="Float64")}), None),
+    ("Int64", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.array(r.randint(0, 3, n),
+                                                                   dtype="Int64")}), None),
+    ("boolean", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.array(r.rand(n) > .5,
+                                                                     dtype="boolean")}), None),
+    ("string", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.array(r.choice(["p", "q"], n),
+                                                                    dtype="string")}), None),
+    ("unused levels", lambda a, r, n: pd.DataFrame({"f": pd.Categorical(
+        r.choice(["p", "q"], n), categories=["p", "q", "r"])}), None),
+    ("Float64 <NA>", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.array(
+        [None, *r.normal(size=n - 1)], dtype="Float64")}), "column 'f' has NaN"),
+    ("datetime", lambda a, r, n: pd.DataFrame({"a": a, "f": pd.date_range("2020", periods=n)}),
+     "column 'f' has dtype datetime64"),
+])
+def test_every_pandas_dtype_works_or_is_refused_by_name(name, make, error):
+    from efa.tabular import AttentionTableClassifier
+
+    rng = np.random.RandomState(0)
+    n = 40
+    X = make(rng.choice(["x", "y", "z"], n), rng, n)
+    y = rng.randint(0, 2, n)
+    est = AttentionTableClassifier(max_epochs=1, random_state=0)
+    if error is None:
+        proba = est.fit(X, y).predict_proba(X)
+        assert proba.shape == (n, 2) and np.isfinite(proba).all()
+    else:
+        with pytest.raises((ValueError, TypeError), match=error):
+            est.fit(X, y)
+
+
+def test_impute_writes_values_in_the_columns_units_and_keeps_dtypes():
+    from efa.tabular import AttentionTableClassifier
+
+    rng = np.random.RandomState(0)
+    n = 200
+    w = rng.normal(70, 10, n)
+    X = pd.DataFrame({"kg": w, "colour": pd.Categorical(rng.choice(["r", "g"], n)),
+                      "k": rng.randint(0, 3, n)})
+    X.loc[3, "kg"] = np.nan
+    X.loc[4, "colour"] = np.nan
+    clf = AttentionTableClassifier(missing="mask", max_epochs=3, random_state=0)
+    out = clf.fit(X, (w > 70).astype(int)).impute(X)
+    assert out.dtypes.tolist() == X.dtypes.tolist()
+    # the median of a training bin, within the observed range, never a bin index
+    observed = X["kg"].dropna()
+    assert observed.min() <= out.loc[3, "kg"] <= observed.max()
+    assert out.loc[3, "kg"] in clf.bin_values_["kg"]
+    assert out.loc[4, "colour"] in ("r", "g") and out.drop(index=[3, 4]).equals(
+        X.drop(index=[3, 4]))

@@ -1,3 +1,8 @@
+import json
+import os
+import pickle
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -197,3 +202,128 @@ def test_monitor_stops_on_the_named_fields_only():
         efa.evaluate(model, val, fields=("nope",))
     with pytest.raises(ValueError, match="tuple of field names"):
         efa.TrainConfig(monitor=names[0])
+
+
+def _data32(n=20, seed=0):
+    return mixed_data(n=n, seed=seed, dtype=torch.float32)
+
+
+def _model32(seed=0, **kw):
+    return make_model(seed=seed, dtype=torch.float32, num_layers=1, **kw)
+
+
+class _Payload:
+    def __reduce__(self):
+        return (Path.touch, (Path(os.environ["EFA_TEST_PWNED"]),))
+
+
+def test_checkpoint_is_tied_to_model_and_data(tmp_path):
+    efa.fit(_model32(), _data32(), None, max_epochs=1, progress=False, checkpoint_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="another data"):
+        efa.fit(_model32(), _data32(seed=7), None, max_epochs=1, progress=False,
+                checkpoint_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="another model"):
+        efa.fit(_model32(num_heads=1), _data32(), None, max_epochs=1, progress=False,
+                checkpoint_dir=str(tmp_path))
+    # The explicit way to start over.
+    hist = efa.fit(_model32(), _data32(seed=7), None, max_epochs=1, progress=False,
+                   checkpoint_dir=str(tmp_path), resume=False)
+    assert hist.epochs_run == 1
+
+
+def test_failed_fit_leaves_usable_weights():
+    """A run that blows up in its second epoch hands back the best weights so far."""
+    data, val = _data32(), _data32(seed=1)
+    reference = _model32()
+    with pytest.warns(efa.train.StillImproving):
+        efa.fit(reference, data, val, max_epochs=1, batch_size=10, progress=False)
+    calls = []
+
+    class Diverging(type(reference)):
+        def loss(self, batch, check=False):
+            calls.append(1)
+            out = super().loss(batch, check)
+            return out * float("nan") if len(calls) == 3 else out  # epoch 1, first batch
+
+    model = _model32()
+    model.__class__ = Diverging
+    with pytest.raises(FloatingPointError, match="at epoch 1"):
+        efa.fit(model, data, val, max_epochs=3, batch_size=10, progress=False)
+    assert not model.training
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, reference.state_dict()[k])
+
+
+def test_no_progress_bar_in_logs(capfd):
+    efa.fit(_model32(), _data32(), None, max_epochs=2, progress=True)
+    assert "fit:" not in capfd.readouterr().err  # stderr is not a terminal here
+
+
+def test_threads_setting():
+    before = torch.get_num_threads()
+    seen = []
+
+    class Spy(type(_model32())):
+        def loss(self, data, check=False):
+            seen.append(torch.get_num_threads())
+            return super().loss(data, check)
+
+    model = _model32()
+    model.__class__ = Spy
+    efa.fit(model, _data32(), None, max_epochs=1, progress=False, threads=2)
+    assert set(seen) == {2} and torch.get_num_threads() == before
+
+
+def test_checkpoints_are_not_pickles(tmp_path, monkeypatch):
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("EFA_TEST_PWNED", str(marker))
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    with open(folder / "checkpoint.pt", "wb") as f:
+        pickle.dump({"model": _Payload()}, f)
+    with pytest.raises(ValueError, match="pickled checkpoint .* not loaded"):
+        efa.fit(_model32(), _data32(), None, max_epochs=1, progress=False,
+                checkpoint_dir=str(folder))
+    assert not marker.exists()
+    efa.fit(_model32(), _data32(), None, max_epochs=1, progress=False, checkpoint_dir=str(folder),
+            resume=False)
+    assert (folder / "checkpoint.safetensors").exists() and not marker.exists()
+
+
+@pytest.mark.parametrize("tamper", ["no optimizer", "history a list", "no rng tensor",
+                                    "metadata a list", "fingerprint a string"])
+def test_a_tampered_checkpoint_is_a_clear_error_and_changes_nothing(tmp_path, tamper):
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    import efa
+    from efa import checkpoint
+    from tests.helpers import make_model, mixed_data
+
+    data = mixed_data(n=20, seed=0, dtype=torch.float32)
+    efa.fit(make_model(seed=0, dtype=torch.float32, num_layers=1), data, None, max_epochs=1,
+            progress=False, checkpoint_dir=str(tmp_path))
+    path = tmp_path / checkpoint.FILE
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()[checkpoint.KEY])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    if tamper == "no optimizer":
+        del meta["optimizer"]
+    elif tamper == "history a list":
+        meta["history"] = [1, 2]
+    elif tamper == "no rng tensor":
+        del tensors["rng/sampler"]
+    elif tamper == "metadata a list":
+        meta = [meta]
+    else:
+        meta["fingerprint"] = "x"
+    save_file(tensors, str(path), metadata={checkpoint.KEY: json.dumps(meta)})
+    model = make_model(seed=0, dtype=torch.float32, num_layers=1)
+    model.standardise(data)  # what fit does first, before it reads the checkpoint
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=str(path)):
+        efa.fit(model, data, None, max_epochs=2, progress=False, checkpoint_dir=str(tmp_path))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k

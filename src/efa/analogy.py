@@ -27,9 +27,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
+
+if TYPE_CHECKING:  # for annotations only
+    from torch import Tensor
 
 GROUPS = ("semantic", "syntactic")
 WORD = re.compile(r"[^\W\d_]+")  # letters only: no digits, '_', '#', brackets or punctuation
@@ -61,8 +66,8 @@ def load_questions(path: str | Path | None = None, lowercase: bool = True) -> pd
     try:
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not a word
     except UnicodeDecodeError as err:
-        line = path.read_bytes()[:err.start].count(b"\n") + 1
-        raise ValueError(f"{path}, line {line}: not UTF-8 (byte {err.object[err.start]:#04x}); "
+        line_no = path.read_bytes()[:err.start].count(b"\n") + 1
+        raise ValueError(f"{path}, line {line_no}: not UTF-8 (byte {err.object[err.start]:#04x}); "
                          "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
     for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip()
@@ -114,7 +119,8 @@ def _in_range(x: np.ndarray) -> np.ndarray:
     return x / m if m > 0 and not 1e-100 < m < 1e100 else x
 
 
-def check_embeddings(vectors, vocab: Sequence[str], name: str = "embeddings") -> np.ndarray:
+def check_embeddings(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str],
+                     name: str = "embeddings") -> np.ndarray:
     """The matrix as float64 [V, p], after checking it matches ``vocab`` and is finite."""
     if hasattr(vectors, "detach"):  # a torch tensor
         vectors = vectors.detach().cpu().numpy()
@@ -153,7 +159,8 @@ def coverage(questions: pd.DataFrame, kept: pd.DataFrame) -> dict[str, dict[str,
     """Questions kept / all, per group and overall."""
     out = {}
     for group in (*GROUPS, "overall"):
-        sel = (lambda f: f) if group == "overall" else (lambda f, g=group: f[f.group == g])
+        sel: Callable[..., pd.DataFrame] = (
+            (lambda f: f) if group == "overall" else (lambda f, g=group: f[f.group == g]))
         out[group] = {"kept": int(len(sel(kept))), "total": int(len(sel(questions)))}
     return out
 
@@ -180,7 +187,7 @@ def candidate_rows(vocab: Sequence[str], index: dict[str, int],
     return np.array(sorted(index[w] for w in keep), dtype=np.int64)
 
 
-def answer(vectors, vocab: Sequence[str], questions: pd.DataFrame,
+def answer(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd.DataFrame,
            candidates: str | Callable[[str], bool] | Collection[str] = "all",
            normalize: bool = False, lowercase: bool = True, chunk: int = 512) -> pd.DataFrame:
     """3CosAdd on every question: the questions frame with ``predicted``, ``correct``, ``rank``
@@ -244,8 +251,8 @@ def answer(vectors, vocab: Sequence[str], questions: pd.DataFrame,
     return out
 
 
-def cosines(vectors, vocab: Sequence[str], questions: pd.DataFrame, targets: Sequence[str],
-            normalize: bool = False, lowercase: bool = True) -> np.ndarray:
+def cosines(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd.DataFrame,
+            targets: Sequence[str], normalize: bool = False, lowercase: bool = True) -> np.ndarray:
     """cos(x_b + x_c − x_a, x_t) for one target word t per question: with t = d it is the
     ``cosine`` of :func:`answer`; with a random word it is the chance level of that mean cosine
     for these embeddings (trained embeddings share a common direction, which makes every
@@ -283,8 +290,8 @@ def summarise(answers: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["level", "name", "n", "accuracy", "cosine"])
 
 
-def evaluate(vectors, vocab: Sequence[str], questions: pd.DataFrame | None = None,
-             **options) -> dict[str, dict[str, float]]:
+def evaluate(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str],
+             questions: pd.DataFrame | None = None, **options: Any) -> dict[str, dict[str, float]]:
     """{semantic|syntactic|overall: {n, accuracy, cosine}} on the questions every word of which
     is in ``vocab`` (all of ``questions-words.txt`` by default); options go to :func:`answer`."""
     questions = load_questions() if questions is None else questions

@@ -10,11 +10,15 @@ selects a registered one. This module puts the projections W^Q, W^K, W^V, W^O ar
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from efa.kernels import KERNELS, head_width, kernel_spec
+
+if TYPE_CHECKING:  # for annotations only
+    from efa.model import EFAConfig
 
 SCALES = {"sqrt": lambda d: 1 / math.sqrt(d), "linear": lambda d: 1 / d, "none": lambda d: 1.0}
 
@@ -29,7 +33,8 @@ class MultiHeadAttention(nn.Module):
     for all of them. ``d_out``: width of the output (default ``d_model``; without ``out_proj``
     it must equal num_heads·head_dim)."""
 
-    def __init__(self, d_model, num_heads, head_dim, attention, scale, bias, out_proj, causal,
+    def __init__(self, d_model: int, num_heads: int, head_dim: int, attention: str | dict,
+                 scale: str, bias: bool, out_proj: bool, causal: bool,
                  inputs: dict | None = None, d_out: int | None = None):
         super().__init__()
         inner = num_heads * head_dim
@@ -67,7 +72,9 @@ class MultiHeadAttention(nn.Module):
         cols = getattr(self, f"cols_{role}")
         return x if cols is None else x.index_select(-1, cols)
 
-    def forward(self, x, allowed, memory=None, own=False, q_pos=None, need_weights=True):
+    def forward(self, x: Tensor, allowed: Tensor, memory: Tensor | None = None, own: bool = False,
+                q_pos: Tensor | None = None,
+                need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
         q = self.split(self.q(self._read(x, "q")))
         # Two-stream (``own``): query i holds its own token x_i at position i, the context
         # tokens (``memory``) everywhere else. (Own keys first: the order in which gradients
@@ -103,7 +110,9 @@ class Block(nn.Module):
     ``feeds`` (first layer only). "skip" is the token carried past the attention, which only
     the ``concat`` (and ``bare``, which carries nothing) blocks can restrict."""
 
-    def __init__(self, d_model: int, head_dim: int, cfg, inputs: dict | None = None):
+    cols_skip: Tensor | None  # a buffer, declared for the type checker
+
+    def __init__(self, d_model: int, head_dim: int, cfg: EFAConfig, inputs: dict | None = None):
         super().__init__()
         self.kind = cfg.block
         inputs = inputs or {}
@@ -136,7 +145,9 @@ class Block(nn.Module):
         rate = getattr(cfg, "dropout", 0.0)
         self.drop = nn.Dropout(rate) if rate > 0 else nn.Identity()
 
-    def forward(self, x, allowed, memory=None, own=False, q_pos=None, need_weights=True):
+    def forward(self, x: Tensor, allowed: Tensor, memory: Tensor | None = None, own: bool = False,
+                q_pos: Tensor | None = None,
+                need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
         """``memory``: the context tokens (keys and values); with ``own=True`` query i also
         holds its own token ``x_i`` at position i (two-stream)."""
         if self.kind == "pre_ln":

@@ -13,15 +13,25 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
+
+if TYPE_CHECKING:  # for annotations only
+    from torch import nn
+    from torch.optim import Optimizer
+    from torch.optim.lr_scheduler import LRScheduler
+
+    from efa.data import Sequences
+
+_History = TypeVar("_History")
 
 FILE = "checkpoint.safetensors"
 LEGACY = "checkpoint.pt"  # efa 0.1 pickled its checkpoints: never unpickled again
 KEY = "efa_checkpoint"
 
 
-def data_fingerprint(*datasets) -> str:
+def data_fingerprint(*datasets: Sequences | None) -> str:
     """sha256 over every tensor of the given ``Sequences`` (None allowed), in a fixed order."""
     h = hashlib.sha256()
     for data in datasets:
@@ -52,7 +62,7 @@ def weights_fingerprint(state: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def model_fingerprint(model) -> dict:
+def model_fingerprint(model: nn.Module) -> dict:
     """What makes a model the same model: its class, config (if any) and parameter shapes."""
     config = getattr(model, "config", None)
     return {
@@ -116,8 +126,9 @@ def _short(v) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-def save_state(folder: Path, model, opt, sched, gen, sampler, history: dict, best_state, bad,
-               fingerprint: dict) -> None:
+def save_state(folder: Path, model: nn.Module, opt: Optimizer, sched: LRScheduler,
+               gen: torch.Generator, sampler: torch.Generator, history: dict,
+               best_state: dict[str, torch.Tensor] | None, bad: int, fingerprint: dict) -> None:
     """A fit's whole state after an epoch: weights, best weights, optimizer moments, random
     states, scheduler and ``history`` (a dict), tied to ``fingerprint``."""
     tensors = {f"model/{k}": v for k, v in model.state_dict().items()}
@@ -147,8 +158,10 @@ def save_state(folder: Path, model, opt, sched, gen, sampler, history: dict, bes
     (folder / "history.json").write_text(json.dumps(history))
 
 
-def restore_state(state, folder: Path, fingerprint: dict, model, opt, sched, gen, sampler,
-                  history: type):
+def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fingerprint: dict,
+                  model: nn.Module, opt: Optimizer, sched: LRScheduler, gen: torch.Generator,
+                  sampler: torch.Generator,
+                  history: type[_History]) -> tuple[_History, dict[str, torch.Tensor] | None, int]:
     """Put a fit's state back from ``state`` (what :func:`load` read) after checking that it
     was written for this ``fingerprint``; everything is read and checked before anything
     changes. Returns (``history(**saved history)``, best weights or None, bad epochs)."""

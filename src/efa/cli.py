@@ -30,7 +30,7 @@ def main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="print the version and exit"),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks (or EFA_DEBUG=1)"),
-):
+) -> None:
     if debug:
         state["debug"] = True
 
@@ -70,7 +70,7 @@ def train(
     device: str = typer.Option(None, help="cpu, cuda, cuda:1 (with torchrun: cuda = the "
                                "local rank's GPU)"),
     force: bool = typer.Option(False, help="replace a model already in OUT"),
-):
+) -> None:
     """Train a saved model on saved sequences; under torchrun, data-parallel (one process per
     device: `torchrun --nproc_per_node 2 -m efa.cli train DATA --model M --out OUT`)."""
     import os
@@ -140,25 +140,25 @@ _PASS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_
 
 
 @app.command(context_settings=_PASS, add_help_option=False)
-def reproduce(ctx: typer.Context):
+def reproduce(ctx: typer.Context) -> None:
     """Run a paper's experiment into results/NAME/ (from a checkout; `efa reproduce --help`)."""
     _forward("reproduce", ctx)
 
 
 @app.command(context_settings=_PASS, add_help_option=False)
-def replot(ctx: typer.Context):
+def replot(ctx: typer.Context) -> None:
     """Redraw a results folder's plots and results.md (from a checkout)."""
     _forward("replot", ctx)
 
 
 @app.command(context_settings=_PASS, add_help_option=False)
-def summary(ctx: typer.Context):
+def summary(ctx: typer.Context) -> None:
     """Regenerate the README's results tables from results/ (from a checkout)."""
     _forward("summary", ctx)
 
 
 @app.command("list", context_settings=_PASS, add_help_option=False)
-def list_experiments(ctx: typer.Context):
+def list_experiments(ctx: typer.Context) -> None:
     """List the experiments `efa reproduce` knows (from a checkout)."""
     _forward("list", ctx)
 

@@ -6,7 +6,7 @@ restrictions and the bag term read.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -16,14 +16,19 @@ from efa import vocab
 from efa.data import Sequences, check_sequences
 from efa.fields import Field
 
+if TYPE_CHECKING:  # for annotations only
+    from efa.fields import Category, Value
 
-def refuse_sampling(model, sampling) -> None:
+
+def refuse_sampling(model: nn.Module, sampling: vocab.Sampling | None) -> None:
     if sampling is not None:
         raise ValueError(f"{type(model).__name__} cannot train by the sampled softmax (efa.EFA's "
                          "category targets can): train it without sampled_softmax")
 
 
-def refuse_generic_options(model, weights, counts, sampling) -> None:
+def refuse_generic_options(model: nn.Module, weights: Tensor | None,
+                           counts: dict[str, int] | None,
+                           sampling: vocab.Sampling | None) -> None:
     """For a model with an objective of its own: sampled positions (``weights``), data-parallel
     ``counts`` and the sampled softmax are refused by name."""
     given = [n for n, v in (("weights (positions=m)", weights), ("counts (data-parallel)", counts),
@@ -100,6 +105,7 @@ class ConditionalModel(nn.Module):
         f = self.field(name)
         if not getattr(f, "distinct", False):
             return eta
+        f = cast("Category", f)  # distinct: a Category
         return f.restrict(eta, context_items(data, name, f.num_categories, self.direction, at))
 
     def forward(self, data: Sequences) -> dict[str, Tensor]:
@@ -148,8 +154,8 @@ class ConditionalModel(nn.Module):
         """log p(y_i | context) [P] of each field in ``at`` at its asked positions."""
         refuse_sampling(self, sampling)
         etas = self.natural_params_at(data, at)
-        return {name: self.field(name).family.log_prob(data.fields[name][m], etas[name],
-                                                       base_measure)
+        return {name: _family_field(self.field(name)).family.log_prob(
+                    data.fields[name][m], etas[name], base_measure)
                 for name, m in at.items()}
 
     def log_likelihoods(self, data: Sequences, base_measure: bool = True) -> dict[str, Tensor]:
@@ -174,8 +180,8 @@ class ConditionalModel(nn.Module):
         :meth:`log_likelihood`. Every model takes these arguments; one whose objective is its
         own (``own_objective``) refuses the last three (:func:`refuse_generic_options`)."""
         ll = self.log_likelihood(data, check=check, weights=weights, sampling=sampling)
-        loss = -sum(s / max(n if counts is None else counts[name], 1)
-                    for name, (s, n) in ll.items())
+        loss = -cast(Tensor, sum(s / max(n if counts is None else counts[name], 1)
+                                 for name, (s, n) in ll.items()))
         penalty = self.penalty()
         return loss if penalty is None else loss + penalty
 
@@ -212,11 +218,16 @@ class ConditionalModel(nn.Module):
         etas = self.natural_params_at(data, {f.name: at for f in self.target_fields})
         out = {}
         for f in self.target_fields:
-            mean = f.family.mean(etas[f.name])
+            mean = _family_field(f).family.mean(etas[f.name])
             full = mean.new_full((*at.shape, *mean.shape[1:]), float("nan"))
             full[at] = mean
             out[f.name] = full
         return out, at
+
+
+def _family_field(f: Field) -> Category | Value:
+    """``f`` as a field with a ``family``: every target field has one (``Field`` declares none)."""
+    return cast("Category | Value", f)
 
 
 def context_items(data: Sequences, name: str, k: int, direction: str, at: Tensor) -> Tensor:

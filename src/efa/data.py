@@ -13,13 +13,20 @@ Every check on what a user passes in lives in :func:`check_sequences`, called by
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:  # for annotations only
+    import pandas as pd
+
+    from efa.fields import Field
 
 
 @dataclass
@@ -121,7 +128,8 @@ class Sequences:
             None if self.scored is None else self.scored[idx][:, :width],
         )
 
-    def to(self, *args, non_blocking: bool = False) -> Sequences:
+    def to(self, *args: torch.device | str | int | torch.dtype,
+           non_blocking: bool = False) -> Sequences:
         """``to(device)`` moves every tensor; ``to(dtype)`` casts the floating-point fields
         (values, attributes); ``to(device, dtype)`` does both."""
         device = dtype = None
@@ -155,7 +163,7 @@ class Sequences:
     def device(self) -> torch.device:
         return self.lengths.device
 
-    def save(self, path, overwrite: bool = False) -> Path:
+    def save(self, path: str | os.PathLike[str], overwrite: bool = False) -> Path:
         """Write the sequences to one safetensors file (for ``efa train`` and torchrun). An
         existing file is refused unless ``overwrite`` (as :func:`efa.save` refuses)."""
         from safetensors.torch import save_file
@@ -175,7 +183,7 @@ class Sequences:
         return path
 
     @classmethod
-    def load(cls, path) -> Sequences:
+    def load(cls, path: str | os.PathLike[str]) -> Sequences:
         """Read sequences written by :meth:`save` (checked like any other input)."""
         from safetensors import safe_open
 
@@ -248,7 +256,8 @@ class Sequences:
 
     @classmethod
     def from_frame(
-        cls, frame, by: str, fields: Mapping, order: str | None = None, missing: bool = False
+        cls, frame: pd.DataFrame, by: str, fields: Mapping, order: str | None = None,
+        missing: bool = False
     ) -> Sequences:
         """One sequence per value of column ``by`` (rows sorted by ``order``) from a long table.
 
@@ -423,7 +432,7 @@ def _pad(arrays: list[np.ndarray], width: int, name: str) -> Tensor:
     return torch.from_numpy(out)
 
 
-def check_sequences(data: Sequences, fields, max_len: int | None,
+def check_sequences(data: Sequences, fields: Sequence[Field], max_len: int | None,
                     dtype: torch.dtype | None = None) -> None:
     """Raise a clear error if ``data`` does not fit the model's ``fields`` (and the model's
     floating-point ``dtype``)."""

@@ -12,10 +12,16 @@ decides identically everywhere; rank 0 writes the checkpoints.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
+
+if TYPE_CHECKING:  # for annotations only
+    from efa.conditional import ConditionalModel
+    from efa.data import Sequences
+    from efa.vocab import Sampling
 
 
 def world() -> tuple[int, int]:
@@ -54,11 +60,13 @@ class Loss(nn.Module):
     """The training objective as a module, so that DistributedDataParallel can wrap it (DDP
     synchronises gradients through the module it wraps)."""
 
-    def __init__(self, model):
+    def __init__(self, model: ConditionalModel):
         super().__init__()
         self.model = model
 
-    def forward(self, batch, weights=None, counts=None, scale: float = 1.0, sampling=None):
+    def forward(self, batch: Sequences, weights: Tensor | None = None,
+                counts: dict[str, int] | None = None, scale: float = 1.0,
+                sampling: Sampling | None = None) -> Tensor:
         return self.model.loss(batch, weights=weights, counts=counts, sampling=sampling) * scale
 
 

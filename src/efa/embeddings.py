@@ -24,9 +24,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+import numpy.typing as npt
 from scipy.stats import pearsonr, spearmanr
+
+if TYPE_CHECKING:  # for annotations only
+    import pandas as pd
+
+    from efa.attention import Block
+    from efa.baselines.fm import CategoricalFM
+    from efa.encoders import LinearReadout, TableEncoder
+    from efa.model import EFA
 
 
 def _sentences(sentences, num_words: int) -> np.ndarray:
@@ -43,7 +53,7 @@ def _sentences(sentences, num_words: int) -> np.ndarray:
     return x.astype(np.int64)
 
 
-def cooccurrence(sentences, num_words: int) -> np.ndarray:
+def cooccurrence(sentences: npt.ArrayLike, num_words: int) -> np.ndarray:
     """#(w_i, c_j) [V, V]: over sentences and ordered pairs of positions m ≠ j, the number of
     times word i is at m (the center) and word j at j (a context word). Symmetric."""
     x = _sentences(sentences, num_words)
@@ -66,7 +76,8 @@ def cbow_targets(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ratio, m
 
 
-def prop9_correlations(W, C, counts) -> dict[str, float]:
+def prop9_correlations(W: npt.ArrayLike, C: npt.ArrayLike,
+                       counts: np.ndarray) -> dict[str, float]:
     """The paper's two numbers: Spearman corr(w_iᵀc_j, p(w_i,c_j)/p(c_j)) over all pairs and
     Pearson corr(w_iᵀc_j, log(p(w_i,c_j)/p(c_j)) + log|V|) over the pairs where it is
     defined (the pair occurs)."""
@@ -82,7 +93,7 @@ def _numpy(t) -> np.ndarray:
     return t.detach().double().cpu().numpy()
 
 
-def cbow_embeddings(model) -> tuple[np.ndarray, np.ndarray]:
+def cbow_embeddings(model: CategoricalFM) -> tuple[np.ndarray, np.ndarray]:
     """(W center [V, K], C context [V, K]) of a ``CategoricalFM``: logits ∝ W Σ_j c_{x_j}."""
     from efa.baselines import CategoricalFM
 
@@ -93,7 +104,7 @@ def cbow_embeddings(model) -> tuple[np.ndarray, np.ndarray]:
     return _numpy(model.rho.weight), _numpy(model.alpha.weight)
 
 
-def attention_embeddings(model) -> dict[str, np.ndarray]:
+def attention_embeddings(model: EFA) -> dict[str, np.ndarray]:
     """W (center, [V, p]), C (token table, [V, p]), c_mask ([p]) and τ ([V + 1], the last for
     [MASK]) of a one-layer, one-head bidirectional ``EFA`` over one ``Category`` field, in
     the form of the paper's Eq. 1 (``block="bare"``, ``bias=False``, no positional table): the
@@ -118,11 +129,13 @@ def attention_embeddings(model) -> dict[str, np.ndarray]:
         raise ValueError("the attention theory (Eq. 1 of the MoE paper) needs " +
                          "; ".join(problems))
     name = cfg.fields[0].name
-    table = _numpy(model.encoders[name].table.weight)  # [V + 1, p], the last row is [MASK]
-    attn = model.blocks[0].attn
+    # [V + 1, p], the last row is [MASK]
+    table = _numpy(cast("TableEncoder", model.encoders[name]).table.weight)
+    attn = cast("Block", model.blocks[0]).attn
     wq, wk, wv, wo = (_numpy(m.weight) for m in (attn.q, attn.k, attn.v, attn.o))
-    delta = _numpy(model.readouts[name].net.weight)
-    if model.readouts[name].net.bias is not None:
+    readout = cast("LinearReadout", model.readouts[name])
+    delta = _numpy(readout.net.weight)
+    if readout.net.bias is not None:
         raise ValueError("the read-out has a bias (readout_bias=True): not the paper's Eq. 1")
     q = wq @ table[-1]
     scores = (table @ wk.T) @ q * attn.kernel.scale
@@ -131,7 +144,8 @@ def attention_embeddings(model) -> dict[str, np.ndarray]:
             "log_tau": scores}
 
 
-def attention_statistics(tau, sentences, num_words: int) -> dict[str, np.ndarray | float]:
+def attention_statistics(tau: npt.ArrayLike, sentences: npt.ArrayLike,
+                         num_words: int) -> dict[str, np.ndarray | float]:
     """The quantities of Prop 14 from τ ([V + 1], [MASK] last) on a corpus of sentences [N, S]
     of equal length S, each position masked in turn:
 
@@ -181,7 +195,7 @@ def attention_statistics(tau, sentences, num_words: int) -> dict[str, np.ndarray
     }
 
 
-def correlation(x, y) -> dict[str, float]:
+def correlation(x: npt.ArrayLike, y: npt.ArrayLike) -> dict[str, float]:
     """Pearson and Spearman correlations over the entries where both are finite."""
     x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
     if x.shape != y.shape:
@@ -195,7 +209,8 @@ def correlation(x, y) -> dict[str, float]:
             "spearman": float(spearmanr(x[ok], y[ok])[0]), "pairs": int(ok.sum())}
 
 
-def offset_residuals(X, quads, center: bool = True) -> np.ndarray:
+def offset_residuals(X: npt.ArrayLike, quads: npt.ArrayLike,
+                     center: bool = True) -> np.ndarray:
     """For quadruples (r, s, t, u) of rows: ‖x_r + x_s − x_t − x_u‖ / √(Σ of the four ‖x − μ‖²),
     0 when x_r + x_s = x_t + x_u exactly and ≈ 1 for unrelated words. μ is the mean row
     (``center``): it cancels in the offset, and without it a common direction shared by all
@@ -210,14 +225,16 @@ def offset_residuals(X, quads, center: bool = True) -> np.ndarray:
         i, j = np.argwhere(bad)[0]
         raise IndexError(f"quadruple {i} names row {q[i, j]}, but X has {len(X)} rows")
     if center:
-        X = X - X.mean(0)
+        X = cast(np.ndarray, X - X.mean(0))  # (numpy types the mean as Any)
     r, s, t, u = (X[q[:, k]] for k in range(4))
     num = np.linalg.norm(r + s - t - u, axis=1)
     den = np.sqrt(sum((v**2).sum(1) for v in (r, s, t, u)))
     return num / np.where(den > 0, den, 1.0)
 
 
-def prop13(W, C, quads, holds=None, C_tilde=None) -> dict[str, float]:
+def prop13(W: npt.ArrayLike, C: npt.ArrayLike, quads: npt.ArrayLike,
+           holds: npt.ArrayLike | None = None,
+           C_tilde: npt.ArrayLike | None = None) -> dict[str, float]:
     """How well analogies that hold in the center embeddings W hold in C (and C̃):
     Spearman corr of the residuals e_W and e_C over the quadruples, the mean e_C on the
     quadruples that hold in W (``holds``: a bool mask, default the quarter with the smallest
@@ -240,7 +257,7 @@ def _mean(v: np.ndarray) -> float:
     return float(v.mean()) if len(v) else float("nan")
 
 
-def quadruples(questions, vocab: Sequence[str]) -> np.ndarray:
+def quadruples(questions: pd.DataFrame, vocab: Sequence[str]) -> np.ndarray:
     """Rows (b, c, a, d) of each analogy question in ``vocab`` (the Prop 13 quadruple
     w_b + w_c ≈ w_a + w_d)."""
     index = {w: k for k, w in enumerate(vocab)}

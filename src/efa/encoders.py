@@ -3,6 +3,7 @@ map λ₁ with its [MASK] vector) and read-outs (δ for categories, λ₂ for va
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,7 +29,7 @@ class TableEncoder(nn.Module):
             ids = torch.where(hidden, self.table.num_embeddings - 1, ids)
         return self.table(ids)
 
-    def masked(self, shape) -> Tensor:
+    def masked(self, shape: tuple[int, ...]) -> Tensor:
         """[*shape, dim] of the [MASK] embedding (looked up, so that its gradient is summed
         as when some values are hidden: the same numbers)."""
         return self.table(torch.full(shape, self.table.num_embeddings - 1,
@@ -43,7 +44,8 @@ class MapEncoder(nn.Module):
     loc: Tensor  # buffers, declared for the type checker
     scale: Tensor
 
-    def __init__(self, size, dim, kind, hidden, loc, scale, value: bool):
+    def __init__(self, size: int, dim: int, kind: str, hidden: int,
+                 loc: float | Sequence[float], scale: float | Sequence[float], value: bool):
         super().__init__()
         self.value = value  # a scalar value field [B, I] that can be hidden
         if kind == "mlp":
@@ -72,7 +74,7 @@ class MapEncoder(nn.Module):
             e = torch.where(hidden[..., None], self.mask, e)
         return e
 
-    def masked(self, shape) -> Tensor:
+    def masked(self, shape: tuple[int, ...]) -> Tensor:
         """[*shape, dim] of a value field's [MASK] vector (the map is not run)."""
         return self.mask.expand(*shape, -1)
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -69,6 +69,8 @@ class Field:
     target: bool
     dim: int
     feeds: tuple[str, ...] = ROLES
+    # Every field kind is a dataclass; declared so that asdict accepts the base's self.
+    __dataclass_fields__: ClassVar[dict[str, Any]]
 
     def build_encoder(self) -> nn.Module:
         """Value → embedding [..., dim]; called as ``encoder(x, hidden)`` with ``hidden``
@@ -288,9 +290,14 @@ class Value(Field):
         d["readout_hidden"] = tuple(d["readout_hidden"])
         return cls(**d)
 
+    def _table_size(self) -> int:
+        if self.num_values is None:  # __post_init__ refuses it; kept for a changed field
+            raise ValueError(f"field {self.name!r}: encoder='table' needs num_values")
+        return self.num_values
+
     def build_encoder(self) -> nn.Module:
         if self.encoder == "table":
-            return TableEncoder(self.num_values, self.dim)
+            return TableEncoder(self._table_size(), self.dim)
         return MapEncoder(1, self.dim, self.encoder, self.hidden, *self.moments, value=True)
 
     def build_readout(self, d_model: int) -> nn.Module:
@@ -299,7 +306,7 @@ class Value(Field):
     def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
         _validate_values(self.family, x, mask, where)
         if self.encoder == "table":
-            bad = mask & (x >= self.num_values)
+            bad = mask & (x >= self._table_size())
             if bad.any():
                 s, i = bad.nonzero()[0].tolist()
                 raise ValueError(
@@ -395,6 +402,8 @@ def _validate_values(family: Family, x: Tensor, mask: Tensor, where: str) -> Non
     try:
         family.validate(x[mask], where)
     except InvalidValues as err:
+        if err.index is None:
+            raise ValueError(f"{where}: {err}") from None
         s, i = mask.nonzero()[err.index[0]].tolist()
         message = str(err).split(" (first: ")[0]
         raise ValueError(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 EARTH_RADIUS_KM = 6371.0  # mean Earth radius
 
 
-def haversine_km(lat1, lon1, lat2, lon2) -> np.ndarray:
+def haversine_km(lat1: npt.ArrayLike, lon1: npt.ArrayLike, lat2: npt.ArrayLike,
+                 lon2: npt.ArrayLike) -> np.ndarray:
     """Great-circle distance in km between points in degrees (numpy broadcasting applies)."""
     phi1, lam1, phi2, lam2 = (
         np.radians(np.asarray(x, dtype=np.float64)) for x in (lat1, lon1, lat2, lon2)
@@ -20,7 +22,7 @@ def haversine_km(lat1, lon1, lat2, lon2) -> np.ndarray:
     return 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.clip(a, 0.0, 1.0)))
 
 
-def nearest_neighbours(lat, lon, k: int) -> np.ndarray:
+def nearest_neighbours(lat: npt.ArrayLike, lon: npt.ArrayLike, k: int) -> np.ndarray:
     """``[n_sites, k]`` indices of each site's ``k`` nearest *other* sites, nearest first."""
     lat = np.asarray(lat, dtype=np.float64)
     lon = np.asarray(lon, dtype=np.float64)

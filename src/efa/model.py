@@ -13,7 +13,9 @@ log-likelihood they define.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -22,7 +24,8 @@ from efa import strategies, vocab
 from efa.attention import BLOCKS, Block
 from efa.conditional import ConditionalModel, context_bag, context_pairs
 from efa.data import Sequences
-from efa.fields import ROLES, Field, field_from_config
+from efa.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
+from efa.fields import ROLES, Category, Field, Value, field_from_config
 from efa.kernels import KERNELS, kernel_spec
 from efa.mlp import mlp
 
@@ -137,7 +140,7 @@ class EFA(ConditionalModel):
     ...                        Value("rating", Poisson(shift=1))], max_len=44))
     """
 
-    def __init__(self, config: EFAConfig | None = None, **kwargs):
+    def __init__(self, config: EFAConfig | None = None, **kwargs: Any):
         super().__init__()
         # The model owns a copy: fit standardises unset Value loc/scale in place (standardise),
         # which must not change the fields the user built it from (they may build another).
@@ -152,6 +155,7 @@ class EFA(ConditionalModel):
         width = sum(f.dim for f in cfg.fields)
         d = cfg.d_model or width
         self.encoders = nn.ModuleDict({f.name: f.build_encoder() for f in cfg.fields})
+        self.mix: nn.Module
         if cfg.mix == "none":
             if cfg.d_model not in (None, width):
                 raise ValueError(
@@ -176,7 +180,8 @@ class EFA(ConditionalModel):
             width = blocks[-1].d_out  # grows with block="concat"
         self.blocks = nn.ModuleList(blocks)
         self.readouts = nn.ModuleDict({f.name: f.build_readout(width) for f in self.target_fields})
-        bags = [f for f in self.target_fields if getattr(f, "bag", False)]
+        bags = cast("list[Category]",
+                    [f for f in self.target_fields if getattr(f, "bag", False)])
         if bags:  # created last and at zero: the rest of the model starts as without them
             self.bags = nn.ParameterDict({
                 f.name: nn.Parameter(torch.zeros(f.num_categories, f.num_categories))
@@ -185,6 +190,7 @@ class EFA(ConditionalModel):
     def _inputs(self) -> dict | None:
         """The token columns that the first layer's queries, keys, values and skip path read
         (``Field.feeds``; None where every field feeds it)."""
+        cols: dict[str, list[int]]
         cols, start = {role: [] for role in ROLES}, 0
         for f in self.fields:
             for role in f.feeds:
@@ -209,7 +215,8 @@ class EFA(ConditionalModel):
         of its observed values in ``data`` (1 if they are constant): λ₁ then sees standardised
         values and Gaussian read-outs work in standardised units. ``efa.fit`` calls this with
         the training data; fields whose loc and scale are set are left alone. Returns self."""
-        for f in self.fields:
+        # Past the first test, every field is a Value (kind "value").
+        for f in cast("list[Value]", self.fields):
             if f.kind != "value" or (f.loc is not None and f.scale is not None):
                 continue
             y = data.fields[f.name][data.valid() & data.observed.get(f.name, data.valid())]
@@ -220,11 +227,12 @@ class EFA(ConditionalModel):
                 std = float(y.std()) if len(y) > 1 else 0.0
                 f.scale = std if std > 0 and std < float("inf") else 1.0
             encoder = self.encoders[f.name]
-            if hasattr(encoder, "loc"):
-                encoder.loc.fill_(f.loc)
-                encoder.scale.fill_(f.scale)
+            if hasattr(encoder, "loc"):  # a MapEncoder (a TableEncoder has no loc/scale)
+                cast(MapEncoder, encoder).loc.fill_(f.loc)
+                cast(MapEncoder, encoder).scale.fill_(f.scale)
             if f.name in self.readouts:
-                self.readouts[f.name].loc, self.readouts[f.name].scale = f.loc, f.scale
+                readout = cast(ValueReadout, self.readouts[f.name])
+                readout.loc, readout.scale = f.loc, f.scale
         return self
 
     # -- encode -----------------------------------------------------------------------------
@@ -233,7 +241,8 @@ class EFA(ConditionalModel):
         (``True``: every value of the field, whose encoder then need not run)."""
         parts = []
         for f in self.fields:
-            h, enc, x = hidden.get(f.name), self.encoders[f.name], data.fields[f.name]
+            enc = cast("MapEncoder | TableEncoder", self.encoders[f.name])
+            h, x = hidden.get(f.name), data.fields[f.name]
             parts.append(enc.masked(x.shape[:2]) if h is True else enc(x, h))
         x = self.mix(torch.cat(parts, dim=-1))
         if self.max_len is not None:
@@ -244,7 +253,7 @@ class EFA(ConditionalModel):
         """Masks of the tokens that predict ``target`` (None: the unmasked content tokens).
         Missing values are always hidden; predicting target field k hides fields k, k+1, ...
         at every position (``True``: the query stream uses only the asked positions)."""
-        hidden = {name: ~m for name, m in data.observed.items()}
+        hidden: dict[str, Tensor | bool] = {name: ~m for name, m in data.observed.items()}
         if target is None:
             return hidden
         names = [f.name for f in self.target_fields]
@@ -268,7 +277,8 @@ class EFA(ConditionalModel):
 
     # -- attend + read out ------------------------------------------------------------------
     def states(self, data: Sequences, target: str, at: Tensor, want_weights: bool = False,
-               head=None, content: Tensor | None = None, stream: list | None = None):
+               head: Callable[[Tensor], Tensor] | None = None, content: Tensor | None = None,
+               stream: list[Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
         """The last layer's state [P, d] that predicts ``target`` at each asked position of
         ``at`` [B, I] (``head(state)`` if given), and the masked queries' attention rows
         [L, P, H, I] if ``want_weights``. ``content``: the unmasked tokens, if already encoded;
@@ -283,7 +293,7 @@ class EFA(ConditionalModel):
                 and not want_weights and strategies.sparse(at):
             name = "copies"  # exact too, and cheaper for so few positions
         run = strategies.STRATEGIES[name]
-        kw = {} if head is None else {"head": head}
+        kw: dict[str, Any] = {} if head is None else {"head": head}
         if name == "two_stream" and stream is not None:
             kw["stream"] = stream
         return run(self.blocks, content, query, self.allowed(data), at, want_weights,
@@ -292,17 +302,19 @@ class EFA(ConditionalModel):
     def penalty(self) -> Tensor | None:
         """(bag_l2 / 2)·‖U‖² of every ``Category(bag=True)`` field with a prior on U."""
         terms = [0.5 * f.bag_l2 * f.bag_table(self.bags[f.name]).pow(2).sum()
-                 for f in self.target_fields if getattr(f, "bag", False) and f.bag_l2 > 0]
-        return sum(terms) if terms else None
+                 for f in cast("list[Category]", self.target_fields)  # bag: a Category
+                 if getattr(f, "bag", False) and f.bag_l2 > 0]
+        return cast(Tensor, sum(terms)) if terms else None
 
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        stream: list[Tensor]
         content, stream = self.encode(data, self.hidden_for(data, None)), []
         out = {}
         for name, m in at.items():
             eta, _ = self.states(data, self.target(name).name, m, head=self.readouts[name],
                                  content=content, stream=stream)
             if hasattr(self, "bags") and name in self.bags:
-                table = self.field(name).bag_table(self.bags[name])
+                table = cast(Category, self.field(name)).bag_table(self.bags[name])
                 eta = eta + context_bag(data, name, table, self.direction, m)
             out[name] = self.restrict(name, data, m, eta)
         return out
@@ -319,14 +331,15 @@ class EFA(ConditionalModel):
             return super().log_probs_at(data, at, base_measure)
         out = super().log_probs_at(data, {k: v for k, v in at.items() if k not in large},
                                    base_measure) if len(large) < len(at) else {}
+        stream: list[Tensor]
         content, stream = self.encode(data, self.hidden_for(data, None)), []
         for name in large:
-            f, m = self.field(name), at[name]
+            f, m = cast(Category, self.field(name)), at[name]
             if f.bag:
                 raise ValueError(f"field {name!r} has bag=True, which needs the dense logits: "
                                  "train it without sampled_softmax")
             h, _ = self.states(data, name, m, content=content, stream=stream)
-            net = self.readouts[name].net
+            net = cast(LinearReadout, self.readouts[name]).net
             y = data.fields[name][m]
             excluded = context_pairs(data, name, self.direction, m) if f.distinct else None
             if sampling is not None:
@@ -349,6 +362,7 @@ class EFA(ConditionalModel):
         data, at = self._here(data, at)
         at = data.valid() if at is None else at & data.valid()
         _, rows = self.states(data, f.name, at, want_weights=True)
+        rows = cast(Tensor, rows)  # want_weights: never None
         b_idx, i_idx = at.nonzero(as_tuple=True)
         num_layers, _, heads, n = rows.shape
         full = rows.new_zeros(num_layers, at.shape[0], heads, n, n)
@@ -392,17 +406,21 @@ class EFA(ConditionalModel):
         return self
 
 
-def _copy_module(dst: nn.Module, src: nn.Module, where: str, skip: nn.Module | None = None):
+def _copy_module(dst: nn.Module, src: nn.Module, where: str,
+                 skip: nn.Module | None = None) -> None:
     """Copy ``src``'s parameters and buffers into ``dst`` (same structure), except ``skip``;
     a ModuleDict copies only the keys ``src`` has."""
     if isinstance(src, nn.ModuleDict):
+        peer = cast(nn.ModuleDict, dst)  # the same structure
         for key, m in src.items():
-            if key not in dst:
+            if key not in peer:
                 raise ValueError(f"{where}.{key} has no counterpart in this model")
-            _copy_module(dst[key], m, f"{where}.{key}", skip)
+            _copy_module(peer[key], m, f"{where}.{key}", skip)
         return
     if src is skip or dst is skip:
         return
+    ps: dict[str, Tensor]
+    pd: dict[str, Tensor]
     ps, pd = dict(src.named_parameters(recurse=False)), dict(dst.named_parameters(recurse=False))
     ps.update(src.named_buffers(recurse=False))
     pd.update(dst.named_buffers(recurse=False))

@@ -25,7 +25,9 @@ D = W^ℓ Pᵀ (:func:`reparameterise`). The sum over j includes the [MASK] slot
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +36,10 @@ from efa.conditional import ConditionalModel
 from efa.data import Sequences
 from efa.fields import Category
 from efa.model import EFA, EFAConfig
+
+if TYPE_CHECKING:  # for annotations only
+    from efa.attention import Block
+    from efa.encoders import LinearReadout, TableEncoder
 
 
 def appendix_b(vocab_size: int, seq_len: int, dim: int, num_heads: int = 1,
@@ -69,13 +75,13 @@ class Reparam:
     @property
     def g(self) -> Tensor:
         """g = W^ℓ c_[MASK] [V] (plus the read-out bias, if any)."""
-        g = self.W_l @ self.C[-1]
+        g = self.W_l @ cast(Tensor, self.C)[-1]
         return g if self.b is None else g + self.b
 
     @property
     def D(self) -> Tensor:
         """D = W^ℓ Pᵀ [V, S]."""
-        return self.W_l @ self.P.T
+        return self.W_l @ cast(Tensor, self.P).T
 
 
 def _check_linear(model: EFA, layers: int | None = 1) -> None:
@@ -88,11 +94,11 @@ def _check_linear(model: EFA, layers: int | None = 1) -> None:
             f"(EFAConfig(block='residual_linear', bias=False)); got block={cfg.block!r}, "
             f"bias={cfg.bias}, attention={cfg.attention!r}"
         )
-    if not isinstance(model.blocks[0].attn.o, nn.Linear):
+    if not isinstance(cast("Block", model.blocks[0]).attn.o, nn.Linear):
         raise ValueError("the map needs out_proj=True (W^O)")
 
 
-def _layer(block, W_read: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
+def _layer(block: Block, W_read: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
     """(W^KQ [H, p, p], W^LOV [H, V, p], W^ℓ [V, p], scale) of one residual_linear block read out
     by ``W_read`` [V, p]."""
     attn = block.attn
@@ -101,7 +107,8 @@ def _layer(block, W_read: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
     Wq = attn.q.weight.view(h, d, p)
     Wk = attn.k.weight.view(h, d, p)
     Wv = attn.v.weight.view(h, d, p)
-    Wo = attn.o.weight.view(p, h, d).transpose(0, 1)  # [H, p, d]: W^O_hᵀ in the paper's terms
+    o = cast(nn.Linear, attn.o)  # out_proj=True (_check_linear)
+    Wo = o.weight.view(p, h, d).transpose(0, 1)  # [H, p, d]: W^O_hᵀ in the paper's terms
     W_l = W_read + W_read @ block.lin.weight  # W'' (I + W')
     W_KQ = Wk.transpose(1, 2) @ Wq
     W_LOV = W_l @ (Wo @ Wv)  # [H, V, p]
@@ -114,11 +121,11 @@ def reparameterise(model: EFA, target: str | None = None) -> Reparam:
     Differentiable: the result is a function of the model's parameters."""
     _check_linear(model)
     f = model.target(target)
-    read = model.readouts[f.name].net
-    W_KQ, W_LOV, W_l, scale = _layer(model.blocks[0], read.weight)
+    read = cast("LinearReadout", model.readouts[f.name]).net
+    W_KQ, W_LOV, W_l, scale = _layer(cast("Block", model.blocks[0]), read.weight)
     C = P = None
     if len(model.fields) == 1 and isinstance(model.fields[0], Category):
-        C = model.encoders[model.fields[0].name].table.weight
+        C = cast("TableEncoder", model.encoders[model.fields[0].name]).table.weight
         P = model.pos.weight if model.max_len is not None else None
     return Reparam(W_KQ, W_LOV, W_l, scale, C, P, read.bias)
 
@@ -146,7 +153,8 @@ def gates_and_experts(rep: Reparam, tokens: Tensor, query: Tensor, allowed: Tens
     return pi, f
 
 
-def mixture(model: EFA, data: Sequences, target: str | None = None, experts: bool = True):
+def mixture(model: EFA, data: Sequences, target: str | None = None,
+            experts: bool = True) -> tuple[Tensor, Tensor | None]:
     """Gates π [B, M, H, J] and expert logits f [B, M, H, J, V] of the masked copies of every
     position m of a one-layer ``residual_linear`` model (``Σ_{h,j} π f`` is its logits at m).
     Padding: gates of padded keys are 0; rows of padded m are meaningless."""
@@ -186,8 +194,8 @@ def two_layer_terms(model: EFA, data: Sequences, target: str | None = None) -> d
     query = model.encode(data, model.hidden_for(data, f.name))
     X = copy_tokens(content, query)  # [B, M, J, p]
     valid = data.valid()
-    b1, b2 = model.blocks
-    W_read = model.readouts[f.name].net.weight
+    b1, b2 = cast("Sequence[Block]", model.blocks)
+    W_read = cast("LinearReadout", model.readouts[f.name]).net.weight
     p = X.shape[-1]
     T = torch.eye(p, dtype=X.dtype) + b1.lin.weight
     L = W_read + W_read @ b2.lin.weight
@@ -220,7 +228,7 @@ def two_layer_terms(model: EFA, data: Sequences, target: str | None = None) -> d
         "layer2": torch.einsum("bmhi,vp,hpq,qr,bmir->bmv", A2, L, M2, T, X),
         "path": torch.einsum("bmhi,bmgij,vp,hpq,qr,grs,bmjs->bmv", A2, A1, L, M2, T, M1, X),
     }
-    bias = model.readouts[f.name].net.bias
+    bias = cast("LinearReadout", model.readouts[f.name]).net.bias
     if bias is not None:  # a read-out bias is a constant expert
         terms["self"] = terms["self"] + bias
     terms["A1"], terms["A2"] = A1, A2
@@ -240,6 +248,7 @@ class CBOWMoE(ConditionalModel):
                  source: EFA | None = None):
         super().__init__()
         self.direction = "bidirectional"
+        self._source: list[EFA] | None
         if source is not None:
             _check_linear(source)
             if len(source.fields) != 1 or not isinstance(source.fields[0], Category):
@@ -272,10 +281,12 @@ class CBOWMoE(ConditionalModel):
         """(C, P, W^KQ, W^LOV, g, D, scale)."""
         if self.source is not None:
             r = reparameterise(self.source)
-            return r.C, r.P, r.W_KQ, r.W_LOV, r.g, r.D, r.scale
+            C, P = cast(Tensor, r.C), cast(Tensor, r.P)  # one Category field, positions
+            return C, P, r.W_KQ, r.W_LOV, r.g, r.D, r.scale
         return self.C, self.P, self.W_KQ, self.W_LOV, self.g, self.D, self.scale
 
-    def gates_and_experts(self, data: Sequences, experts: bool = True):
+    def gates_and_experts(self, data: Sequences,
+                          experts: bool = True) -> tuple[Tensor, Tensor | None]:
         """π [B, M, H, J] and f [B, M, H, J, V] for every masked position m."""
         self.check(data)
         C, P, W_KQ, W_LOV, g, D, scale = self.parts()
@@ -299,4 +310,4 @@ class CBOWMoE(ConditionalModel):
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
         pi, f = self.gates_and_experts(data)
-        return {self.fields[0].name: moe_logits(pi, f)}
+        return {self.fields[0].name: moe_logits(pi, cast(Tensor, f))}  # experts=True

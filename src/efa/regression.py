@@ -23,6 +23,8 @@ are reported by the experiment.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol, cast
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -31,6 +33,15 @@ from efa.data import Sequences
 from efa.families import HeteroscedasticGaussian
 from efa.fields import Attribute, Category, Value
 from efa.model import EFA, EFAConfig
+
+if TYPE_CHECKING:  # for annotations only
+    import pandas as pd
+
+    from efa.attention import Block
+    from efa.conditional import ConditionalModel
+
+    class _Predictive(Protocol):
+        def predictive(self, data: Sequences) -> tuple[Tensor, Tensor]: ...
 
 MIN_SCALE = 0.01  # σ floor, standardised units (× the y scale in the data's units)
 
@@ -54,11 +65,12 @@ def _channels(channels) -> tuple[int, tuple | None]:
     return len(labels), labels
 
 
-def channel_labels(model) -> list | None:
+def channel_labels(model: ConditionalModel) -> list | None:
     """The channel labels a model was built with (None: it knows only their number)."""
     for f in model.fields:
-        if f.name == "channel" and getattr(f, "labels", None) is not None:
-            return list(f.labels)
+        labels = getattr(f, "labels", None)
+        if f.name == "channel" and labels is not None:
+            return list(labels)
     return None
 
 
@@ -155,7 +167,7 @@ def gp_attention(train: Sequences, channels: int | list = 2, channel_dim: int = 
                           block="concat", bias=False, out_proj=False, attend_self=False,
                           meta={"model": "gp-attention"}))
     with torch.no_grad():  # start from W^Q = W^K = I: the kernel on (x, channel) itself
-        attn = model.blocks[0].attn
+        attn = cast("Block", model.blocks[0]).attn
         attn.q.weight.copy_(torch.eye(head))
         attn.k.weight.copy_(torch.eye(head))
     return model
@@ -167,18 +179,19 @@ def gaussian_mean_sd(eta: Tensor) -> tuple[Tensor, Tensor]:
     return eta[..., 0] / (-2 * eta[..., 1]), torch.rsqrt(-2 * eta[..., 1])
 
 
-def causal_predictive(model, data: Sequences) -> tuple[Tensor, Tensor]:
+def causal_predictive(model: ConditionalModel, data: Sequences) -> tuple[Tensor, Tensor]:
     """(mean, sd) [B, I] float64 of y_i given the points before it, at every real position
     (NaN at padding), for an efa model or any peer with a ``predictive`` method."""
     if hasattr(model, "predictive"):
-        return model.predictive(data)
+        return cast("_Predictive", model).predictive(data)
     model.eval()
     with torch.no_grad():
         eta = model.natural_params(data)["y"]
     return gaussian_mean_sd(eta)
 
 
-def frame_to_sequences(frame, function: str, x: str, y: str, channel: str | None = None,
+def frame_to_sequences(frame: pd.DataFrame, function: str, x: str, y: str,
+                       channel: str | None = None,
                        channels: list | None = None) -> tuple[Sequences, list]:
     """One sequence per function id from a long table, its rows in table order (shuffle the
     rows first for the note's random order). Returns (sequences, channel labels): channel
@@ -276,8 +289,9 @@ def predict(model: EFA, context: Sequences, targets: Sequences) -> tuple[Tensor,
     return mean.masked_fill(pad, float("nan")), sd.masked_fill(pad, float("nan"))
 
 
-def predict_frame(model: EFA, context, targets, function: str, x: str, y: str,
-                  channel: str | None = None, channels: list | None = None):
+def predict_frame(model: EFA, context: pd.DataFrame, targets: pd.DataFrame, function: str,
+                  x: str, y: str, channel: str | None = None,
+                  channels: list | None = None) -> pd.DataFrame:
     """A copy of ``targets`` (rows (function, x[, channel])) with columns ``mean`` and ``sd``:
     the predictive of y at each target row given every row of the same function in
     ``context`` (a table like the training one, with y). A target function without context

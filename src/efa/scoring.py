@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Iterable, Iterator
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -14,13 +16,14 @@ from efa.conditional import ConditionalModel
 from efa.data import Sequences
 
 
-def check_int(name, v, low):
+def check_int(name: str, v: object, low: int | None) -> None:
     if isinstance(v, bool) or not isinstance(v, int | np.integer) or (low is not None and v < low):
         bound = f" >= {low}" if low is not None else ""
         raise ValueError(f"{name} must be an integer{bound}, got {v!r}")
 
 
-def in_batches(data: Sequences, batch_size: int, device: torch.device | None = None):
+def in_batches(data: Sequences, batch_size: int,
+               device: torch.device | None = None) -> Iterator[tuple[torch.Tensor, Sequences]]:
     check_int("batch_size", batch_size, 1)
     for start in range(0, len(data), batch_size):
         idx = torch.arange(start, min(start + batch_size, len(data)))
@@ -29,7 +32,7 @@ def in_batches(data: Sequences, batch_size: int, device: torch.device | None = N
 
 
 @contextlib.contextmanager
-def scoring_mode(model: ConditionalModel, data: Sequences):
+def scoring_mode(model: ConditionalModel, data: Sequences) -> Iterator[None]:
     """Check ``data`` against the model and score in eval mode; the model's training mode is
     restored afterwards, also when scoring raises."""
     model.check(data)
@@ -90,7 +93,7 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
     return out
 
 
-def check_targets(model: ConditionalModel, names) -> None:
+def check_targets(model: ConditionalModel, names: Iterable[str]) -> None:
     targets = [f.name for f in model.target_fields]
     unknown = [n for n in names if n not in targets]
     if unknown:
@@ -98,7 +101,8 @@ def check_targets(model: ConditionalModel, names) -> None:
                          f"are {targets}")
 
 
-def raise_non_finite(model, batch: Sequences, idx: torch.Tensor, where: str, extra: str = ""):
+def raise_non_finite(model: ConditionalModel, batch: Sequences, idx: torch.Tensor, where: str,
+                     extra: str = "") -> NoReturn:
     """Find the first position whose log-likelihood is not finite and say where it is."""
     with torch.no_grad():
         lps = model.log_likelihoods(batch)
@@ -118,7 +122,8 @@ def raise_non_finite(model, batch: Sequences, idx: torch.Tensor, where: str, ext
 
 
 @torch.no_grad()
-def predictions(model: ConditionalModel, data: Sequences, name: str, batch_size: int = 1024):
+def predictions(model: ConditionalModel, data: Sequences, name: str,
+                batch_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
     """(observed y, predicted mean E[y | context]) at every predicted position of ``name``."""
     f = model.target(name)
     ys, means = [], []

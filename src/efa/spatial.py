@@ -17,6 +17,8 @@ The peers live in :mod:`efa.baselines` (``KNNFM``, ``Climatology``, ``GaussianCo
 from __future__ import annotations
 
 import warnings
+from collections.abc import Hashable, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,14 +56,14 @@ def frame_to_sequences(
     lon: str,
     value: str,
     lags: int = 0,
-    step=None,
+    step: pd.Timedelta | np.timedelta64 | float | None = None,
     target: str | None = None,
     name: str = "value",
     layout: str = "tokens",
-    sites=None,
+    sites: Iterable[Hashable] | None = None,
     return_index: bool = False,
     missing: float | None = None,
-):
+) -> Sequences | tuple[Sequences, pd.Index, pd.Index]:
     """A long table with one row per (site, time) → one :class:`Sequences` row per time.
 
     ``missing``: a sentinel that marks a missing value in ``value`` (e.g. -99 in the Kaggle
@@ -137,23 +139,23 @@ def frame_to_sequences(
     if np.isinf(values).any():
         raise ValueError(f"column {value!r} has infinite values")
 
-    sites = pd.Index(sorted(df[site].unique()) if sites is None else list(sites))
-    if sites.has_duplicates:
-        raise ValueError(f"sites must be distinct, got {list(sites[sites.duplicated()])[:5]} "
+    order = pd.Index(sorted(df[site].unique()) if sites is None else list(sites))
+    if order.has_duplicates:
+        raise ValueError(f"sites must be distinct, got {list(order[order.duplicated()])[:5]} "
                          "more than once")
-    unknown = set(df[site].unique()) - set(sites)
+    unknown = set(df[site].unique()) - set(order)
     if unknown:
         raise ValueError(f"sites not in `sites`: {sorted(unknown)[:5]}")
-    coords = places.reindex(sites)
+    coords = places.reindex(order)
     if coords.isna().any().any():
-        missing = list(coords.index[coords.isna().any(axis=1)])[:5]
-        raise ValueError(f"no rows (hence no coordinates) for sites {missing}")
+        absent = list(coords.index[coords.isna().any(axis=1)])[:5]
+        raise ValueError(f"no rows (hence no coordinates) for sites {absent}")
     latlon = np.stack([coords[(lat, "min")], coords[(lon, "min")]], axis=1)
 
     wide = pd.DataFrame({"s": df[site], "t": df[time], "v": values}).pivot(
         index="t", columns="s", values="v"
     )
-    wide = wide.reindex(columns=sites)
+    wide = wide.reindex(columns=order)
     times = df.loc[df[target].astype(bool), time] if target else df[time]
     times = pd.Index(sorted(times.unique()))
     dated = pd.api.types.is_datetime64_any_dtype(times)
@@ -163,7 +165,7 @@ def frame_to_sequences(
         raise ValueError(f"step {step!r} does not fit column {time!r} of {times.dtype}: "
                          "datetime times take a pd.Timedelta step, numeric times a number")
     blocks = [wide.reindex(times - lag * step).to_numpy() for lag in range(lags + 1)]
-    n, s = len(times), len(sites)
+    n, s = len(times), len(order)
     if layout == "fields":
         names = [name] + [f"{name}_lag{lag}" for lag in range(1, lags + 1)]
         latlon_tokens, lag_ids = latlon, None
@@ -185,7 +187,7 @@ def frame_to_sequences(
         fields[LAG] = lag_ids.expand(n, -1).contiguous()
         scored = (lag_ids == 0).expand(n, -1).contiguous()
     data = Sequences(fields, torch.full((n,), width), observed=observed, scored=scored)
-    return (data, sites, times) if return_index else data
+    return (data, order, times) if return_index else data
 
 
 def site_means(train: Sequences, name: str = "value") -> Tensor:
@@ -262,7 +264,7 @@ def spatial_efa(
     name: str = "value",
     sigma: float = 1.0,
     dim: int = 32,
-    **config,
+    **config: Any,
 ) -> EFA:
     """The paper's spatial EFA (App. H.4), standardised on ``train``.
 
@@ -295,7 +297,7 @@ def spatial_efa(
             )
     if LAG in train.fields:  # the "tokens" layout: which day a token is from
         fields.append(Category(LAG, int(train.fields[LAG].max()) + 1, target=False, dim=dim))
-    cfg = dict(
+    cfg: dict[str, Any] = dict(
         num_layers=num_layers,
         num_heads=2,
         head_dim=16,
@@ -311,7 +313,7 @@ def spatial_efa(
     return EFA(EFAConfig(fields, **cfg))
 
 
-def knn_fm(train: Sequences, k: int, name: str = "value", **kw) -> KNNFM:
+def knn_fm(train: Sequences, k: int, name: str = "value", **kw: Any) -> KNNFM:
     """The temperature experiment's k-NN FM (``efa.baselines.KNNFM``), standardised on
     ``train`` like :func:`spatial_efa`."""
     c_loc, c_scale, y_loc, y_scale = _moments(train, name)

@@ -5,16 +5,21 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from efa.model import EFA, EFAConfig
 
+if TYPE_CHECKING:  # for annotations only
+    from efa.train import History
+
 FORMAT_VERSION = 1
 FILES = ("config.json", "model.safetensors")
 
 
-def save(model: EFA, path: str | Path, overwrite: bool = False, history=None) -> Path:
+def save(model: EFA, path: str | Path, overwrite: bool = False,
+         history: History | None = None) -> Path:
     """Write ``path/config.json`` and ``path/model.safetensors``.
 
     Refuses to replace anything already there (a model, or any other ``config.json``) unless

@@ -21,17 +21,20 @@ pays to every position in its copy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def _identity(h: Tensor) -> Tensor:
     return h
 
 
-def two_stream(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
-               want_weights: bool = False, chunk: int | None = None, head=_identity,
-               stream: list | None = None):
+def two_stream(blocks: nn.ModuleList, content: Tensor, query: Tensor, allowed: Tensor,
+               at: Tensor, want_weights: bool = False, chunk: int | None = None,
+               head: Callable[[Tensor], Tensor] = _identity,
+               stream: list[Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
     """``stream``: a list shared by the calls for several target fields of one batch. The
     content stream does not depend on the target, so each layer's content states are computed
     by the first call and reused by the others (the list holds the input of every layer)."""
@@ -57,8 +60,9 @@ def two_stream(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tens
     return out, (torch.stack(weights) if want_weights else None)
 
 
-def copies(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
-           want_weights: bool = False, chunk: int = 4096, head=_identity):
+def copies(blocks: nn.ModuleList, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
+           want_weights: bool = False, chunk: int = 4096,
+           head: Callable[[Tensor], Tensor] = _identity) -> tuple[Tensor, Tensor | None]:
     if len(blocks) == 1 and own_is_copy(blocks[0]) and _dense(at):
         return _own_form_copies(blocks[0], content, query, allowed, at, want_weights, chunk, head)
     b_idx, i_idx = at.nonzero(as_tuple=True)
@@ -86,7 +90,7 @@ def copies(blocks, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
     return out, (torch.cat(weights, dim=1) if want_weights else None)
 
 
-def own_is_copy(block) -> bool:
+def own_is_copy(block: nn.Module) -> bool:
     """Whether ``block``'s kernel declares that its two-stream ("own") form computes the masked
     copy exactly although it is not row-local: kernel ridge (CME) attention, whose copy i has
     the content's key set with key i replaced, a block update of one factorisation per

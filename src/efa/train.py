@@ -14,9 +14,11 @@ import random
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,7 +44,8 @@ _CONTEXT: ContextVar[_Context | None] = ContextVar("efa_fit_context", default=No
 
 
 @contextlib.contextmanager
-def fit_context(device: str | None = None, checkpoints: str | Path | None = None):
+def fit_context(device: str | None = None,
+                checkpoints: str | Path | None = None) -> Iterator[None]:
     """Within the block, every ``fit`` without a device of its own trains on ``device``, and
     every fit without a ``checkpoint_dir`` of its own checkpoints to ``checkpoints/fitK`` (the
     K-th fit of the block), so that a killed job resumes its fits mid-way. `efa reproduce` runs
@@ -212,7 +215,7 @@ def fit(
     train: Sequences,
     val: Sequences | None = None,
     config: TrainConfig | None = None,
-    **overrides,
+    **overrides: Any,
 ) -> History:
     """Maximise the (pseudo) log-likelihood of ``train``; stop early on ``val``.
 
@@ -277,7 +280,7 @@ def fit(
         torch.set_num_threads(threads)
 
 
-def check_device(device) -> None:
+def check_device(device: str | torch.device) -> None:
     d = torch.device(device)
     if d.type == "cpu":
         return
@@ -444,7 +447,8 @@ def _step(model, opt, sched, loss: torch.Tensor, grad_clip: float | None) -> Non
         sched.step()
 
 
-def sample_positions(batch: Sequences, m: int, gen: torch.Generator):
+def sample_positions(batch: Sequences, m: int,
+                     gen: torch.Generator) -> tuple[Sequences, torch.Tensor]:
     """Keep m scored positions per sequence, uniformly at random (all when fewer), and the
     weights n_b / m_b that make the sum of the kept terms an unbiased estimate of the sum of
     all of them."""

@@ -17,9 +17,15 @@ The ``distinct`` support restriction works at that size too: the excluded items 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:  # for annotations only
+    from efa.conditional import ConditionalModel
+    from efa.data import Sequences
+    from efa.fields import Category
 
 
 @dataclass(frozen=True)
@@ -128,14 +134,14 @@ def sampled_log_prob(h: Tensor, weight: Tensor, bias: Tensor | None, y: Tensor, 
     return z_pos - lse
 
 
-def proposals(model, train, kind: str) -> dict[str, torch.Tensor]:
+def proposals(model: ConditionalModel, train: Sequences, kind: str) -> dict[str, torch.Tensor]:
     """log Q per category target of ``model``: the frequencies in the training sequences
     ``train`` (add-one) or uniform; the sampled softmax draws its negatives from them."""
     out = {}
     for f in model.target_fields:
         if f.kind != "category":
             continue
-        k = f.num_categories
+        k = cast("Category", f).num_categories
         if kind == "uniform":
             q = torch.full((k,), 1.0 / k, dtype=torch.float64)
         else:

@@ -9,6 +9,8 @@ Zhang et al.'s generalisation-gap comparison (experiments/cme/exchangeability.py
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -51,7 +53,7 @@ class FlatMLP(ConditionalModel):
         b, i = at[self.target_name].nonzero(as_tuple=True)
         others = torch.stack([torch.cat([torch.arange(p), torch.arange(p + 1, self.length)])
                               for p in range(self.length)])[i]  # [P, L−1]
-        dtype = self.net[0].weight.dtype
+        dtype = cast(nn.Linear, self.net[0]).weight.dtype
         parts, own = [], []
         for f in self.fields:
             x = data.fields[f.name].to(dtype)

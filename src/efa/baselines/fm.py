@@ -19,6 +19,8 @@ the reference's unidirectional categorical FM does through its always-present [M
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -115,6 +117,7 @@ class ValueFM(ConditionalModel):
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
         item, value = self.fields
+        value = cast(Value, value)
         x = data.fields[item.name]
         y = data.fields[value.name]
         valid = data.valid() & data.observed.get(value.name, data.valid())
@@ -155,6 +158,9 @@ class KNNFM(ConditionalModel):
     uses the defaults (standardised, sum) and says so.
     """
 
+    c_loc: Tensor  # buffers, declared for the type checker
+    c_scale: Tensor
+
     def __init__(
         self,
         coords: Attribute,
@@ -179,6 +185,7 @@ class KNNFM(ConditionalModel):
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
         coords_f, value = self.fields
+        value = cast(Value, value)
         tau = data.fields[coords_f.name]
         available = data.valid() & data.observed.get(value.name, data.valid())
         y = data.fields[value.name]

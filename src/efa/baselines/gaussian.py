@@ -9,6 +9,8 @@ step, the same sites in every sequence): the statistician's peers of spatial EFA
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from efa.data import Sequences
@@ -107,7 +109,7 @@ SHRINKAGE_GRID = (0.0, 0.001, 0.003, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.
 
 
 def select_shrinkage(
-    train: Sequences, val: Sequences, name: str, grid=SHRINKAGE_GRID
+    train: Sequences, val: Sequences, name: str, grid: Iterable[float] = SHRINKAGE_GRID
 ) -> tuple[GaussianConditional, dict[float, float]]:
     """Fit on ``train`` and pick α on the validation MSE; returns (model, {α: val MSE})."""
     model = GaussianConditional().fit(train, name)

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -32,9 +34,21 @@ from efa.conditional import ConditionalModel, context_pairs, refuse_sampling
 from efa.data import Sequences
 from efa.fields import Category, Value
 
+if TYPE_CHECKING:  # for annotations only
+    from efa.vocab import Sampling
+
+    class _Convex(Protocol):
+        """What the convex fitting reads of a GLM (``ContextLogit``, ``RatingGLM``)."""
+
+        def penalised(self) -> dict[str, list[Tensor]]: ...
+
+        def objective(self, data: Sequences) -> Callable[[], Tensor]: ...
+
 
 class Unigram(ConditionalModel):
     """Context-free frequencies; ``Unigram.from_data`` is the (smoothed) maximum likelihood."""
+
+    log_probs: Tensor  # a buffer, declared for the type checker
 
     def __init__(self, field: Category, counts: Tensor, smoothing: float = 1.0,
                  direction: str = "bidirectional"):
@@ -51,16 +65,16 @@ class Unigram(ConditionalModel):
         return cls(field, counts, smoothing, direction)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
-        f = self.fields[0]
+        f = cast(Category, self.fields[0])
         shape = (*data.fields[f.name].shape, f.num_categories)
         return {f.name: self.log_probs.expand(shape)}
 
     def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
-                     sampling=None) -> dict[str, Tensor]:
+                     sampling: Sampling | None = None) -> dict[str, Tensor]:
         """log p(y) without [positions × D] logits (any vocabulary size): the frequency, and
         with ``distinct`` the renormalisation over the items not in the context."""
         refuse_sampling(self, sampling)
-        f = self.fields[0]
+        f = cast(Category, self.fields[0])
         m = at[f.name]
         lp = self.log_probs[data.fields[f.name][m]]
         if f.distinct:
@@ -127,12 +141,12 @@ class ContextLogit(ConditionalModel):
     def penalised(self) -> dict[str, list[Tensor]]:
         return {"weights": [self.weight.weight], "design": self.design.penalised()}
 
-    def objective(self, data: Sequences):
+    def objective(self, data: Sequences) -> Callable[[], Tensor]:
         """``loss(data)`` as a function of the current weights, with the design (context counts
         at the scored positions, their position / length group, the distinct support) built
         once: what the full-batch solver evaluates thousands of times. The loss and its
         gradient come from :class:`_ChunkedSoftmaxNLL`."""
-        f = self.fields[0]
+        f = cast(Category, self.fields[0])
         at = data.predicted(f.name)
         present = data.valid() & data.observed.get(f.name, data.valid())
         x = torch.where(present, data.fields[f.name], 0)
@@ -236,6 +250,7 @@ class RatingGLM(ConditionalModel):
     def bag(self, data: Sequences) -> Tensor:
         """[B, I, items × values]: the context's (item, value) pairs as fractions."""
         item, value = self.fields
+        item = cast(Category, item)
         x = data.fields[item.name]
         valid = data.valid() & data.observed.get(value.name, data.valid())
         y = torch.where(valid, data.fields[value.name], 0).long()
@@ -245,15 +260,17 @@ class RatingGLM(ConditionalModel):
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
         item, value = self.fields
+        value = cast(Value, value)
         z = self.item_effect(data.fields[item.name])
         if self.context:
             z = z + self.weight(self.bag(data)) + self.design(data)
         return {value.name: value.family.link(z)}
 
-    def objective(self, data: Sequences):
+    def objective(self, data: Sequences) -> Callable[[], Tensor]:
         """``loss(data)`` as a function of the weights, the design built once (see
         ``ContextLogit.objective``)."""
         item, value = self.fields
+        value = cast(Value, value)
         at = data.predicted(value.name)
         x, y = data.fields[item.name][at], data.fields[value.name][at]
         bag = self.bag(data)[at] if self.context else None
@@ -290,9 +307,11 @@ class ConvexFit:
     converged: bool
 
 
-def penalty(model: ConditionalModel, l2: float, design_ratio: float = 1.0) -> Tensor:
-    """(l2 / 2)·(‖weights‖² + design_ratio·‖design effects‖²) of ``model.penalised()``."""
-    groups = model.penalised()
+def penalty(model: ConditionalModel, l2: float, design_ratio: float = 1.0) -> Tensor | float:
+    """(l2 / 2)·(‖weights‖² + design_ratio·‖design effects‖²) of ``model.penalised()`` (the
+    number 0.0 when nothing is penalised)."""
+    groups = cast("_Convex", model).penalised()
+    total: Tensor | float
     total = sum(p.pow(2).sum() for p in groups.get("weights", []))
     total = total + design_ratio * sum(p.pow(2).sum() for p in groups.get("design", []))
     return 0.5 * l2 * total
@@ -305,7 +324,8 @@ def fit_convex(model: ConditionalModel, train: Sequences, l2: float, design_rati
     ``tol``. The model is left in float64."""
     model.double()
     model.check(train)
-    nll = model.objective(train) if hasattr(model, "objective") else lambda: model.loss(train)
+    nll = (cast("_Convex", model).objective(train) if hasattr(model, "objective")
+           else lambda: model.loss(train))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, history_size=50,
                             tolerance_grad=tol, tolerance_change=1e-14,
@@ -319,7 +339,7 @@ def fit_convex(model: ConditionalModel, train: Sequences, l2: float, design_rati
 
     opt.step(objective)
     loss = float(objective().detach())
-    grad = max(float(p.grad.abs().max()) for p in params)
+    grad = max(float(cast(Tensor, p.grad).abs().max()) for p in params)
     iterations = opt.state[opt._params[0]].get("n_iter", 0)
     return ConvexFit(l2, design_ratio, iterations, grad, loss, grad <= tol * 10)
 
@@ -328,8 +348,9 @@ L2_GRID = (1e-1, 3e-2, 1e-2, 3e-3, 1e-3, 3e-4, 1e-4, 3e-5, 1e-5, 1e-6)
 DESIGN_RATIOS = (1.0, 0.1, 0.01)
 
 
-def select_l2(model: ConditionalModel, train: Sequences, val: Sequences, grid=L2_GRID,
-              design_ratios=DESIGN_RATIOS) -> tuple[ConditionalModel, dict]:
+def select_l2(model: ConditionalModel, train: Sequences, val: Sequences,
+              grid: Sequence[float] = L2_GRID,
+              design_ratios: Sequence[float] = DESIGN_RATIOS) -> tuple[ConditionalModel, dict]:
     """Pick the L2 penalty on validation: for each ratio of the design effects' penalty to the
     weights' (position and length effects may need less shrinkage than the weights), walk the
     penalty path from strong to weak, each fit warm-started from the previous one, until the
@@ -338,8 +359,9 @@ def select_l2(model: ConditionalModel, train: Sequences, val: Sequences, grid=L2
     from efa.scoring import evaluate
 
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    fits: list[dict[str, Any]]
     best, curve, fits = None, {}, []
-    groups = model.penalised()
+    groups = cast("_Convex", model).penalised()
     if not groups:
         grid, design_ratios = (0.0,), (1.0,)
     elif not groups.get("design"):

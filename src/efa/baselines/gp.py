@@ -21,6 +21,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -28,6 +30,9 @@ from torch import Tensor
 from efa.conditional import ConditionalModel
 from efa.data import Sequences
 from efa.generators.gp import NoteGP, covariance, cross_covariance
+
+if TYPE_CHECKING:  # for annotations only
+    from sklearn.gaussian_process.kernels import Kernel
 
 
 def _natural(mean: Tensor, sd: Tensor) -> Tensor:
@@ -96,7 +101,8 @@ class GPOracle(ConditionalModel):
 REFITS = (4, 8, 16, 32, 64, 128, 256)
 
 
-def note_kernel(variance=1.0, length_scale=1.0, offset_var=1.0, noise_level=0.1):
+def note_kernel(variance: float = 1.0, length_scale: float = 1.0, offset_var: float = 1.0,
+                noise_level: float = 0.1) -> Kernel:
     """scikit-learn kernel on X = [x, channel]: variance·RBF(x; length_scale) + offset_var ·
     [same channel] + noise_level·[same point] (a ``WhiteKernel``)."""
     from sklearn.gaussian_process.kernels import WhiteKernel
@@ -173,7 +179,8 @@ THETA0 = np.log([1.0, 1.0, 1.0, 0.1])
 ALPHA = 1e-10  # scikit-learn's default jitter
 
 
-def neg_log_marginal(theta: np.ndarray, X: np.ndarray, y: np.ndarray):
+def neg_log_marginal(theta: np.ndarray, X: np.ndarray,
+                     y: np.ndarray) -> tuple[float, np.ndarray]:
     """(−log p(y | θ), gradient in θ) of the kernel :func:`note_kernel` — the quantity and
     parametrisation of scikit-learn's ``GaussianProcessRegressor.log_marginal_likelihood``
     (tested against it), without its per-call overhead."""

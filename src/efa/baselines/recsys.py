@@ -24,6 +24,8 @@ sequence, for any categorical ``ConditionalModel``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -32,6 +34,9 @@ from efa.conditional import ConditionalModel, refuse_generic_options
 from efa.data import Sequences
 from efa.fields import Category
 from efa.scoring import in_batches, scoring_mode
+
+if TYPE_CHECKING:  # for annotations only
+    from efa.vocab import Sampling
 
 # RecBole's defaults (properties/model/*.yaml, properties/overall.yaml).
 RECBOLE = {
@@ -103,7 +108,7 @@ class SASRec(ConditionalModel):
                                 dropout)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
-        f = self.fields[0]
+        f = cast(Category, self.fields[0])
         k = f.num_categories
         x = _tokens(data, f.name, k)
         shifted = torch.cat([torch.full_like(x[:, :1], k), x[:, :-1]], dim=1)  # [BOS] first
@@ -130,7 +135,7 @@ class BERT4Rec(ConditionalModel):
                                 dropout)
 
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
-        f = self.fields[0]
+        f = cast(Category, self.fields[0])
         k = f.num_categories
         x = _tokens(data, f.name, k)
         pad = ~data.valid()
@@ -151,7 +156,8 @@ class BERT4Rec(ConditionalModel):
         return out
 
     def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
-             counts: dict[str, int] | None = None, sampling=None) -> Tensor:
+             counts: dict[str, int] | None = None,
+             sampling: Sampling | None = None) -> Tensor:
         """The cloze task in training mode (each predicted item masked with probability
         ``mask_ratio``; at least one per batch); the exact pseudo-likelihood otherwise."""
         if not self.training:
@@ -159,7 +165,7 @@ class BERT4Rec(ConditionalModel):
         refuse_generic_options(self, weights, counts, sampling)
         if check:
             self.check(data)
-        f = self.fields[0]
+        f = cast(Category, self.fields[0])
         k = f.num_categories
         x = _tokens(data, f.name, k)
         pred = data.predicted(f.name)

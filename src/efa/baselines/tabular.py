@@ -22,13 +22,18 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.model_selection import GridSearchCV, StratifiedKFold, train_test_split
+
+if TYPE_CHECKING:  # for annotations only
+    from sklearn.pipeline import Pipeline
 
 REFERENCE_GRIDS = {
     "RF": {"criterion": ["gini", "entropy"], "n_estimators": [50, 100, 200],
@@ -40,7 +45,8 @@ REFERENCE_GRIDS = {
 }
 
 
-def one_hot(train: pd.DataFrame, test: pd.DataFrame, features: list[str]):
+def one_hot(train: pd.DataFrame, test: pd.DataFrame,
+            features: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One-hot designs of ``features`` with the first level dropped, on the union of the levels
     seen in either split (so train and test columns always agree)."""
     parts_tr, parts_te = [], []
@@ -53,7 +59,7 @@ def one_hot(train: pd.DataFrame, test: pd.DataFrame, features: list[str]):
     return pd.concat(parts_tr, axis=1), pd.concat(parts_te, axis=1)
 
 
-def reference_estimator(name: str, seed: int, grid: dict | None = None):
+def reference_estimator(name: str, seed: int, grid: dict | None = None) -> BaseEstimator:
     """The reference's LR, or the GridSearchCV of RF / GB / MLP (single process); ``grid``
     replaces the reference grid (only the quick tests do that)."""
     from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
@@ -71,7 +77,8 @@ def reference_estimator(name: str, seed: int, grid: dict | None = None):
     return GridSearchCV(base, grid or REFERENCE_GRIDS[name], scoring="accuracy", cv=cv)
 
 
-def class_metrics(y_true, proba, classes) -> dict[str, float]:
+def class_metrics(y_true: npt.ArrayLike, proba: npt.ArrayLike,
+                  classes: npt.ArrayLike) -> dict[str, float]:
     """Accuracy, MSE of the predicted class index (the paper's "MSE") and log loss. The class
     index is the label itself for numeric labels, the position among ``y_true``'s categories
     for a pandas Categorical (its order, e.g. unacc < acc < good < vgood), else the position
@@ -100,7 +107,8 @@ def _positions(y_true, classes) -> np.ndarray:
     return np.array([idx[v] for v in np.asarray(y_true)])
 
 
-def row_log_loss(y_true, proba, classes) -> np.ndarray:
+def row_log_loss(y_true: npt.ArrayLike, proba: npt.ArrayLike,
+                 classes: npt.ArrayLike) -> np.ndarray:
     """−log p(y_i) of every row (probabilities clipped at 1e-15, as scikit-learn's log_loss)."""
     proba = np.asarray(proba, dtype=float)
     p = proba[np.arange(len(proba)), _positions(y_true, classes)]
@@ -108,7 +116,7 @@ def row_log_loss(y_true, proba, classes) -> np.ndarray:
 
 
 def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
-                    names=("LR", "RF", "GB", "MLP"), target: str = "y",
+                    names: Iterable[str] = ("LR", "RF", "GB", "MLP"), target: str = "y",
                     grids: dict | None = None) -> dict[str, dict]:
     """Fit the reference peers on ``train`` and score them on ``test`` (and on ``train``):
     per peer the metrics of :func:`class_metrics` with ``train `` prefixes, the CV-selected
@@ -147,7 +155,7 @@ def _numeric(X: pd.DataFrame) -> list[bool]:
     return [X[c].dtype.kind == "f" for c in X]
 
 
-def numeric_lr(seed: int = 0):
+def numeric_lr(seed: int = 0) -> Pipeline:
     """Multinomial logistic regression on standardised numeric features with its L2 strength
     picked by 5-fold stratified CV on log loss over 1e-4..1e4 (9 values), fitted to convergence
     (lbfgs, ``max_iter=10000``) — the convex peer for tables whose columns are numbers."""
@@ -206,7 +214,7 @@ class OrderedLogit(ClassifierMixin, BaseEstimator):
     standardised on the training rows, the other columns one-hot with the first training
     level dropped (a level unseen in fit gets zeros, i.e. the first level's effect)."""
 
-    def __init__(self, max_iter=10_000):
+    def __init__(self, max_iter: int = 10_000):
         self.max_iter = max_iter
 
     def _design(self, X) -> np.ndarray:
@@ -221,7 +229,7 @@ class OrderedLogit(ClassifierMixin, BaseEstimator):
                 cols.append((X[c].to_numpy()[:, None] == np.asarray(levels)[None]).astype(float))
         return np.concatenate(cols, 1)
 
-    def fit(self, X, y):
+    def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
         import warnings
 
         X = _frame(X)
@@ -246,10 +254,10 @@ class OrderedLogit(ClassifierMixin, BaseEstimator):
         self.converged_ = bool(self.result_.mle_retvals["converged"])
         return self
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         return np.asarray(self.model_.predict(self.result_.params, exog=self._design(X)))
 
-    def predict(self, X):
+    def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         return self.classes_[self.predict_proba(X).argmax(1)]
 
 
@@ -262,8 +270,9 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
     fraction of the training rows; the early-stopped model is kept (no refit, to halve the
     cost)."""
 
-    def __init__(self, depth=6, learning_rate=0.1, l2_leaf_reg=3.0, max_iterations=500,
-                 max_ctr_complexity=None, validation=0.2, random_state=0, thread_count=1):
+    def __init__(self, depth: int = 6, learning_rate: float = 0.1, l2_leaf_reg: float = 3.0,
+                 max_iterations: int = 500, max_ctr_complexity: int | None = None,
+                 validation: float = 0.2, random_state: int = 0, thread_count: int = 1):
         self.depth = depth
         self.max_ctr_complexity = max_ctr_complexity
         self.learning_rate = learning_rate
@@ -287,7 +296,7 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
             X[c] = X[c].astype(float if num else str)
         return X
 
-    def fit(self, X, y):
+    def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
         from catboost import CatBoostClassifier
 
         self.numeric_ = _numeric(_frame(X))
@@ -306,10 +315,10 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
             self.model_.get_best_score()["validation"]["MultiClass"])
         return self
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         return self.model_.predict_proba(self._prepare(X))
 
-    def predict(self, X):
+    def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         return self.classes_[self.predict_proba(X).argmax(1)]
 
 
@@ -384,7 +393,7 @@ class _TorchTable(ClassifierMixin, BaseEstimator):
         self.validation_log_loss_ = best
         return net
 
-    def predict(self, X):
+    def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         return self.classes_[self.predict_proba(X).argmax(1)]
 
 
@@ -394,14 +403,16 @@ class TabMTable(_TorchTable):
     the mean of the ``k`` members' cross-entropies and the prediction the mean of their
     probabilities."""
 
-    def __init__(self, k=16, n_blocks=2, d_block=128, dropout=0.1, lr=2e-3, weight_decay=3e-4,
-                 batch_size=128, max_epochs=100, patience=10, validation=0.2, random_state=0):
+    def __init__(self, k: int = 16, n_blocks: int = 2, d_block: int = 128, dropout: float = 0.1,
+                 lr: float = 2e-3, weight_decay: float = 3e-4, batch_size: int = 128,
+                 max_epochs: int = 100, patience: int = 10, validation: float = 0.2,
+                 random_state: int = 0):
         self.k, self.n_blocks, self.d_block, self.dropout = k, n_blocks, d_block, dropout
         self.lr, self.weight_decay, self.batch_size = lr, weight_decay, batch_size
         self.max_epochs, self.patience = max_epochs, patience
         self.validation, self.random_state = validation, random_state
 
-    def fit(self, X, y):
+    def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
         import tabm
         import torch
 
@@ -420,7 +431,7 @@ class TabMTable(_TorchTable):
         self._train(self.net_, forward, x, yy)
         return self
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         import torch
 
         with torch.no_grad():
@@ -432,13 +443,14 @@ class FTTransformerTable(_TorchTable):
     """FT-Transformer (Gorishniy et al. 2021, package ``rtdl-revisiting-models``) with its
     default configuration scaled by ``n_blocks`` (d_block 96/128/192 for 1/2/3 blocks)."""
 
-    def __init__(self, n_blocks=2, lr=1e-4, weight_decay=1e-5, batch_size=128, max_epochs=100,
-                 patience=10, validation=0.2, random_state=0):
+    def __init__(self, n_blocks: int = 2, lr: float = 1e-4, weight_decay: float = 1e-5,
+                 batch_size: int = 128, max_epochs: int = 100, patience: int = 10,
+                 validation: float = 0.2, random_state: int = 0):
         self.n_blocks, self.lr, self.weight_decay = n_blocks, lr, weight_decay
         self.batch_size, self.max_epochs, self.patience = batch_size, max_epochs, patience
         self.validation, self.random_state = validation, random_state
 
-    def fit(self, X, y):
+    def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
         import rtdl_revisiting_models as rtdl
         import torch
 
@@ -455,7 +467,7 @@ class FTTransformerTable(_TorchTable):
         self._train(self.net_, forward, x, yy)
         return self
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         import torch
 
         with torch.no_grad():

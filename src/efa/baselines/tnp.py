@@ -19,12 +19,17 @@ pass per position.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
 
 from efa.conditional import ConditionalModel, refuse_generic_options
 from efa.data import Sequences
 from efa.regression import moments
+
+if TYPE_CHECKING:  # for annotations only
+    from efa.vocab import Sampling
 
 
 def build_mlp(dim_in: int, dim_hid: int, dim_out: int, depth: int) -> nn.Sequential:
@@ -39,6 +44,7 @@ class TNPD(ConditionalModel):
     own_objective = True  # see ConditionalModel.own_objective
 
     direction = "unidirectional"
+    norm: Tensor  # a buffer, declared for the type checker
 
     def __init__(self, train: Sequences, fields: list, channels: int = 2, d_model: int = 64,
                  emb_depth: int = 4, dim_feedforward: int = 128, nhead: int = 4,
@@ -78,7 +84,8 @@ class TNPD(ConditionalModel):
         return mean, self.norm[3] * torch.exp(out[..., 1])
 
     def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
-             counts: dict[str, int] | None = None, sampling=None) -> Tensor:
+             counts: dict[str, int] | None = None,
+             sampling: Sampling | None = None) -> Tensor:
         """The TNP objective on equal-length sequences: context = the first m points (m ~
         U{min_context, …, N − 1}, one m per batch), targets = the rest."""
         refuse_generic_options(self, weights, counts, sampling)

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for annotations only
+    import pandas as pd
 
 __all__ = ["ENV_VAR", "data_root", "require_file", "resolve_file"]
 
@@ -82,7 +86,7 @@ def resolve_file(
     return require_file(path, what)
 
 
-def read_csv(path: str | os.PathLike[str], **kwargs):
+def read_csv(path: str | os.PathLike[str], **kwargs: Any) -> pd.DataFrame:
     """``pandas.read_csv`` whose failures name the file and the cause (a truncated ``.gz``
     otherwise surfaces as a bare EOFError)."""
     import zlib
@@ -99,7 +103,7 @@ def read_csv(path: str | os.PathLike[str], **kwargs):
         ) from None
 
 
-def warn_row_count(path, rows: int, expected: int, what: str) -> None:
+def warn_row_count(path: str | os.PathLike[str], rows: int, expected: int, what: str) -> None:
     """Warn when a file with a documented size has another number of rows (cut short?)."""
     import warnings
 

@@ -13,6 +13,8 @@ Every loader returns ``(train, test)`` pandas DataFrames with the response in th
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -136,7 +138,7 @@ AUTO_MPG_COLUMNS = ["cylinders", "displacement", "horsepower", "weight", "accele
                     "model year"]
 
 
-def auto_mpg(path=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def auto_mpg(path: str | os.PathLike[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """auto-mpg as in the reference notebook: drop '?' horsepower, keep 4/6/8 cylinders
     (385 rows), cylinders → 0/1/2, every other column and mpg in 3 quantile bins over all 385
     rows, origin 1 → train (245 rows), origins 2/3 → test (140). Columns x0..x5 (cylinders,
@@ -173,8 +175,8 @@ CAR_LEVELS = {
 }
 
 
-def car(path=None, shift: str = "buying", train_levels=("low", "med")
-        ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def car(path: str | os.PathLike[str] | None = None, shift: str = "buying",
+        train_levels: Iterable[str] = ("low", "med")) -> tuple[pd.DataFrame, pd.DataFrame]:
     """UCI Car Evaluation (1,728 rows, all categorical; response ``deal``) split by one
     feature: rows whose ``shift`` column is in ``train_levels`` train, the others test. The
     default trains on cheap cars (buying low/med, 864 rows: unacc 526, acc 204, good 69,

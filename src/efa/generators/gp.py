@@ -75,7 +75,8 @@ LITERAL = NoteGP()  # the note as written: no observation noise
 NOISY = NoteGP(noise=0.1)  # the per-point-noise variant
 
 
-def rbf(x1: Tensor, x2: Tensor, lengthscale, variance) -> Tensor:
+def rbf(x1: Tensor, x2: Tensor, lengthscale: float | Tensor,
+        variance: float | Tensor) -> Tensor:
     """variance · exp(−(x1_i − x2_j)² / (2 ℓ²)), [..., I, J] from [..., I] and [..., J];
     ``lengthscale``/``variance`` scalars or [...] tensors (one per function)."""
     ell = torch.as_tensor(lengthscale, dtype=x1.dtype)

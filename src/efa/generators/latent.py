@@ -174,7 +174,7 @@ def _context(data: Sequences, direction: str) -> tuple[Tensor, Tensor]:
     return pred, ctx
 
 
-def positive_int(name: str, v) -> int:
+def positive_int(name: str, v: object) -> int:
     """``v`` if it is an integer >= 1, else an error naming ``name``."""
     if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -379,7 +379,7 @@ class ExpFamilyLatent:
         if not isinstance(self.samples, int) or self.samples < 10:
             raise ValueError(f"samples must be an integer >= 10, got {self.samples!r}")
 
-    def efa_family(self):
+    def efa_family(self) -> Bernoulli | Poisson:
         return Bernoulli() if self.family == "bernoulli" else Poisson()
 
     def fields(self, dim: int = 16, hidden: int = 32) -> list[Field]:
@@ -411,7 +411,8 @@ class ExpFamilyLatent:
         data, signal = _pack(c, y, signal, lengths, torch.long)
         return LatentSample(data, z, signal, self)
 
-    def laplace(self, c: Tensor, y: Tensor, ctx: Tensor, steps: int = 50):
+    def laplace(self, c: Tensor, y: Tensor, ctx: Tensor,
+                steps: int = 50) -> tuple[Tensor, Tensor]:
         """Mode and covariance of the Laplace approximation of p(z | context) for every
         predicted token: c [N, I, d], y [N, I], ctx [N, I(target), I(context)] →
         (mode [N, I, d], cov [N, I, d, d]). Newton's method on the (concave) log posterior."""

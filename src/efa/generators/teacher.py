@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -51,12 +52,12 @@ def attention_teacher(fields: list[Field], max_len: int, *, num_layers: int = 1,
     if not isinstance(fields, list | tuple) or not all(isinstance(f, Field) for f in fields):
         raise TypeError(f"fields must be a list of efa fields (Category, Value, ...), "
                         f"got {fields!r}")
-    for name, v in (("strength", strength), ("value_scale", value_scale)):
-        if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+    for name, x in (("strength", strength), ("value_scale", value_scale)):
+        if not (isinstance(x, int | float) and math.isfinite(x) and x > 0):
+            raise ValueError(f"{name} must be a positive finite number, got {x!r}")
     if not fields:
         raise ValueError("the teacher needs at least one field")
-    own = []
+    own: list[Field] = []
     for f in fields:
         if isinstance(f, Category):
             own.append(Category(f.name, f.num_categories, target=f.target, dim=dim))
@@ -114,7 +115,7 @@ def sample(teacher: EFA, n: int, length: int | None = None, seed: int = 0,
     positive_int("batch_size", batch_size)
     if length is None and teacher.max_len is None:
         raise ValueError("the teacher has no max_len (no positions): pass length=")
-    length = teacher.max_len if length is None else positive_int("length", length)
+    length = cast(int, teacher.max_len) if length is None else positive_int("length", length)
     if teacher.max_len is not None and length > teacher.max_len:
         raise ValueError(f"length {length} exceeds the teacher's max_len {teacher.max_len}")
     g = torch.Generator().manual_seed(seed)
@@ -133,6 +134,7 @@ def _sample_batch(teacher: EFA, n: int, length: int, g: torch.Generator) -> dict
         elif isinstance(f, Category):
             fields[f.name] = torch.zeros(n, length, dtype=torch.long)
         else:
+            f = cast(Value, f)
             eta = f.family.link(torch.zeros(n, length, f.family.num_outputs, dtype=dtype))
             fields[f.name] = f.family.sample(eta, generator=g)
     for i in range(length):
@@ -141,7 +143,8 @@ def _sample_batch(teacher: EFA, n: int, length: int, g: torch.Generator) -> dict
                            torch.full((n,), i + 1))
         at = torch.zeros(n, i + 1, dtype=torch.bool)
         at[:, i] = True
-        for f in teacher.target_fields:  # factorisation order: later fields see this one
+        # factorisation order: later fields see this one
+        for f in cast("list[Category | Value]", teacher.target_fields):
             eta = teacher.natural_params_at(prefix, {f.name: at})[f.name]
             fields[f.name][:, i] = f.family.sample(eta, generator=g).to(fields[f.name].dtype)
     return fields
@@ -156,12 +159,12 @@ def bayes_nll(teacher: EFA, data: Sequences) -> dict[str, float]:
 def student_fields(teacher: EFA) -> list[Field]:
     """Fresh fields of the same names, kinds, vocabularies and families at efa's defaults (what
     a user would declare for these data)."""
-    out = []
+    out: list[Field] = []
     for f in teacher.fields:
         if isinstance(f, Category):
             out.append(Category(f.name, f.num_categories, target=f.target))
         elif isinstance(f, Value):
             out.append(Value(f.name, copy.deepcopy(f.family), target=f.target))
         else:
-            out.append(Attribute(f.name, size=f.size))
+            out.append(Attribute(f.name, size=cast(Attribute, f).size))
     return out

@@ -54,7 +54,8 @@ class Kernel(nn.Module):
     name: ClassVar[str] = ""
     row_local: ClassVar[bool] = True
 
-    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool, **options):
+    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool,
+                 **options: Any) -> None:
         super().__init__()
         self.check_options(options)
         self.num_heads, self.head_dim, self.scale, self.causal = num_heads, head_dim, scale, causal

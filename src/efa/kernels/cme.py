@@ -49,7 +49,7 @@ non-finite inputs or kernel values raise a ValueError. No NaN is returned.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -62,7 +62,7 @@ SIMILARITIES = ("rbf", "exponential", "linear", "rbf+linear")
 # --------------------------------------------------------------------------- similarities
 
 
-def similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1.0,
+def similarity(a: Tensor, b: Tensor, kind: str, bandwidth: float | Tensor, scale: float = 1.0,
                rbf_dims: int | None = None) -> Tensor:
     """k(a_i, b_j) [..., Ia, Ib] for a [..., Ia, d], b [..., Ib, d]; ``bandwidth`` γ is a
     number or a tensor broadcasting against [..., 1, 1]; ``rbf_dims``: the RBF's features of
@@ -83,7 +83,7 @@ def similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1.0,
     raise ValueError(f"similarity must be one of {SIMILARITIES}, got {kind!r}")
 
 
-def pair_similarity(a: Tensor, b: Tensor, kind: str, bandwidth, scale: float = 1.0,
+def pair_similarity(a: Tensor, b: Tensor, kind: str, bandwidth: float | Tensor, scale: float = 1.0,
                     rbf_dims: int | None = None) -> Tensor:
     """k(a_i, b_i) [..., I] row by row for a, b [..., I, d]; ``bandwidth`` a number or a
     tensor broadcasting against [..., 1, 1] (as in :func:`similarity`)."""
@@ -128,8 +128,8 @@ def _cholesky(m: Tensor, ridge_zero: bool) -> Tensor:
 # --------------------------------------------------------------------------- the formula
 
 
-def cme_weights(q: Tensor, k: Tensor, ridge, similarity_kind: str = "rbf", bandwidth=1.0,
-                scale: float = 1.0, key_mask: Tensor | None = None,
+def cme_weights(q: Tensor, k: Tensor, ridge: float | Tensor, similarity_kind: str = "rbf",
+                bandwidth: float | Tensor = 1.0, scale: float = 1.0, key_mask: Tensor | None = None,
                 rbf_dims: int | None = None) -> Tensor:
     """α = (k(K, K) + λI)⁻¹ k(K, q) as weights [..., Iq, Ik] (0 on masked keys).
 
@@ -161,8 +161,9 @@ def cme_weights(q: Tensor, k: Tensor, ridge, similarity_kind: str = "rbf", bandw
     return (alpha * mf[..., :, None]).transpose(-1, -2)
 
 
-def cme(q: Tensor, k: Tensor, v: Tensor, ridge, similarity_kind: str = "rbf", bandwidth=1.0,
-        scale: float = 1.0, key_mask: Tensor | None = None) -> Tensor:
+def cme(q: Tensor, k: Tensor, v: Tensor, ridge: float | Tensor, similarity_kind: str = "rbf",
+        bandwidth: float | Tensor = 1.0, scale: float = 1.0,
+        key_mask: Tensor | None = None) -> Tensor:
     """CME attention Vᵀ (k(K, K) + λI)⁻¹ k(K, q): [..., Iq, dv] for values v [..., Ik, dv]
     (see :func:`cme_weights`). With no keys the output is 0, the GP's prior mean."""
     _finite(v, "values")
@@ -190,7 +191,8 @@ class CME(Kernel):
     DEFAULTS = {"similarity": "rbf", "bandwidth": 1.0, "ridge": 1.0, "min_ridge": 1e-4,
                 "learn": True, "rbf_dims": None, "posterior_variance": False}
 
-    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool, **options):
+    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool,
+                 **options: Any):
         super().__init__(num_heads, head_dim, scale, causal, **options)
         opts = {**self.DEFAULTS, **options}
         self.similarity = opts["similarity"]
@@ -256,8 +258,10 @@ class CME(Kernel):
         """λ per head [H] (≥ min_ridge > 0)."""
         return self.min_ridge + self.log_ridge.exp()
 
-    def forward(self, q, k, v, allowed, own=None, q_pos=None, k_pos=None, need_weights=True,
-                structured=True):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor,
+                own: tuple[Tensor, Tensor] | None = None, q_pos: Tensor | None = None,
+                k_pos: Tensor | None = None, need_weights: bool = True,
+                structured: bool = True) -> tuple[Tensor, Tensor]:
         """``structured=False`` forces one factorisation per query (the general path, used by
         the tests as a second computation)."""
         kind, s, r = self.similarity, self.scale, self.rbf_dims
@@ -276,12 +280,13 @@ class CME(Kernel):
         out = w @ v
         diag = torch.diagonal(w, dim1=-2, dim2=-1) if own is not None else None
         if own is not None:
-            out = out + diag[..., None] * (own[1] - v)
+            out = out + cast(Tensor, diag)[..., None] * (own[1] - v)
         if self.posterior_variance:
             # k(q, q) − Σ_j α_j k(key_j, q), with query i's own key in column i (two-stream).
             explained = (w * kq.transpose(-1, -2)).sum(-1)
             if own is not None:
-                explained = explained + diag * (ctx.pair(own[0], q) - ctx.pair(k, q))
+                explained = explained + cast(Tensor, diag) * (ctx.pair(own[0], q)
+                                                              - ctx.pair(k, q))
             var = (ctx.pair(q, q) - explained).clamp_min(0)
             out = torch.cat([out, var[..., None]], -1)
         return out, w
@@ -350,6 +355,7 @@ def _structured(ctx: _Context, kind: str, m: Tensor, d: Tensor | None) -> Tensor
     if kind == "shared":
         alpha = torch.cholesky_solve(ctx.kq * mf[..., :, None], chol)
         return (alpha * mf[..., :, None]).transpose(-1, -2)
+    d = cast(Tensor, d)  # the square masks ("full", "causal") come with their diagonal
 
     own = ctx.own is not None
     cols = torch.eye(n, dtype=torch.bool, device=g.device)  # [j, i]: j == i

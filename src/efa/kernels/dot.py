@@ -26,10 +26,13 @@ class Softmax(DotProduct):
 
     name = "softmax"
 
-    def weights(self, s, allowed, q_pos, k_pos):
+    def weights(self, s: Tensor, allowed: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1)
 
-    def forward(self, q, k, v, allowed, own=None, q_pos=None, k_pos=None, need_weights=True):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor,
+                own: tuple[Tensor, Tensor] | None = None, q_pos: Tensor | None = None,
+                k_pos: Tensor | None = None,
+                need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
         if need_weights:
             return super().forward(q, k, v, allowed, own, q_pos, k_pos)
         if own is not None:
@@ -48,5 +51,5 @@ class Linear(DotProduct):
 
     name = "linear"
 
-    def weights(self, s, allowed, q_pos, k_pos):
+    def weights(self, s: Tensor, allowed: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return s * allowed

@@ -29,6 +29,7 @@ template at j = q (two-stream).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -53,7 +54,8 @@ def _norm(x: Tensor) -> Tensor:
     return torch.linalg.vector_norm(x, dim=-1)
 
 
-def tilted(lam, t, own, log_u):
+def tilted(lam: Tensor, t: Tensor, own: Tensor | None,
+           log_u: Tensor) -> tuple[Tensor, Tensor]:
     """(p [..., Iq, Ik], log Σ_j u_j e^{⟨t_j, λ⟩} [..., Iq]) for a normalised log prior."""
     logits = log_u + template_scores(lam, t, own)
     lse = torch.logsumexp(logits, dim=-1, keepdim=True)
@@ -72,7 +74,8 @@ def _alpha(alpha, like: Tensor) -> Tensor:
     return a.reshape(*a.shape, 1) if a.dim() else a.reshape(1)
 
 
-def dual_objective(lam, z, t, log_u, alpha, own=None) -> Tensor:
+def dual_objective(lam: Tensor, z: Tensor, t: Tensor, log_u: Tensor, alpha: float | Tensor,
+                   own: Tensor | None = None) -> Tensor:
     """F(λ) of Eq. 8 per query [..., Iq] (log_u need not be normalised; α a number or a
     tensor broadcasting to [..., Iq])."""
     alpha = _alpha(alpha, z)
@@ -82,7 +85,8 @@ def dual_objective(lam, z, t, log_u, alpha, own=None) -> Tensor:
     return (lam * (mu + z)).sum(-1) - (lam * lam).sum(-1) / (2 * alpha[..., 0]) - lse
 
 
-def primal_objective(p, z, t, log_u, alpha, own=None) -> Tensor:
+def primal_objective(p: Tensor, z: Tensor, t: Tensor, log_u: Tensor, alpha: float | Tensor,
+                     own: Tensor | None = None) -> Tensor:
     """Eq. 3 at p [..., Iq, Ik]: (α/2)‖μ + z − E_p[t]‖² + KL(p ‖ u), per query."""
     alpha = _alpha(alpha, z)
     log_u = torch.log_softmax(log_u, dim=-1)
@@ -92,7 +96,7 @@ def primal_objective(p, z, t, log_u, alpha, own=None) -> Tensor:
     return alpha[..., 0] / 2 * fit + kl
 
 
-def cg(matvec, b: Tensor, rtol: Tensor, max_iter: int) -> Tensor:
+def cg(matvec: Callable[[Tensor], Tensor], b: Tensor, rtol: Tensor, max_iter: int) -> Tensor:
     """Conjugate gradients for A x = b per query (A symmetric positive definite, given by
     ``matvec``), each query stopped when ‖r‖ ≤ rtol·‖b‖."""
     x = torch.zeros_like(b)
@@ -118,7 +122,8 @@ def cg(matvec, b: Tensor, rtol: Tensor, max_iter: int) -> Tensor:
 
 
 def solve_dual(z: Tensor, t: Tensor, log_u: Tensor, alpha: Tensor, own: Tensor | None = None,
-               tol: float | None = None, max_iter: int = 50, start: Tensor | None = None):
+               tol: float | None = None, max_iter: int = 50,
+               start: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """λ* of Eq. 8 per query by safeguarded Newton (no gradients). ``alpha`` broadcasts to
     [..., Iq, 1]. Returns (λ* [..., Iq, d], Newton iterations [..., Iq], converged [..., Iq])."""
     return _newton(z, t, log_u, alpha, own, tol, max_iter, start)[:3]
@@ -184,7 +189,8 @@ def _newton(z, t, log_u, alpha, own, tol, max_iter, start):
         return lam, iters, done, p, h
 
 
-def stationarity(lam, z, t, own, log_u, alpha):
+def stationarity(lam: Tensor, z: Tensor, t: Tensor, own: Tensor | None, log_u: Tensor,
+                 alpha: Tensor) -> Tensor:
     """∇F(λ) = μ + z − λ/α − E_p[t] (zero at λ*), differentiable in everything but λ's
     role as the solution."""
     log_u = torch.log_softmax(log_u, dim=-1)
@@ -277,8 +283,9 @@ def _prepare(z, t, log_u, alpha, own, dtype):
     return cast
 
 
-def fenchel_lambda(z: Tensor, t: Tensor, log_u: Tensor, alpha, own: Tensor | None = None,
-                   tol: float | None = None, max_iter: int = 50, dtype=None,
+def fenchel_lambda(z: Tensor, t: Tensor, log_u: Tensor, alpha: float | Tensor,
+                   own: Tensor | None = None, tol: float | None = None, max_iter: int = 50,
+                   dtype: torch.dtype | None = None,
                    info: dict | None = None) -> Tensor:
     """λ* of Eq. 8 per query, differentiable (implicit gradients). ``alpha``: a number or a
     tensor broadcasting to [..., Iq] (e.g. [1, H, 1] per head); ``dtype``: solve in this
@@ -289,15 +296,16 @@ def fenchel_lambda(z: Tensor, t: Tensor, log_u: Tensor, alpha, own: Tensor | Non
     return lam.to(z.dtype)
 
 
-def second_order_lambda(z: Tensor, t: Tensor, log_u: Tensor, alpha, own: Tensor | None = None,
-                        tol: float | None = None, dtype=None) -> Tensor:
+def second_order_lambda(z: Tensor, t: Tensor, log_u: Tensor, alpha: float | Tensor,
+                        own: Tensor | None = None, tol: float | None = None,
+                        dtype: torch.dtype | None = None) -> Tensor:
     """Eq. 14: λ = α(I + αΣ_u)⁻¹z with Σ_u = Cov_u[t] per query, differentiable."""
     z_, t_, own_, log_u_, a_ = _prepare(z, t, log_u, alpha, own, dtype)
     tol = DEFAULT_TOL.get(z_.dtype, 1e-5) if tol is None else tol
     return _SecondOrder.apply(z_, t_, own_, log_u_, a_, tol).to(z.dtype)
 
 
-def tilt_weights(lam, t, log_u, own=None) -> Tensor:
+def tilt_weights(lam: Tensor, t: Tensor, log_u: Tensor, own: Tensor | None = None) -> Tensor:
     """p̃ ∝ u exp⟨t, λ⟩ (Eq. 10) [..., Iq, Ik]."""
     return torch.softmax(log_u + template_scores(lam, t, own), dim=-1)
 
@@ -305,7 +313,7 @@ def tilt_weights(lam, t, log_u, own=None) -> Tensor:
 # --------------------------------------------------------------------------- the kernel
 
 
-def check_tol(tol, where: str) -> None:
+def check_tol(tol: object, where: str) -> None:
     if tol is not None and not (isinstance(tol, int | float) and not isinstance(tol, bool)
                                 and 0 < tol < 1):
         raise ValueError(f"{where}tol must be a number in (0, 1) or null, got {tol!r}")
@@ -325,7 +333,7 @@ class Fenchel(PreferenceKernel):
     }
 
     @classmethod
-    def check_options(cls, options):
+    def check_options(cls, options: dict[str, Any]) -> None:
         super().check_options(options)
         o = {**cls.DEFAULTS, **options}
         where = f"attention kernel {cls.name!r}: "
@@ -337,14 +345,17 @@ class Fenchel(PreferenceKernel):
             raise ValueError(f"{where}precision must be null, 'float32' or 'float64', got "
                              f"{o['precision']!r}")
 
-    def __init__(self, num_heads, head_dim, scale, causal, **options):
+    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool,
+                 **options: Any):
         super().__init__(num_heads, head_dim, scale, causal, **options)
         self.last_solve: dict = {}
 
-    def templates(self, q, k, k_own):
+    def templates(self, q: Tensor, k: Tensor,
+                  k_own: Tensor | None) -> tuple[Tensor, Tensor | None]:
         return k * self.scale, None if k_own is None else k_own * self.scale
 
-    def tilt(self, q, k, log_u, k_own, q_pos, k_pos):
+    def tilt(self, q: Tensor, k: Tensor, log_u: Tensor, k_own: Tensor | None,
+             q_pos: Tensor, k_pos: Tensor) -> Tensor:
         t, own = self.templates(q, k, k_own)
         a = self.alpha().to(q.dtype)[None, :, None]
         precision = self.opts["precision"]

@@ -10,6 +10,7 @@ bit; with ``relative`` it is T5's attention (Eq. 19: log u = relative-position b
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from efa.kernels.base import register_kernel
 from efa.kernels.preference import PreferenceKernel, template_scores
@@ -21,7 +22,8 @@ class Generalized(PreferenceKernel):
 
     name = "generalized"
 
-    def tilt(self, q, k, log_u, k_own, q_pos, k_pos):
+    def tilt(self, q: Tensor, k: Tensor, log_u: Tensor, k_own: Tensor | None,
+             q_pos: Tensor, k_pos: Tensor) -> Tensor:
         s = template_scores(q, k, k_own)
         a = self.alpha().to(q.dtype)[None, :, None, None]
         return torch.softmax(log_u + a * (s * self.scale), dim=-1)

@@ -25,6 +25,7 @@ or a symmetric non-negative matrix over positions given as a list of lists.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -40,7 +41,8 @@ from efa.kernels.preference import (
 )
 
 
-def check_cost(M, where: str = "cost matrix M") -> Tensor:
+def check_cost(M: Tensor | Sequence[Sequence[float]],
+               where: str = "cost matrix M") -> Tensor:
     """M as a tensor if it is square, symmetric, non-negative, NaN-free and each diagonal
     entry is the smallest of its column (Paper A, footnote 11, non-strictly: its own synonym
     example has M = 0 inside a group); otherwise a ValueError saying which entry is wrong."""
@@ -77,7 +79,8 @@ def check_cost(M, where: str = "cost matrix M") -> Tensor:
     return M
 
 
-def ot_weights(t: Tensor, z: Tensor, log_u: Tensor, M: Tensor, alpha, gamma) -> Tensor:
+def ot_weights(t: Tensor, z: Tensor, log_u: Tensor, M: Tensor, alpha: float | Tensor,
+               gamma: float | Tensor) -> Tensor:
     """Eq. 24: p*(t) over the template space [..., m] for evidence z [..., d]."""
     positive(alpha, "alpha")
     positive(gamma, "gamma")
@@ -99,14 +102,14 @@ def _mix(s: Tensor, log_u: Tensor, M: Tensor, gamma, allowed: Tensor | None = No
     return (u[..., None] * spread).sum(-2)
 
 
-def ot_true_preference(log_u: Tensor, M: Tensor, gamma) -> Tensor:
+def ot_true_preference(log_u: Tensor, M: Tensor, gamma: float | Tensor) -> Tensor:
     """ũ = argmin_p W_γ(p, u; M) (Prop. 1, Eq. 39) [..., m]."""
     positive(gamma, "gamma")
     M = check_cost(M).to(log_u.dtype)
     return _mix(torch.zeros_like(log_u), log_u, M, gamma)
 
 
-def ot_true_mean(t: Tensor, log_u: Tensor, M: Tensor, gamma) -> Tensor:
+def ot_true_mean(t: Tensor, log_u: Tensor, M: Tensor, gamma: float | Tensor) -> Tensor:
     """μ̃ = E_ũ[t] (Eq. 40) [..., d]."""
     return (ot_true_preference(log_u, M, gamma)[..., None, :] @ t)[..., 0, :]
 
@@ -162,7 +165,7 @@ class OT(PreferenceKernel):
     }
 
     @classmethod
-    def check_options(cls, options):
+    def check_options(cls, options: dict[str, Any]) -> None:
         super().check_options(options)
         o = {**cls.DEFAULTS, **options}
         where = f"attention kernel {cls.name!r}: "
@@ -184,7 +187,8 @@ class OT(PreferenceKernel):
                 raise ValueError(f"{where}cost must be one of {COSTS} or a square matrix of "
                                  f"numbers (list of lists), got {cost!r}") from err
 
-    def __init__(self, num_heads, head_dim, scale, causal, **options):
+    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool,
+                 **options: Any):
         super().__init__(num_heads, head_dim, scale, causal, **options)
         log_gamma = torch.full((num_heads,), math.log(self.opts["gamma"]))
         if self.opts["learn_gamma"]:
@@ -238,7 +242,8 @@ class OT(PreferenceKernel):
         m = torch.where(row, mine[..., :, None, :], base[:, :, None])
         return torch.where(row.transpose(-1, -2), mine[..., :, :, None], m)
 
-    def tilt(self, q, k, log_u, k_own, q_pos, k_pos):
+    def tilt(self, q: Tensor, k: Tensor, log_u: Tensor, k_own: Tensor | None,
+             q_pos: Tensor, k_pos: Tensor) -> Tensor:
         t = k * self.scale
         own = None if k_own is None else k_own * self.scale
         a = self.alpha().to(q.dtype)[None, :, None, None]
@@ -254,7 +259,8 @@ class OT(PreferenceKernel):
             w = _mix(s, log_u, self.costs(t, own, k_pos), g[..., None], allowed)
         return w
 
-    def true_preference(self, k: Tensor, allowed: Tensor, q_pos=None, k_pos=None,
+    def true_preference(self, k: Tensor, allowed: Tensor, q_pos: Tensor | None = None,
+                        k_pos: Tensor | None = None,
                         k_own: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(ũ [B, H, Iq, Ik], μ̃ [B, H, Iq, d]) of Eqs. 39–40 for every query, in template
         units (t = scale·k)."""

@@ -22,7 +22,7 @@ uniform over the allowed keys and α = 1 that is softmax attention, bit for bit.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from efa.kernels.base import Kernel
 
 RELATIVE = ("none", "auto", "bidirectional", "causal")
+_Number = TypeVar("_Number", bound=float | Tensor)
 
 
 def relative_position_bucket(relative_position: Tensor, bidirectional: bool,
@@ -99,7 +100,7 @@ def check_prior(log_u: Tensor, where: str = "") -> None:
         )
 
 
-def generalized_weights(t: Tensor, z: Tensor, log_u: Tensor, alpha) -> Tensor:
+def generalized_weights(t: Tensor, z: Tensor, log_u: Tensor, alpha: float | Tensor) -> Tensor:
     """Eq. 17: p_j ∝ u_j exp(α⟨t_j, z⟩) for templates t [..., n, d], evidence z [..., d] and a
     log prior log_u [..., n] (−inf: masked; need not be normalised)."""
     alpha = positive(alpha, "alpha")
@@ -107,7 +108,7 @@ def generalized_weights(t: Tensor, z: Tensor, log_u: Tensor, alpha) -> Tensor:
     return torch.softmax(log_u + alpha * (t @ z[..., None])[..., 0], dim=-1)
 
 
-def positive(x, name: str):
+def positive(x: _Number, name: str) -> _Number:
     """``x`` if every entry is a finite number > 0, else a ValueError naming ``name``."""
     bad = (x <= 0) | ~torch.isfinite(x) if torch.is_tensor(x) else not (
         isinstance(x, int | float) and not isinstance(x, bool) and 0 < x < math.inf)
@@ -135,7 +136,8 @@ class PreferenceKernel(Kernel):
         "max_distance": 128, "context": 0, "context_hidden": 16,
     }
 
-    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool, **options):
+    def __init__(self, num_heads: int, head_dim: int, scale: float, causal: bool,
+                 **options: Any):
         super().__init__(num_heads, head_dim, scale, causal, **options)
         o = {**self.DEFAULTS, **options}
         self.opts = o
@@ -233,7 +235,9 @@ class PreferenceKernel(Kernel):
         """Weights [B, H, Iq, Ik] over the templates t = scale·k for evidence z = q."""
         raise NotImplementedError
 
-    def forward(self, q, k, v, allowed, own=None, q_pos=None, k_pos=None, need_weights=True):
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor,
+                own: tuple[Tensor, Tensor] | None = None, q_pos: Tensor | None = None,
+                k_pos: Tensor | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor]:
         if q_pos is None:
             q_pos = torch.arange(q.shape[-2], device=q.device)[None]
         if k_pos is None:

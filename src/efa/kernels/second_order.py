@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from torch import Tensor
+
 from efa.kernels.base import register_kernel
 from efa.kernels.fenchel import check_tol, second_order_lambda, tilt_weights
 from efa.kernels.preference import PreferenceKernel
@@ -24,11 +26,12 @@ class SecondOrder(PreferenceKernel):
     DEFAULTS: ClassVar[dict[str, Any]] = {**PreferenceKernel.DEFAULTS, "tol": None}
 
     @classmethod
-    def check_options(cls, options):
+    def check_options(cls, options: dict[str, Any]) -> None:
         super().check_options(options)
         check_tol(options.get("tol"), f"attention kernel {cls.name!r}: ")
 
-    def tilt(self, q, k, log_u, k_own, q_pos, k_pos):
+    def tilt(self, q: Tensor, k: Tensor, log_u: Tensor, k_own: Tensor | None,
+             q_pos: Tensor, k_pos: Tensor) -> Tensor:
         t = k * self.scale
         own = None if k_own is None else k_own * self.scale
         a = self.alpha().to(q.dtype)[None, :, None]

@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from collections.abc import Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import torch
 
 from efa.data import Sequences
 
+if TYPE_CHECKING:  # for annotations only
+    from efa.tabular.estimator import AttentionTableClassifier
 
-def as_1d(y) -> np.ndarray:
+
+def as_1d(y: npt.ArrayLike) -> np.ndarray:
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
         from sklearn.exceptions import DataConversionWarning
@@ -29,7 +35,7 @@ def as_1d(y) -> np.ndarray:
     return arr
 
 
-def lookup(levels) -> dict:
+def lookup(levels: Iterable[Any]) -> dict:
     out = {}
     for k, v in enumerate(levels):
         out[v] = k
@@ -38,7 +44,7 @@ def lookup(levels) -> dict:
     return out
 
 
-def bin_edges(v: np.ndarray, n_bins: int, column) -> np.ndarray:
+def bin_edges(v: np.ndarray, n_bins: int, column: Hashable) -> np.ndarray:
     """Interior edges of at most ``n_bins`` bins of the values ``v`` (a cell goes to the bin
     ``searchsorted(edges, x, "right")``). Every edge lies halfway between two distinct training
     values, so no bin is empty and no value straddles an edge. A column with at most
@@ -59,7 +65,7 @@ def bin_edges(v: np.ndarray, n_bins: int, column) -> np.ndarray:
     return edges
 
 
-def check_scalars(values: pd.Series, column) -> None:
+def check_scalars(values: pd.Series, column: Hashable) -> None:
     for v in values:
         if not isinstance(v, str | numbers.Number | bool | np.generic):
             raise TypeError(f"column {column!r}: argument must be a string or a number, got "
@@ -73,18 +79,18 @@ def split_rows(y_codes: np.ndarray, fraction: float, seed: int) -> tuple[np.ndar
     n = len(y_codes)
     if n < 4:
         return np.arange(n), np.arange(0)
-    val = []
+    picked: list[int] = []
     for c in np.unique(y_codes):
         rows = np.flatnonzero(y_codes == c)
         rng.shuffle(rows)
         k = int(round(fraction * len(rows))) if len(rows) >= 2 else 0
-        val.extend(rows[:k])
-    val = np.sort(np.array(val, dtype=int))
+        picked.extend(rows[:k])
+    val = np.sort(np.array(picked, dtype=int))
     train = np.setdiff1d(np.arange(n), val)
     return train, val
 
 
-def as_frame(X) -> pd.DataFrame:
+def as_frame(X: pd.DataFrame | npt.ArrayLike) -> pd.DataFrame:
     if isinstance(X, pd.DataFrame):
         return X
     if hasattr(X, "toarray") or hasattr(X, "tocsr"):
@@ -99,7 +105,7 @@ def as_frame(X) -> pd.DataFrame:
     return pd.DataFrame(arr)
 
 
-def column_kinds(est, X: pd.DataFrame) -> list[str]:
+def column_kinds(est: AttentionTableClassifier, X: pd.DataFrame) -> list[str]:
     """'cat' or 'num' per column; refuse dtypes the estimator cannot take."""
     chosen = None
     if est.categorical is not None:
@@ -127,13 +133,13 @@ def column_kinds(est, X: pd.DataFrame) -> list[str]:
     return kinds
 
 
-def nan_error(col, rows):
+def nan_error(col: Hashable, rows: Sequence[int] | np.ndarray) -> ValueError:
     return ValueError(
         f"column {col!r} has NaN or inf in {len(rows)} row(s) (first: row {rows[0]}); pass "
         "missing='mask' to treat missing cells as unobserved")
 
 
-def learn_columns(est, X: pd.DataFrame):
+def learn_columns(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
     est.kinds_ = column_kinds(est, X)
     est.levels_, est.bins_, est.stats_, est.bin_values_ = {}, {}, {}, {}
     for c, kind in zip(X.columns, est.kinds_, strict=True):
@@ -164,7 +170,8 @@ def learn_columns(est, X: pd.DataFrame):
             est.levels_[c] = list(levels)
 
 
-def cells(est, X: pd.DataFrame, columns, unknown_ok: bool):
+def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hashable],
+          unknown_ok: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids [N, K] into the categorical vocabulary, values [N, K], observed [N, K] bool,
     is_cat [K]) for the given feature columns of X."""
     n, k = len(X), len(columns)
@@ -217,7 +224,8 @@ def cells(est, X: pd.DataFrame, columns, unknown_ok: bool):
     return ids, vals, obs
 
 
-def sequences(est, X: pd.DataFrame, y_codes=None, unknown_ok=False) -> Sequences:
+def sequences(est: AttentionTableClassifier, X: pd.DataFrame, y_codes: np.ndarray | None = None,
+              unknown_ok: bool = False) -> Sequences:
     """Rows → Sequences over the K feature columns and the response (last position)."""
     n = len(X)
     ids, vals, obs = cells(est, X, list(X.columns), unknown_ok)

@@ -4,8 +4,11 @@ validation, fit, predictions, imputation, gates and experts)."""
 from __future__ import annotations
 
 import numbers
+from collections.abc import Hashable, Sequence
+from typing import Self, cast
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -87,14 +90,19 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     random_state : int, RandomState or None (seeds initialisation, split and shuffling).
     """
 
-    def __init__(self, backbone="paper", embedding_dim=20, num_heads=5, ffn_hidden=5,
-                 dropout=0.1, num_layers=1, numeric="quantile", n_bins=10, categorical=None,
-                 response="categorical", additive=False, init=None,
-                 handle_unknown="error",
-                 missing="error", lr=1e-2, batch_size=128,
-                 max_epochs=200, patience=10, weight_decay=0.0, validation_fraction=0.15,
-                 shared_vocabulary=False, cell_dropout=0.0, early_stopping=True,
-                 stop_on="joint", random_state=None):
+    def __init__(self, backbone: str = "paper", embedding_dim: int = 20, num_heads: int = 5,
+                 ffn_hidden: int = 5, dropout: float = 0.1, num_layers: int = 1,
+                 numeric: str = "quantile", n_bins: int = 10,
+                 categorical: Sequence[Hashable] | None = None,
+                 response: str = "categorical", additive: bool | str = False,
+                 init: str | None = None,
+                 handle_unknown: str = "error",
+                 missing: str = "error", lr: float = 1e-2, batch_size: int = 128,
+                 max_epochs: int = 200, patience: int = 10, weight_decay: float = 0.0,
+                 validation_fraction: float = 0.15,
+                 shared_vocabulary: bool = False, cell_dropout: float = 0.0,
+                 early_stopping: bool = True, stop_on: str = "joint",
+                 random_state: int | np.random.RandomState | None = None):
         self.backbone = backbone
         self.embedding_dim = embedding_dim
         self.num_heads = num_heads
@@ -212,7 +220,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                         response="resp" if ordinal else "cat",
                         ordered_classes=len(self.classes_) if ordered else 0)
 
-    def fit(self, X, y):
+    def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
         """Fit on a DataFrame or 2-D array ``X`` and labels ``y`` (NaN/None: unlabelled rows)."""
         self._check_params()
         if y is None:
@@ -280,6 +288,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(2**31 - 1))
         data = sequences(self, X, y_codes)
+        val_idx: np.ndarray | list[int]
         train_idx, val_idx = (split_rows(y_codes, self.validation_fraction, seed)
                               if self.early_stopping else (np.arange(len(y_codes)), []))
         seed_everything(seed)
@@ -364,16 +373,17 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         p = p[:, lo : lo + len(self.levels_[column])]
         return p / p.sum(1, keepdims=True)
 
-    def predict_proba(self, X) -> np.ndarray:
+    def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         """p(y = class | the row's features), [n, n_classes] in the order of ``classes_``."""
         X = self._check_X(X)
         return self._column_proba(sequences(self, X), self.n_positions_ - 1, self._target)
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         proba = self.predict_proba(X)
         return self.classes_[proba.argmax(1)]
 
-    def predict_column_proba(self, X, column, y=None) -> pd.DataFrame:
+    def predict_column_proba(self, X: pd.DataFrame | npt.ArrayLike, column: Hashable | None,
+                             y: npt.ArrayLike | None = None) -> pd.DataFrame:
         """p(column = level | every other cell of the row, and ``y`` if given): any categorical
         (or binned) column of X, or the response when ``column`` is None."""
         X = self._check_X(X)
@@ -388,7 +398,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         levels = self.levels_[name]
         return pd.DataFrame(self._column_proba(data, pos, name), columns=levels, index=X.index)
 
-    def impute(self, X, y=None) -> pd.DataFrame:
+    def impute(self, X: pd.DataFrame | npt.ArrayLike,
+               y: npt.ArrayLike | None = None) -> pd.DataFrame:
         """X with each missing cell (NaN/None; needs ``missing='mask'``) replaced, given the
         row's observed cells, by its most probable level (categorical), the training median of
         its most probable bin (a binned number, in the column's units) or its conditional mean
@@ -427,7 +438,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         return out
 
     @torch.no_grad()
-    def gates(self, X, column=None, layer: int = -1) -> np.ndarray:
+    def gates(self, X: pd.DataFrame | npt.ArrayLike, column: Hashable | None = None,
+              layer: int = -1) -> np.ndarray:
         """Attention weights [n, heads, columns + 1] of the masked ``column`` (default: the
         response) over every column, its own [MASK] slot included. With the ``linear``
         backbone these are exactly the mixture-of-experts gates π of efa.moe."""
@@ -442,7 +454,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         return w[layer, :, :, pos].double().numpy()
 
     @torch.no_grad()
-    def experts(self, X, column=None) -> tuple[np.ndarray, np.ndarray]:
+    def experts(self, X: pd.DataFrame | npt.ArrayLike,
+                column: Hashable | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The mixture of experts of the masked ``column`` (default: the response) for the
         ``linear`` backbone: gates π [n, heads, columns + 1] and expert logits
         [n, heads, columns + 1, levels] over the column's levels; Σ π·f is the column's logits
@@ -460,7 +473,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         pi, f = mixture(self.model_, sequences(self, X), "cat")
         name = self.columns_[pos]
         lo = self.offsets_[name]
-        f = f[:, pos, ..., lo : lo + len(self.levels_[name])]
+        f = cast(torch.Tensor, f)[:, pos, ..., lo : lo + len(self.levels_[name])]  # experts
         return pi[:, pos].double().numpy(), f.double().numpy()
 
     def _position(self, column) -> int:

@@ -4,18 +4,23 @@ levels only, with the response's optional GLM term."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from efa.conditional import refuse_generic_options
 from efa.data import Sequences
 from efa.encoders import LinearReadout
 from efa.families import Ordinal
-from efa.fields import EXCLUDED, Category
+from efa.fields import EXCLUDED, Category, Value
 from efa.model import EFA, EFAConfig
+
+if TYPE_CHECKING:  # for annotations only
+    from efa.attention import Block
+    from efa.vocab import Sampling
 
 # The model whose init="glm" first stage is running (AttentionTableClassifier._fit_glm): its
 # read-outs' weights are held at 0, so TableEFA.states skips the network. A context, not a
@@ -33,6 +38,11 @@ class TableEFA(EFA):
     at the cost of the column's size instead of the whole vocabulary's)."""
 
     own_objective = True  # see ConditionalModel.own_objective
+    # buffers, declared for the type checker
+    support: Tensor
+    local_ids: Tensor
+    local_ok: Tensor
+    local_rank: Tensor
 
     def __init__(self, config: EFAConfig, support: torch.Tensor, cell_dropout: float = 0.0,
                  additive: int = 0, response: str = "cat", ordered_classes: int = 0):
@@ -96,7 +106,7 @@ class TableEFA(EFA):
         bias = cast(LinearReadout, self.readouts[self.response]).net.bias
         return out + ([bias] if bias is not None else [])
 
-    def hidden_for(self, data, target):
+    def hidden_for(self, data: Sequences, target: str | None) -> dict[str, Tensor | bool]:
         # A query token hides every field. In a table each position holds one field and the
         # others are unobserved (so hidden) there, and the two-stream query of position i reads
         # only its own token: this is the query of i's own field. One query stream then serves
@@ -105,14 +115,15 @@ class TableEFA(EFA):
             return super().hidden_for(data, None)
         return {f.name: True for f in self.fields}
 
-    def states(self, data, target, at, want_weights=False, head=None, content=None,
-               stream=None):
+    def states(self, data: Sequences, target: str, at: Tensor, want_weights: bool = False,
+               head: Callable[[Tensor], Tensor] | None = None, content: Tensor | None = None,
+               stream: list[Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
         if GLM_STAGE.get() is not self:
             return super().states(data, target, at, want_weights, head, content, stream)
         # The first stage of init="glm" holds every read-out weight at 0, so the state a
         # read-out reads does not matter: a zero state gives the same outputs bit for bit
         # without running the attention or the encoders (test).
-        width = self.blocks[-1].d_out  # the read-outs' input width
+        width = cast("Block", self.blocks[-1]).d_out  # the read-outs' input width
         h = at.new_zeros(int(at.sum()), width, dtype=self.level_effect.dtype)
         return (h if head is None else head(h)), None
 
@@ -123,7 +134,7 @@ class TableEFA(EFA):
         h, _ = self.states(data, next(iter(at)), union)
         return {name: h[m[union]] for name, m in at.items()}
 
-    def natural_params_at(self, data, at):
+    def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
         return self._natural_params(data, at, self.field_states(data, at))
 
     def _natural_params(self, data, at, states):
@@ -145,13 +156,17 @@ class TableEFA(EFA):
             out[self.response] = eta
         return out
 
-    def restrict(self, name, data, at, eta):
+    def restrict(self, name: str, data: Sequences, at: Tensor, eta: Tensor) -> Tensor:
         eta = super().restrict(name, data, at, eta)
         if name != "cat":
             return eta
         return eta.masked_fill(~self.support[at.nonzero()[:, 1]], EXCLUDED)
 
-    def loss(self, data, check=False, weights=None, counts=None, sampling=None):
+    # Not ConditionalModel's Tensor where no cell is predicted: the number 0.0 then.
+    def loss(  # type: ignore[override]
+        self, data: Sequences, check: bool = False, weights: Tensor | None = None,
+        counts: dict[str, int] | None = None, sampling: Sampling | None = None,
+    ) -> Tensor | float:
         """Sum over fields of the mean negative log-likelihood of the masked cells. In training,
         each observed cell is also hidden with probability ``cell_dropout`` (hidden from the
         context and not scored): the likelihood of a cell given a random subset of the others,
@@ -166,14 +181,15 @@ class TableEFA(EFA):
             data = Sequences(data.fields, data.lengths, keep, data.scored)
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
         at = {name: m for name, m in at.items() if m.any()}
-        total = 0.0
+        total: Tensor | float = 0.0
         if not at:
             return total
         states = self.field_states(data, at)  # one pass for every field
         others = {name: m for name, m in at.items() if name != "cat"}
         etas = self._natural_params(data, others, states)
         for name, eta in etas.items():
-            ll = self.field(name).family.log_prob(data.fields[name][at[name]], eta)
+            f = cast("Category | Value", self.field(name))
+            ll = f.family.log_prob(data.fields[name][at[name]], eta)
             total = total - ll.mean()
         if "cat" not in at:
             return total
@@ -182,7 +198,7 @@ class TableEFA(EFA):
         h = states["cat"]  # [P, d]
         cols = m.nonzero()[:, 1]
         ids = self.local_ids[cols]  # [P, width]
-        read = self.readouts["cat"].net
+        read = cast(LinearReadout, self.readouts["cat"]).net
         logits = torch.einsum("pd,pld->pl", h, read.weight[ids])
         if read.bias is not None:
             logits = logits + read.bias[ids]
