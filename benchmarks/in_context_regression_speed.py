@@ -37,7 +37,7 @@ from efa.baselines.gp import GPOracle, note_kernel
 from efa.baselines.tnp import TNPD
 from efa.data import Sequences
 from efa.generators.gp import NOISY, sample_note
-from efa.regression import causal_predictive, gp_attention, note_model, predict, regression_efa
+from efa.regression import causal_predictive, gp_attention, note_efa, predict, regression_efa
 
 C, T = 100, 100
 
@@ -76,7 +76,7 @@ def main() -> None:
     tgt = Sequences({"x": data.fields["x"][:, C:], "channel": data.fields["channel"][:, C:]},
                     torch.full((b,), T))
     train = sample_note(gp, 64, 1)
-    models = {"note's model": note_model(train), "EFA (pre-LN blocks)": regression_efa(train),
+    models = {"note's model": note_efa(train), "EFA (pre-LN blocks)": regression_efa(train),
               "EFA (GP attention)": gp_attention(train)}
     fields = regression_efa(train, layers=1).fields
     tnpd = TNPD(train, fields).eval()

@@ -99,7 +99,7 @@ def teacher_nll(model: efa.EFA, x: torch.Tensor, chunk: int = 2_000) -> float:
             joint = []
             for start in range(0, D, chunk):
                 v = variants[start : start + chunk]
-                lls = model.log_likelihoods(efa.Sequences(
+                lls = model.position_log_likelihoods(efa.Sequences(
                     {"item": v}, torch.full((len(v),), I, device=v.device)))
                 joint.append(lls["item"].sum(1))
             joint = torch.cat(joint)

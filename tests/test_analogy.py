@@ -227,7 +227,7 @@ QUESTIONS = pd.DataFrame({"category": ["c"] * 2, "group": ["semantic"] * 2,
 def test_analogy_ties_are_not_hits(vectors):
     out = analogy.answer(vectors, TIE_VOCAB, QUESTIONS)
     assert not out["correct"].any() and (out["rank"] > 1).all()
-    assert analogy.evaluate(vectors, TIE_VOCAB, QUESTIONS)["overall"]["accuracy"] == 0.0
+    assert analogy.accuracy(vectors, TIE_VOCAB, QUESTIONS)["overall"]["accuracy"] == 0.0
     # a real answer is still a hit, and `predicted` agrees with `correct`
     x = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1], [1, 0, 0.1], [1, 1, 0.1]])
     good = analogy.answer(x, TIE_VOCAB, QUESTIONS.iloc[:1])
@@ -236,7 +236,7 @@ def test_analogy_ties_are_not_hits(vectors):
 
 def test_analogy_bad_input_is_named(tmp_path):
     with pytest.raises(ValueError, match="vocabulary entry 1 must be a non-empty string"):
-        analogy.evaluate(np.eye(6), ["man", 3, "king", "queen", "boy", "girl"], QUESTIONS)
+        analogy.accuracy(np.eye(6), ["man", 3, "king", "queen", "boy", "girl"], QUESTIONS)
     with pytest.raises(ValueError, match="chunk must be a positive number"):
         analogy.answer(np.eye(6), TIE_VOCAB, QUESTIONS, chunk=0)
     path = tmp_path / "q.txt"

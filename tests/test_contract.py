@@ -71,7 +71,7 @@ def test_sampled_softmax_goes_through_the_loss_and_changes_it():
     model, data = _category_model(), _category_data()
     model.train()
     exact = model.loss(data)
-    sampling = efa.vocab.Sampling(2, {"item": torch.zeros(9)}, torch.Generator().manual_seed(0))
+    sampling = efa.softmax.Sampling(2, {"item": torch.zeros(9)}, torch.Generator().manual_seed(0))
     sampled = model.loss(data, sampling=sampling)
     assert torch.isfinite(sampled) and not torch.equal(exact, sampled)
     model.eval()  # scoring is always exact

@@ -71,7 +71,7 @@ def test_float_categories_are_refused(model):
     data = Sequences.from_lists(good())
     data.fields["movie"] = data.fields["movie"].float()
     with pytest.raises((ValueError, TypeError), match="field 'movie'"):
-        model.log_likelihood(data)
+        model.log_likelihood_sums(data)
 
 
 def test_ragged_input_without_padding():
@@ -109,7 +109,7 @@ def test_missing_and_unknown_fields(model):
 
 def test_not_a_sequences_object(model):
     with pytest.raises(TypeError, match="expected efa.Sequences"):
-        model.log_likelihood({"movie": torch.zeros(2, 3)})
+        model.log_likelihood_sums({"movie": torch.zeros(2, 3)})
 
 
 def test_bad_lengths():
@@ -120,7 +120,7 @@ def test_bad_lengths():
 def test_missing_values_are_masked_not_predicted(model):
     data = Sequences.from_lists(good(), observed={"score": [[True, False, True], [True, True]]})
     data.fields["score"][0, 1] = float("nan")  # a missing value may hold anything
-    ll = model.log_likelihood(data)
+    ll = model.log_likelihood_sums(data)
     assert ll["score"][1] == 4 and torch.isfinite(ll["score"][0])
     loss = model.loss(data)
     loss.backward()

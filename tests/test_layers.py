@@ -117,7 +117,7 @@ def test_the_design_map_names_every_module():
 
 CORE = {"efa.families", "efa.fields", "efa.data", "efa.attention", "efa.mlp", "efa.strategies",
         "efa.conditional", "efa.encoders", "efa.registry",
-        "efa.model", "efa.vocab"}
+        "efa.model", "efa.softmax"}
 
 
 def test_the_core_imports_nothing_above_it():
@@ -127,3 +127,9 @@ def test_the_core_imports_nothing_above_it():
     core = CORE | {m for m in graph if m.startswith(("efa.kernels", "efa.families"))}
     above = {m: sorted(d for d in graph[m] if d not in core and d != "efa") for m in core}
     assert {m: d for m, d in above.items() if d} == {}
+
+
+def test_no_library_module_is_over_500_lines():
+    long = {p.relative_to(ROOT).as_posix(): n for p in ROOT.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}

@@ -111,11 +111,11 @@ def test_silent_answers_in_data_reports_and_regression(tmp_path):
         rbf(torch.zeros(2), torch.zeros(2), 0.0, 1.0)
     with pytest.raises(ValueError, match="covariates must be finite"):
         LinearGaussian(dim=2).sample(2, 3, covariates=torch.full((2, 3, 2), float("nan")))
-    from efa.regression import frame_to_sequences
+    from efa.regression import functions_to_sequences
 
     df = pd.DataFrame({"fn": [0, 0], "x": [1.0, 2.0], "y": [0.0, 1.0], "ch": [0, 1]})
     with pytest.raises(ValueError, match="channels must be distinct"):
-        frame_to_sequences(df, "fn", "x", "y", "ch", channels=[0, 0, 1])
+        functions_to_sequences(df, "fn", "x", "y", "ch", channels=[0, 0, 1])
     import efa
 
     with pytest.raises(TypeError, match="not both"):
@@ -145,12 +145,12 @@ def test_spatial_tables_refuse_what_they_would_misread():
                        "v": np.arange(6.0), "flag": [True, False, True] * 2})
     kw = dict(site="site", time="t", lat="lat", lon="lon", value="v")
     with pytest.raises(ValueError, match="sites must be distinct"):
-        spatial.frame_to_sequences(df, sites=[0, 0, 1], **kw)
+        spatial.sites_to_sequences(df, sites=[0, 0, 1], **kw)
     with pytest.raises(ValueError, match="must hold True/False only"):
-        spatial.frame_to_sequences(df.assign(flag=df.flag.astype(str)), target="flag", **kw)
+        spatial.sites_to_sequences(df.assign(flag=df.flag.astype(str)), target="flag", **kw)
     with pytest.raises(ValueError, match="is missing in row 2"):
-        spatial.frame_to_sequences(df.assign(t=df.t.where(df.index != 2)), **kw)
-    data = spatial.frame_to_sequences(df, target="flag", **kw)
+        spatial.sites_to_sequences(df.assign(t=df.t.where(df.index != 2)), **kw)
+    data = spatial.sites_to_sequences(df, target="flag", **kw)
     assert len(data) == 2
     with pytest.raises(ValueError, match="one value per site"):
         spatial.anomalies(data, torch.tensor([1.0, 2.0, 3.0]))
@@ -217,7 +217,7 @@ def test_last_silent_answers(tmp_path):
     sites = pd.DataFrame({"site": np.repeat(range(4), 3), "t": [0, 1, 2] * 4,
                           "lat": np.repeat([40.0, 41, 42, 43], 3),
                           "lon": np.repeat([-70.0, -71, -72, -73], 3), "v": np.arange(12.0)})
-    grid = spatial.frame_to_sequences(sites, site="site", time="t", lat="lat", lon="lon",
+    grid = spatial.sites_to_sequences(sites, site="site", time="t", lat="lat", lon="lon",
                                       value="v", lags=1)
     with pytest.raises(ValueError, match="the data have 4 sites, means has shape \\(2,\\)"):
         spatial.anomalies(grid, torch.tensor([1.0, 2.0]))
@@ -259,7 +259,7 @@ def test_last_silent_answers(tmp_path):
      ValueError, "at least 2 entries"),
     (lambda: __import__("efa.generators", fromlist=["x"]).attention_teacher(["item"], 4),
      TypeError, "fields must be a list of efa fields"),
-    (lambda: __import__("efa.regression", fromlist=["x"]).frame_to_sequences(
+    (lambda: __import__("efa.regression", fromlist=["x"]).functions_to_sequences(
         _frame(fn=[0, 0], x=pd.array(["a", "b"], dtype="string"), y=[0.0, 1.0]), "fn", "x", "y"),
      TypeError, "column 'x' must be numeric"),
     (lambda: __import__("efa.tabular", fromlist=["x"]).AttentionTableClassifier(

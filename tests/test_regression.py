@@ -29,9 +29,9 @@ from efa.generators.gp import (
 )
 from efa.regression import (
     causal_predictive,
-    frame_to_sequences,
+    functions_to_sequences,
     gp_attention,
-    note_model,
+    note_efa,
     predict,
     predict_frame,
     regression_efa,
@@ -159,7 +159,7 @@ def test_note_model_computes_equations_7_to_18():
     """The efa configuration against the note's equations written out by hand."""
     torch.manual_seed(0)
     data = small(n=2).to(torch.float64)
-    model = note_model(data, e=5, ell=4, hidden=6).double()
+    model = note_efa(data, e=5, ell=4, hidden=6).double()
     att = model.blocks[0].attn
     assert att.q.bias is None and att.q.in_features == 5 and att.v.in_features == 5
     enc = model.encoders
@@ -186,7 +186,7 @@ def test_note_model_computes_equations_7_to_18():
             assert sd[b, t].item() == pytest.approx(sigma.item(), abs=1e-10)
 
 
-@pytest.mark.parametrize("build", [note_model, regression_efa])
+@pytest.mark.parametrize("build", [note_efa, regression_efa])
 def test_predict_is_the_prediction_of_a_point_appended_to_the_context(build):
     torch.manual_seed(0)
     data = small(n=3, gp=replace(NOISY, length=12)).to(torch.float64)
@@ -278,13 +278,13 @@ def test_gp_attention_holds_the_bayes_predictive():
 def test_bad_input_is_refused_or_documented():
     torch.manual_seed(0)
     data = small(n=2)
-    model = note_model(data)
+    model = note_efa(data)
     for name, value, match in (("x", float("nan"), "NaN/inf attribute"),
                                ("y", float("nan"), "y"), ("channel", 2, "channel")):
         bad = Sequences({k: v.clone() for k, v in data.fields.items()}, data.lengths)
         bad.fields[name][1, 3] = value
         with pytest.raises(ValueError, match=match) as err:
-            model.log_likelihood(bad)
+            model.log_likelihood_sums(bad)
         assert "sequence 1, position 3" in str(err.value)
     # σ collapsing: the read-out's σ is floored at min_scale × the y scale.
     with torch.no_grad():
@@ -302,7 +302,7 @@ def test_user_table_round_trip_and_errors(tmp_path):
     rng = np.random.default_rng(0)
     df = pd.DataFrame({"fn": np.repeat(["a", "b", "c"], 6), "x": rng.uniform(5, 15, 18),
                        "y": rng.normal(size=18), "ch": rng.choice(["left", "right"], 18)})
-    data, labels = frame_to_sequences(df, "fn", "x", "y", "ch")
+    data, labels = functions_to_sequences(df, "fn", "x", "y", "ch")
     assert labels == ["left", "right"] and data.fields["x"].shape == (3, 6, 1)
     assert data.fields["y"][1, 2].item() == pytest.approx(df.y.iloc[8])
     model = regression_efa(data, layers=1, channels=labels)
@@ -313,7 +313,7 @@ def test_user_table_round_trip_and_errors(tmp_path):
     # 'left' still maps 'right' to id 1, as training did
     only_right = df[df.ch == "right"]
     got = predict_frame(model, only_right, new.iloc[:1], "fn", "x", "y", "ch")
-    ctx, _ = frame_to_sequences(only_right, "fn", "x", "y", "ch", channels=labels)
+    ctx, _ = functions_to_sequences(only_right, "fn", "x", "y", "ch", channels=labels)
     assert int(ctx.fields["channel"].max()) == 1
     direct = predict_frame(model, only_right, new.iloc[:1], "fn", "x", "y", "ch",
                            channels=labels)
@@ -329,10 +329,10 @@ def test_user_table_round_trip_and_errors(tmp_path):
     saved = efa.load(efa.save(model, tmp_path / "m"))
     assert [f.labels for f in saved.fields if f.name == "channel"] == [("left", "right")]
     with pytest.raises(ValueError, match="unknown channel 'up' in row 4"):
-        frame_to_sequences(df.assign(ch=df.ch.where(df.index != 4, "up")), "fn", "x", "y", "ch",
+        functions_to_sequences(df.assign(ch=df.ch.where(df.index != 4, "up")), "fn", "x", "y", "ch",
                            channels=labels)
     with pytest.raises(ValueError, match="column 'x', first in row 2 .function 'a'"):
-        frame_to_sequences(df.assign(x=df.x.where(df.index != 2)), "fn", "x", "y", "ch")
+        functions_to_sequences(df.assign(x=df.x.where(df.index != 2)), "fn", "x", "y", "ch")
     with pytest.raises(ValueError, match="no context rows"):
         predict_frame(model, df, pd.DataFrame({"fn": ["z"], "x": [6.0], "ch": ["left"]}),
                       "fn", "x", "y", "ch")

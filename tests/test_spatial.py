@@ -20,12 +20,12 @@ def test_constant_coordinates_and_zero_scales(recwarn):
         efa.Value("y", Gaussian(), scale=0.0)
     df = pd.DataFrame({"site": [0, 1, 2] * 4, "time": np.repeat(range(4), 3),
                        "lat": 40.0, "lon": [1.0, 2.0, 3.0] * 4, "y": np.arange(12.0)})
-    data = spatial.frame_to_sequences(df, site="site", time="time", lat="lat", lon="lon",
+    data = spatial.sites_to_sequences(df, site="site", time="time", lat="lat", lon="lon",
                                       value="y")
     with pytest.warns(UserWarning, match=r"coordinate 0 \(lat\) is constant"):
         model = spatial.spatial_efa(data, num_layers=1)
     assert torch.isfinite(model.predict_mean(data)["value"]).all()
-    single = spatial.frame_to_sequences(df[df.site == 0], site="site", time="time", lat="lat",
+    single = spatial.sites_to_sequences(df[df.site == 0], site="site", time="time", lat="lat",
                                         lon="lon", value="y")
     with pytest.warns(UserWarning, match="constant"):
         model = spatial.spatial_efa(single, num_layers=1)
@@ -37,6 +37,6 @@ def test_missing_value_sentinels():
                        "lon": [3.0, 4.0] * 3, "t": [50.0, -99.0, 51.0, 52.0, 49.0, 50.0]})
     kw = dict(site="site", time="time", lat="lat", lon="lon", value="t")
     with pytest.warns(UserWarning, match="1 values equal to -99.*missing=-99"):
-        spatial.frame_to_sequences(df, **kw)
-    data = spatial.frame_to_sequences(df, missing=-99, **kw)
+        spatial.sites_to_sequences(df, **kw)
+    data = spatial.sites_to_sequences(df, missing=-99, **kw)
     assert not data.observed["value"][0, 1] and data.observed["value"].sum() == 5

@@ -31,7 +31,7 @@ def test_prop1_cbow_is_efa_with_uniform_attention():
     alpha, rho = fm_model.alpha.weight.detach(), fm_model.rho.weight.detach()
     ctx = (alpha[x].sum(1, keepdim=True) - alpha[x]) / (I - 1)
     fm = torch.distributions.Categorical(logits=ctx @ rho.T).log_prob(x)
-    torch.testing.assert_close(fm_model.log_likelihood(data)["x"][0], fm.sum())
+    torch.testing.assert_close(fm_model.log_likelihood_sums(data)["x"][0], fm.sum())
 
     model = _bare([Category("x", D, dim=K)])
     with torch.no_grad():
@@ -94,7 +94,7 @@ def test_prop3_poisson_rating_fm_is_linear_efa():
     rate = torch.exp((rho[x] * s).sum(-1) / (I - 1))
     fm = torch.distributions.Poisson(rate).log_prob(y.double() - 1)
     data = Sequences({"x": x, "y": y}, torch.full((N,), I))
-    torch.testing.assert_close(fm_model.log_likelihood(data)["y"][0], fm.sum())
+    torch.testing.assert_close(fm_model.log_likelihood_sums(data)["y"][0], fm.sum())
 
     model = _bare(
         [
@@ -165,7 +165,7 @@ def test_bag_of_context_logit_is_efa_with_a_bag(direction, distinct):
     with torch.no_grad():
         for p in logit.parameters():
             p.normal_(generator=g)
-    expected = logit.log_likelihoods(data)["x"]
+    expected = logit.position_log_likelihoods(data)["x"]
 
     model = EFA(EFAConfig([Category("x", n_items, dim=width, distinct=distinct, bag=True)],
                           max_len=length, num_layers=1, num_heads=2, block="residual",
@@ -181,7 +181,7 @@ def test_bag_of_context_logit_is_efa_with_a_bag(direction, distinct):
         attn.o.bias.zero_()  # the attention adds nothing: the residual stream is the token
         model.readouts["x"].net.weight.copy_(torch.eye(n_items, width))
         model.bags["x"].copy_(logit.weight.weight.T / 10)  # U = 10·V (bag_scale) = Wᵀ
-    got = model.log_likelihoods(data)["x"]
+    got = model.position_log_likelihoods(data)["x"]
     m = data.predicted("x")
     assert torch.isfinite(got[m]).all() and torch.isnan(got[~m]).all()
     torch.testing.assert_close(got[m], expected[m], atol=1e-10, rtol=0)

@@ -22,7 +22,7 @@ def test_conditionals_form_the_joint_the_sampler_draws_from():
     x = torch.tensor([[o[0], o[2]] for o in outcomes])
     y = torch.tensor([[o[1], o[3]] for o in outcomes])
     every = Sequences({"x": x, "y": y}, torch.full((len(outcomes),), 2))
-    lls = teacher.log_likelihoods(every)
+    lls = teacher.position_log_likelihoods(every)
     joint = (lls["x"].sum(1) + lls["y"].sum(1)).exp()  # unidirectional: the chain rule
     assert abs(float(joint.sum()) - 1) < 1e-12
     draws = sample(teacher, 20_000, seed=1)
@@ -34,7 +34,7 @@ def test_conditionals_form_the_joint_the_sampler_draws_from():
     # The Bayes NLL is the mean conditional NLL of the teacher on the data.
     nll = bayes_nll(teacher, draws)
     for name in ("x", "y"):
-        want = -float(teacher.log_likelihoods(draws)[name].mean())
+        want = -float(teacher.position_log_likelihoods(draws)[name].mean())
         assert math.isclose(nll[name], want, rel_tol=1e-9)
 
 

@@ -29,7 +29,7 @@ def frame() -> pd.DataFrame:
 
 
 def _sequences(frame, lags, layout="tokens"):
-    return sp.frame_to_sequences(
+    return sp.sites_to_sequences(
         frame, site="city_idx", time="date", lat="lat", lon="lon", value="value", lags=lags,
         target="target", name="temp", layout=layout, return_index=True,
     )
@@ -88,7 +88,7 @@ def _toy_frame():
 
 def test_missing_values_are_hidden_and_not_predicted():
     df = _toy_frame()
-    data, sites, times = sp.frame_to_sequences(
+    data, sites, times = sp.sites_to_sequences(
         df, site="site", time="time", lat="lat", lon="lon", value="y", return_index=True
     )
     assert list(sites) == ["a", "b", "c"] and len(times) == 4
@@ -98,7 +98,7 @@ def test_missing_values_are_hidden_and_not_predicted():
     assert not data.predicted("value")[2, 1] and not data.predicted("value")[1, 2]
 
     # Lags: the missing value of day 2 is also missing as day 3's lag-1 context.
-    lagged = sp.frame_to_sequences(df, site="site", time="time", lat="lat", lon="lon", value="y",
+    lagged = sp.sites_to_sequences(df, site="site", time="time", lat="lat", lon="lon", value="y",
                                    lags=1)
     assert lagged.max_len == 6 and not lagged.observed["value"][2, 3 + 2]
     assert not lagged.scored[:, 3:].any() and lagged.scored[:, :3].all()
@@ -127,20 +127,20 @@ def test_frame_errors():
     df = _toy_frame()
     kw = dict(site="site", time="time", lat="lat", lon="lon", value="y")
     with pytest.raises(ValueError, match="more than one row"):
-        sp.frame_to_sequences(pd.concat([df, df.iloc[:1]]), **kw)
+        sp.sites_to_sequences(pd.concat([df, df.iloc[:1]]), **kw)
     moved = df.copy()
     moved.loc[0, "lat"] = 12.0
     with pytest.raises(ValueError, match="more than one"):
-        sp.frame_to_sequences(moved, **kw)
+        sp.sites_to_sequences(moved, **kw)
     with pytest.raises(KeyError, match="nope"):
-        sp.frame_to_sequences(df, **{**kw, "value": "nope"})
+        sp.sites_to_sequences(df, **{**kw, "value": "nope"})
 
 
 def test_warm_start_starts_at_the_base_model():
     df = _toy_frame()
     kw = dict(site="site", time="time", lat="lat", lon="lon", value="y")
-    same = sp.frame_to_sequences(df, **kw).to(torch.float64)
-    lagged = sp.frame_to_sequences(df, lags=2, layout="fields", **kw).to(torch.float64)
+    same = sp.sites_to_sequences(df, **kw).to(torch.float64)
+    lagged = sp.sites_to_sequences(df, lags=2, layout="fields", **kw).to(torch.float64)
     torch.manual_seed(0)
     base = sp.spatial_efa(same, num_layers=2, block="pre_ln").double().eval()
     model = sp.spatial_efa(lagged, num_layers=2, block="pre_ln").double().eval()

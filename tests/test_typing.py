@@ -71,3 +71,18 @@ def test_the_walk_sees_what_lacks_a_hint():
     )
     assert _unhinted(tree) == ["f (a)", "g (**kw)", "h (return)", "C.__init__ (n)",
                                "C.m (y, return)"]
+
+
+def test_type_checkers_see_every_lazy_name():
+    """efa/__init__.py loads names on first use; its TYPE_CHECKING imports and literal
+    __all__ list the same names, so type checkers and IDEs see what users can import."""
+    import efa
+
+    init = ROOT / "__init__.py"
+    tree = ast.parse(init.read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If)
+                 and getattr(n.test, "id", None) == "TYPE_CHECKING")
+    seen = {a.asname or a.name for n in block.body if isinstance(n, ast.ImportFrom)
+            for a in n.names}
+    lazy = set(efa._EXPORTS) | set(efa._MODULES)
+    assert seen == lazy and set(efa.__all__) == lazy

@@ -23,7 +23,7 @@ from efa.baselines import Climatology, select_shrinkage
 from efa.data import Sequences
 from efa.datasets import temperature as tp
 from efa.scoring import mean_squared_error
-from efa.spatial import anomalies, frame_to_sequences, knn_fm, site_means, spatial_efa
+from efa.spatial import anomalies, knn_fm, site_means, sites_to_sequences, spatial_efa
 from efa.train import TrainConfig, fit, seed_everything
 from experiments.harness.papers import by_key, paper_numbers
 from experiments.harness.plots import figure, save
@@ -97,7 +97,7 @@ def load(lags: int = 0, layout: str = "fields", center: bool = True, root=None):
     temps = tp.read_city_temperatures(root)
     cities = tp.read_cities(root)
     frame = tp.paper_frame(temps, cities, lags=lags)
-    data, _, times = frame_to_sequences(
+    data, _, times = sites_to_sequences(
         frame, site="city_idx", time="date", lat="lat", lon="lon", value="value", lags=lags,
         target="target", name=NAME, layout=layout, return_index=True,
     )

@@ -9,7 +9,7 @@ y_i is predicted from the points before it (random order), from the second point
 - ``tnp``: the TNP benchmark's RBF protocol (context set → target set), efa next to the
   literature's number and the exact-GP ceiling.
 
-Models: the note's model exactly (``efa.regression.note_model``), the improved efa model
+Models: the note's model exactly (``efa.regression.note_efa``), the improved efa model
 (``regression_efa``), efa with one head of GP (kernel-ridge) attention (``gp_attention``),
 TNP-D, a GP fitted per sequence by marginal likelihood (scikit-learn), a Nadaraya–Watson
 smoother, and the GP oracle (the true kernel). Every model is measured on the
@@ -32,7 +32,7 @@ from efa.baselines.smoother import select_smoother
 from efa.baselines.tnp import TNPD
 from efa.data import Sequences
 from efa.generators.gp import LITERAL, NOISY, TNPGP, NoteGP, rbf, sample_note, sample_tnp
-from efa.regression import causal_predictive, gp_attention, note_model, predict, regression_efa
+from efa.regression import causal_predictive, gp_attention, note_efa, predict, regression_efa
 from efa.train import TrainConfig, fit, seed_everything
 from experiments.harness.papers import paper_numbers
 from experiments.harness.plots import figure, save
@@ -169,7 +169,7 @@ def _floor(model) -> float | None:
 
 def _build(name: str, train: Sequences, spec: Spec, channels: int = 2):
     if name == "note":
-        return note_model(train, channels=channels)
+        return note_efa(train, channels=channels)
     if name == "efa":
         return regression_efa(train, layers=spec.efa_layers, channels=channels)
     if name == "gp":

@@ -5,12 +5,14 @@ self-attention weighing the context and an exponential family turning the attend
 a likelihood.
 
 Names are imported on first use (``efa.EFA``, ``from efa import fit``), so that the command
-line answers ``--help`` and ``list`` without loading torch.
+line answers ``--help`` and ``list`` without loading torch; type checkers and IDEs see them
+through the ``TYPE_CHECKING`` imports below.
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.2.0"
 
@@ -42,7 +44,52 @@ _EXPORTS = {
 _MODULES = ("families", "baselines", "spatial", "attention", "kernels", "strategies", "datasets",
             "storage")
 
-__all__ = sorted([*_EXPORTS, *_MODULES])
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on first use
+    from efa import attention, baselines, datasets, families, kernels, spatial, storage, strategies
+    from efa.baselines import CategoricalFM, ValueFM
+    from efa.conditional import ConditionalModel
+    from efa.data import Sequences
+    from efa.fields import Attribute, Category, Value
+    from efa.kernels import KERNELS, Kernel, register_kernel
+    from efa.model import EFA, EFAConfig
+    from efa.scoring import evaluate, log_likelihoods, mean_squared_error, predictions
+    from efa.storage import load, save
+    from efa.tabular import AttentionTableClassifier
+    from efa.train import History, TrainConfig, fit, seed_everything
+
+__all__ = [
+    "AttentionTableClassifier",
+    "Attribute",
+    "CategoricalFM",
+    "Category",
+    "ConditionalModel",
+    "EFA",
+    "EFAConfig",
+    "History",
+    "KERNELS",
+    "Kernel",
+    "Sequences",
+    "TrainConfig",
+    "Value",
+    "ValueFM",
+    "attention",
+    "baselines",
+    "datasets",
+    "evaluate",
+    "families",
+    "fit",
+    "kernels",
+    "load",
+    "log_likelihoods",
+    "mean_squared_error",
+    "predictions",
+    "register_kernel",
+    "save",
+    "seed_everything",
+    "spatial",
+    "storage",
+    "strategies",
+]
 
 
 def __getattr__(name: str):

@@ -33,6 +33,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from efa.deprecation import renamed
+
 if TYPE_CHECKING:  # for annotations only
     from torch import Tensor
 
@@ -133,13 +135,10 @@ def check_embeddings(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str],
             f"{name}: the matrix has {x.shape[0]} rows but the vocabulary has {len(vocab)} "
             "words; row k must be the embedding of vocabulary word k"
         )
-    bad = ~np.isfinite(x).all(1)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"{name}: the embedding of {vocab[row]!r} (row {row}) is not finite (NaN or inf); "
-            f"{int(bad.sum())} row(s) affected"
-        )
+    rows = np.flatnonzero(~np.isfinite(x).all(1))
+    if len(rows):
+        raise ValueError(f"{name}: the embedding of {vocab[rows[0]]!r} (row {rows[0]}) is not "
+                         f"finite (NaN or inf); {len(rows)} row(s) affected")
     return x.astype(np.float64)
 
 
@@ -290,7 +289,7 @@ def summarise(answers: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["level", "name", "n", "accuracy", "cosine"])
 
 
-def evaluate(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str],
+def accuracy(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str],
              questions: pd.DataFrame | None = None, **options: Any) -> dict[str, dict[str, float]]:
     """{semantic|syntactic|overall: {n, accuracy, cosine}} on the questions every word of which
     is in ``vocab`` (all of ``questions-words.txt`` by default); options go to :func:`answer`."""
@@ -312,7 +311,7 @@ def groups(summary: pd.DataFrame) -> dict[str, dict[str, float]]:
 def paper_tables(results: dict[str, dict[str, dict[str, float]]], digits: int = 3) -> str:
     """Markdown in the layout of the paper's Table 3: an accuracy table and a cosine-similarity
     table, rows Semantic / Syntactic / Overall, one column per model (``results[model]`` as
-    returned by :func:`evaluate`), and the number of questions per row."""
+    returned by :func:`accuracy`), and the number of questions per row."""
     models = list(results)
     out = []
     for metric, title in (("accuracy", "Accuracy"), ("cosine", "Cosine similarity")):
@@ -329,3 +328,7 @@ def paper_tables(results: dict[str, dict[str, dict[str, float]]], digits: int = 
             out.append(f"| {group.capitalize()} | " + " | ".join(cells) + f" | {count} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+# Renamed in efa 0.3: efa.evaluate scores a model's likelihood, this scores word vectors.
+evaluate = renamed(accuracy, "efa.analogy.evaluate", "efa.analogy.accuracy")

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from efa import vocab
+from efa import softmax
 from efa.data import Sequences, check_sequences
 from efa.fields import Field
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # for annotations only
     from efa.fields import Category, Value
 
 
-def refuse_sampling(model: nn.Module, sampling: vocab.Sampling | None) -> None:
+def refuse_sampling(model: nn.Module, sampling: softmax.Sampling | None) -> None:
     if sampling is not None:
         raise ValueError(f"{type(model).__name__} cannot train by the sampled softmax (efa.EFA's "
                          "category targets can): train it without sampled_softmax")
@@ -28,7 +28,7 @@ def refuse_sampling(model: nn.Module, sampling: vocab.Sampling | None) -> None:
 
 def refuse_generic_options(model: nn.Module, weights: Tensor | None,
                            counts: dict[str, int] | None,
-                           sampling: vocab.Sampling | None) -> None:
+                           sampling: softmax.Sampling | None) -> None:
     """For a model with an objective of its own: sampled positions (``weights``), data-parallel
     ``counts`` and the sampled softmax are refused by name."""
     given = [n for n, v in (("weights (positions=m)", weights), ("counts (data-parallel)", counts),
@@ -129,9 +129,9 @@ class ConditionalModel(nn.Module):
         dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
         check_sequences(data, self.fields, self.max_len, dtype)
 
-    def log_likelihood(
+    def log_likelihood_sums(
         self, data: Sequences, base_measure: bool = True, check: bool = True,
-        weights: Tensor | None = None, sampling: vocab.Sampling | None = None,
+        weights: Tensor | None = None, sampling: softmax.Sampling | None = None,
     ) -> dict[str, tuple[Tensor, int]]:
         """Per target field: (sum of log p(y_i | context) over predicted positions, count).
         ``weights`` [B]: a weight per sequence on its terms (sampled positions, see fit);
@@ -150,7 +150,7 @@ class ConditionalModel(nn.Module):
         return out
 
     def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
-                     sampling: vocab.Sampling | None = None) -> dict[str, Tensor]:
+                     sampling: softmax.Sampling | None = None) -> dict[str, Tensor]:
         """log p(y_i | context) [P] of each field in ``at`` at its asked positions."""
         refuse_sampling(self, sampling)
         etas = self.natural_params_at(data, at)
@@ -158,7 +158,8 @@ class ConditionalModel(nn.Module):
                     data.fields[name][m], etas[name], base_measure)
                 for name, m in at.items()}
 
-    def log_likelihoods(self, data: Sequences, base_measure: bool = True) -> dict[str, Tensor]:
+    def position_log_likelihoods(self, data: Sequences,
+                                 base_measure: bool = True) -> dict[str, Tensor]:
         """log p(y_i | context) [B, I] per target field; NaN where not predicted."""
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
         lps = self.log_probs_at(data, at, base_measure)
@@ -172,14 +173,14 @@ class ConditionalModel(nn.Module):
 
     def loss(self, data: Sequences, check: bool = False, weights: Tensor | None = None,
              counts: dict[str, int] | None = None,
-             sampling: vocab.Sampling | None = None) -> Tensor:
+             sampling: softmax.Sampling | None = None) -> Tensor:
         """Training objective: the sum over target fields of the mean negative log-likelihood
         (+ the model's ``penalty()``, if it has one). ``counts`` replaces each field's number of
         predicted positions as the denominator (the global count across data-parallel ranks, or
         of the full batch when positions are sampled); ``weights`` and ``sampling`` as in
-        :meth:`log_likelihood`. Every model takes these arguments; one whose objective is its
+        :meth:`log_likelihood_sums`. Every model takes these arguments; one whose objective is its
         own (``own_objective``) refuses the last three (:func:`refuse_generic_options`)."""
-        ll = self.log_likelihood(data, check=check, weights=weights, sampling=sampling)
+        ll = self.log_likelihood_sums(data, check=check, weights=weights, sampling=sampling)
         loss = -cast(Tensor, sum(s / max(n if counts is None else counts[name], 1)
                                  for name, (s, n) in ll.items()))
         penalty = self.penalty()

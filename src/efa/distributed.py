@@ -21,7 +21,7 @@ from torch import Tensor, nn
 if TYPE_CHECKING:  # for annotations only
     from efa.conditional import ConditionalModel
     from efa.data import Sequences
-    from efa.vocab import Sampling
+    from efa.softmax import Sampling
 
 
 def world() -> tuple[int, int]:

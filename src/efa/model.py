@@ -20,7 +20,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from efa import strategies, vocab
+from efa import softmax, strategies
 from efa.attention import BLOCKS, Block
 from efa.conditional import ConditionalModel, context_bag, context_pairs
 from efa.data import Sequences
@@ -320,9 +320,9 @@ class EFA(ConditionalModel):
         return out
 
     def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
-                     sampling: vocab.Sampling | None = None) -> dict[str, Tensor]:
+                     sampling: softmax.Sampling | None = None) -> dict[str, Tensor]:
         """As ``ConditionalModel.log_probs_at``; a category with ``vocab_chunk`` is scored
-        without its [positions × D] logits (``efa.vocab``), and in training with ``sampling``
+        without its [positions × D] logits (``efa.softmax``), and in training with ``sampling``
         (``fit(..., sampled_softmax=k)``) by the sampled softmax."""
         sampling = sampling if self.training else None
         large = [name for name in at if self.field(name).kind == "category" and (
@@ -343,11 +343,11 @@ class EFA(ConditionalModel):
             y = data.fields[name][m]
             excluded = context_pairs(data, name, self.direction, m) if f.distinct else None
             if sampling is not None:
-                out[name] = vocab.sampled_log_prob(
+                out[name] = softmax.sampled_log_prob(
                     h, net.weight, net.bias, y, sampling.k, sampling.log_q[name],
                     sampling.generator, excluded)
             else:
-                out[name] = vocab.chunked_log_prob(h, net.weight, net.bias, y,
+                out[name] = softmax.chunked_log_prob(h, net.weight, net.bias, y,
                                                    f.vocab_chunk or f.num_categories, excluded)
         return {name: out[name] for name in at}
 

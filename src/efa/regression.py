@@ -2,7 +2,7 @@
 sequence, and y is predicted from the points before it (the UNN note, ``docs/in-context-
 regression.md``).
 
-- :func:`note_model`: the note's model exactly, as an efa configuration: x feeds only the
+- :func:`note_efa`: the note's model exactly, as an efa configuration: x feeds only the
   queries and keys (Eqs. 10–11), y only the values (Eq. 12), a query does not see its own
   token (Eq. 14: row j is normalised over h < j), and the read-out is a linear map of [x, k,
   attended value] (a ``concat`` block), a leaky ReLU (0.01) and a linear map to (μ, σ)
@@ -11,7 +11,7 @@ regression.md``).
   several pre-LN transformer blocks.
 - :func:`gp_attention`: one head of kernel-ridge (CME) attention with the data's additive kernel
   family, returning the GP posterior mean and variance: the Bayes predictive is in the class.
-- :func:`frame_to_sequences`: a user's long table of (function, x, y, channel) rows.
+- :func:`functions_to_sequences`: a user's long table of (function, x, y, channel) rows.
 - :func:`predict`: the predictive (mean, sd) at new points given a context, each target
   predicted from the context alone (not from the other targets).
 
@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from efa.data import Sequences
+from efa.deprecation import renamed
 from efa.families import HeteroscedasticGaussian
 from efa.fields import Attribute, Category, Value
 from efa.model import EFA, EFAConfig
@@ -56,7 +57,7 @@ def moments(train: Sequences) -> tuple[float, float, float, float]:
 
 def _channels(channels) -> tuple[int, tuple | None]:
     """(number of channels, their labels or None) from a count or a list of labels (the
-    labels :func:`frame_to_sequences` returns, which the model then keeps)."""
+    labels :func:`functions_to_sequences` returns, which the model then keeps)."""
     if isinstance(channels, bool):
         raise ValueError(f"channels must be a count or a list of labels, got {channels!r}")
     if isinstance(channels, int | np.integer):
@@ -92,10 +93,10 @@ def _fields(train: Sequences, dims: dict, feeds: dict, readout: dict, hidden: in
     return fields
 
 
-def note_model(train: Sequences, e: int = 64, ell: int = 64, hidden: int = 64,
+def note_efa(train: Sequences, e: int = 64, ell: int = 64, hidden: int = 64,
                min_scale: float = MIN_SCALE, channels: int | list = 2) -> EFA:
     """The UNN note's model (Eqs. 7–18), standardised on ``train``. ``channels``: their
-    number, or their labels (as :func:`frame_to_sequences` returns them: kept with the model,
+    number, or their labels (as :func:`functions_to_sequences` returns them: kept with the model,
     so :func:`predict_frame` maps a table's channels the way training did).
 
     Choices for what the note leaves open: the embeddings of x and y (Eqs. 7–8) are efa's
@@ -119,7 +120,7 @@ def _need_fields(data: Sequences, what: str, names) -> None:
     absent = [n for n in names if n not in data.fields]
     if absent:
         raise KeyError(f"{what} has no field(s) {absent} (it has {list(data.fields)}); build it "
-                       "with efa.regression.frame_to_sequences")
+                       "with efa.regression.functions_to_sequences")
 
 
 def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int = 32,
@@ -129,7 +130,7 @@ def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int
     """The efa model a user would pick: tokens [g(x); λ₁(y); channel] feeding the whole
     attention, ``layers`` pre-LN transformer blocks, causal, no positions (the points of a
     function are a set in random order), standardised on ``train``. ``channels``: their
-    number, or their labels (kept with the model, as in :func:`note_model`)."""
+    number, or their labels (kept with the model, as in :func:`note_efa`)."""
     _need_fields(train, "train", ("x", "y"))
     every = ("q", "k", "v", "skip")
     fields = _fields(
@@ -150,7 +151,7 @@ def gp_attention(train: Sequences, channels: int | list = 2, channel_dim: int = 
     family), with the ridge λ learned; the head returns the GP posterior mean *and* variance
     (``posterior_variance``), and an MLP read-out of [x, channel, mean, variance] gives (μ, σ).
     ``channels``: their number, or their labels (kept with the model, as in
-    :func:`note_model`).
+    :func:`note_efa`).
     With W^Q = W^K, the true length-scale, offset variance and noise, the attention's two
     outputs are the Bayes predictive's mean and variance (up to the noise λ):
     ``tests/test_regression.py``. Causal, no self-attention, no positions."""
@@ -190,7 +191,7 @@ def causal_predictive(model: ConditionalModel, data: Sequences) -> tuple[Tensor,
     return gaussian_mean_sd(eta)
 
 
-def frame_to_sequences(frame: pd.DataFrame, function: str, x: str, y: str,
+def functions_to_sequences(frame: pd.DataFrame, function: str, x: str, y: str,
                        channel: str | None = None,
                        channels: list | None = None) -> tuple[Sequences, list]:
     """One sequence per function id from a long table, its rows in table order (shuffle the
@@ -202,7 +203,7 @@ def frame_to_sequences(frame: pd.DataFrame, function: str, x: str, y: str,
     import pandas as pd
 
     if not isinstance(frame, pd.DataFrame) or frame.empty:
-        raise ValueError("frame_to_sequences needs a non-empty pandas DataFrame")
+        raise ValueError("functions_to_sequences needs a non-empty pandas DataFrame")
     cols = [function, x, y] + ([channel] if channel else [])
     absent = [c for c in cols if c not in frame]
     if absent:
@@ -317,17 +318,17 @@ def predict_frame(model: EFA, context: pd.DataFrame, targets: pd.DataFrame, func
         if known is None and channels is None:
             raise ValueError(
                 "the model does not know its channel labels: pass channels= (the labels "
-                "frame_to_sequences returned for the training table), or build the model with "
+                "functions_to_sequences returned for the training table), or build the model with "
                 "channels=those labels so that it keeps them")
         if known is not None and channels is not None and list(channels) != known:
             raise ValueError(f"channels={list(channels)} differ from the labels the model was "
                              f"built with, {known}")
         channels = known if known is not None else channels
-    ctx, labels = frame_to_sequences(context, function, x, y, channel, channels)
+    ctx, labels = functions_to_sequences(context, function, x, y, channel, channels)
     ids = sorted(context[function].unique())  # the order of from_frame's groups
     tids = sorted(targets[function].unique())
     tgt = targets.assign(_y=0.0)
-    seqs, _ = frame_to_sequences(tgt, function, x, "_y", channel, labels or None)
+    seqs, _ = functions_to_sequences(tgt, function, x, "_y", channel, labels or None)
     take = torch.as_tensor([ids.index(f) for f in tids])
     mean, sd = predict(model, ctx[take], seqs)
     seq = tgt[function].map({f: i for i, f in enumerate(tids)}).to_numpy()
@@ -335,3 +336,10 @@ def predict_frame(model: EFA, context: pd.DataFrame, targets: pd.DataFrame, func
     out = targets.copy()
     out["mean"], out["sd"] = mean.numpy()[seq, pos], sd.numpy()[seq, pos]
     return out
+
+
+# Renamed in efa 0.3 (one name per concept: a table of functions → Sequences; model factories
+# named *_efa like spatial_efa and regression_efa).
+frame_to_sequences = renamed(functions_to_sequences, "efa.regression.frame_to_sequences",
+                             "efa.regression.functions_to_sequences")
+note_model = renamed(note_efa, "efa.regression.note_model", "efa.regression.note_efa")

@@ -54,7 +54,7 @@ def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 
            for f in model.target_fields}
     with scoring_mode(model, data):
         for idx, batch in in_batches(data, batch_size, model.device):
-            for name, lp in model.log_likelihoods(batch, base_measure).items():
+            for name, lp in model.position_log_likelihoods(batch, base_measure).items():
                 if not torch.isfinite(lp[batch.predicted(name)]).all():
                     raise_non_finite(model, batch, idx, "log_likelihoods")
                 out[name][idx, : lp.shape[1]] = lp.double().cpu()
@@ -75,7 +75,7 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
     counts: dict[str, int] = dict.fromkeys(names, 0)
     with scoring_mode(model, data):
         for idx, batch in in_batches(data, batch_size, model.device):
-            for name, (s, n) in model.log_likelihood(batch, base_measure, check=False).items():
+            for name, (s, n) in model.log_likelihood_sums(batch, base_measure, check=False).items():
                 if name not in sums:
                     continue
                 if not torch.isfinite(s):
@@ -105,7 +105,7 @@ def raise_non_finite(model: ConditionalModel, batch: Sequences, idx: torch.Tenso
                      extra: str = "") -> NoReturn:
     """Find the first position whose log-likelihood is not finite and say where it is."""
     with torch.no_grad():
-        lps = model.log_likelihoods(batch)
+        lps = model.position_log_likelihoods(batch)
     for name, lp in lps.items():
         bad = batch.predicted(name) & ~torch.isfinite(lp)
         if bad.any():

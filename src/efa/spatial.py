@@ -5,7 +5,7 @@ One sequence is one time step: a set of sites, each a token [g(lat, lon); λ₁(
 positional embedding; the masked site's value is predicted as a Gaussian from all the other
 sites (and, with ``lags``, from every site's value at the previous time steps).
 
-- :func:`frame_to_sequences`: a long table (site, time, lat, lon, value) → :class:`Sequences`
+- :func:`sites_to_sequences`: a long table (site, time, lat, lon, value) → :class:`Sequences`
   (missing values → ``observed=False``: hidden from the model and not predicted).
 - :func:`spatial_efa` / :func:`knn_fm`: the temperature experiment's EFA network and k-NN
   factorisation model, standardised on the training data.
@@ -27,13 +27,14 @@ from torch import Tensor
 
 from efa.baselines.fm import KNNFM
 from efa.data import Sequences
+from efa.deprecation import renamed
 from efa.families import Gaussian
 from efa.fields import Attribute, Category, Value
 from efa.model import EFA, EFAConfig
 
 __all__ = [
     "anomalies",
-    "frame_to_sequences",
+    "sites_to_sequences",
     "knn_fm",
     "site_means",
     "spatial_efa",
@@ -47,7 +48,7 @@ SENTINELS = (-99.0, -999.0, -9999.0)
 # --------------------------------------------------------------------------- data
 
 
-def frame_to_sequences(
+def sites_to_sequences(
     df: pd.DataFrame,
     *,
     site: str,
@@ -323,3 +324,8 @@ def knn_fm(train: Sequences, k: int, name: str = "value", **kw: Any) -> KNNFM:
         k,
         **kw,
     )
+
+
+# Renamed in efa 0.3 (one name per concept: a table of sites → Sequences).
+frame_to_sequences = renamed(sites_to_sequences, "efa.spatial.frame_to_sequences",
+                             "efa.spatial.sites_to_sequences")

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from efa import checkpoint, distributed, vocab
+from efa import checkpoint, distributed, softmax
 from efa.conditional import ConditionalModel
 from efa.data import Sequences
 from efa.scoring import check_int, check_targets, evaluate, in_batches, raise_non_finite
@@ -198,7 +198,7 @@ def _val_loss(model, data, batch_size, monitor=None) -> float:
         with torch.no_grad():
             model.eval()
             for _, batch in in_batches(shard, batch_size, model.device):
-                for name, (s, n) in model.log_likelihood(batch, check=False).items():
+                for name, (s, n) in model.log_likelihood_sums(batch, check=False).items():
                     if name in sums:
                         sums[name][0] += float(s)
                         sums[name][1] += n
@@ -321,8 +321,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
             hist, best_state, bad = resumed
             start_epoch = hist.epochs_run
     negatives = torch.Generator().manual_seed(cfg.seed + 104729)
-    sampling = None if cfg.sampled_softmax is None else vocab.Sampling(
-        cfg.sampled_softmax, vocab.proposals(model, train, cfg.proposal), negatives)
+    sampling = None if cfg.sampled_softmax is None else softmax.Sampling(
+        cfg.sampled_softmax, softmax.proposals(model, train, cfg.proposal), negatives)
     objective: torch.nn.Module = distributed.Loss(model)
     if size > 1:
         from torch.nn.parallel import DistributedDataParallel

@@ -35,7 +35,7 @@ from efa.data import Sequences
 from efa.fields import Category, Value
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.vocab import Sampling
+    from efa.softmax import Sampling
 
     class _Convex(Protocol):
         """What the convex fitting reads of a GLM (``ContextLogit``, ``RatingGLM``)."""

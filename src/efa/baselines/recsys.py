@@ -36,7 +36,7 @@ from efa.fields import Category
 from efa.scoring import in_batches, scoring_mode
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.vocab import Sampling
+    from efa.softmax import Sampling
 
 # RecBole's defaults (properties/model/*.yaml, properties/overall.yaml).
 RECBOLE = {

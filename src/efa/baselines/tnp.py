@@ -29,7 +29,7 @@ from efa.data import Sequences
 from efa.regression import moments
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.vocab import Sampling
+    from efa.softmax import Sampling
 
 
 def build_mlp(dim_in: int, dim_hid: int, dim_out: int, depth: int) -> nn.Sequential:

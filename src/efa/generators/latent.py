@@ -85,8 +85,7 @@ def _generator(seed: int) -> torch.Generator:
 
 
 def _check_size(n: int, length: int, min_length: int | None) -> int:
-    for name, v in (("n", n), ("length", length)):
-        positive_int(name, v)
+    n, length = positive_int("n", n), positive_int("length", length)
     lo = length if min_length is None else min_length
     if not isinstance(lo, int) or not 1 <= lo <= length:
         raise ValueError(f"min_length must be an integer in 1..{length}, got {min_length!r}")

@@ -20,7 +20,7 @@ from efa.model import EFA, EFAConfig
 
 if TYPE_CHECKING:  # for annotations only
     from efa.attention import Block
-    from efa.vocab import Sampling
+    from efa.softmax import Sampling
 
 # The model whose init="glm" first stage is running (AttentionTableClassifier._fit_glm): its
 # read-outs' weights are held at 0, so TableEFA.states skips the network. A context, not a
