@@ -694,3 +694,33 @@ def test_impute_writes_values_in_the_columns_units_and_keeps_dtypes():
     assert out.loc[3, "kg"] in clf.bin_values_["kg"]
     assert out.loc[4, "colour"] in ("r", "g") and out.drop(index=[3, 4]).equals(
         X.drop(index=[3, 4]))
+
+
+def test_peers_validation_split_keeps_a_single_row_class_in_training():
+    from sklearn.model_selection import train_test_split
+
+    from efa.baselines.tabular import validation_split
+
+    y = np.array([0, 1, 0, 1, 0, 1, 0, 1, 2, 0, 1, 1])
+    tr, va = validation_split(y, 0.25, 3)
+    assert 8 in tr and 8 not in va and sorted([*tr, *va]) == list(range(len(y)))
+    assert set(y[va]) == {0, 1}
+    y = y[y != 2]  # no single-row class: exactly sklearn's stratified split
+    want = train_test_split(np.arange(len(y)), test_size=0.25, random_state=3, stratify=y)
+    got = validation_split(y, 0.25, 3)
+    assert all((a == b).all() for a, b in zip(got, want, strict=True))
+
+
+def test_table_loss_with_nothing_to_predict_is_a_zero_on_the_graph():
+    X, _ = table(40)
+    y = pd.Series(np.digitize(X["num"], [-0.5, 0.5]))
+    est = AttentionTableClassifier(random_state=0, **FAST).fit(X, y)
+    model = est.model_.double()
+    data = sequences(est, X, y.to_numpy()).to(torch.float64)
+    nothing = data.with_scored(torch.zeros(len(X), est.n_positions_, dtype=torch.bool))
+    model.zero_grad(set_to_none=True)
+    loss = model.loss(nothing)
+    loss.backward()  # a batch without a cell to predict still trains (adding nothing)
+    assert float(loss) == 0.0
+    assert all(p.grad is not None and float(p.grad.abs().sum()) == 0
+               for p in model.parameters() if p.requires_grad)

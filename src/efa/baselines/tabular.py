@@ -145,6 +145,18 @@ def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
 # --------------------------------------------------------------------------- today's peers
 
 
+def validation_split(y: np.ndarray, size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) row indices, stratified by class; a class with a single row keeps
+    it in training (stratifying cannot split it, and a class seen only in validation could
+    not be learned). Without such a class: exactly ``train_test_split(..., stratify=y)``."""
+    idx = np.arange(len(y))
+    classes, counts = np.unique(y, return_counts=True)
+    single = np.isin(y, classes[counts < 2])
+    tr, va = train_test_split(idx[~single], test_size=size, random_state=seed,
+                              stratify=y[~single])
+    return (np.concatenate([tr, idx[single]]) if single.any() else tr), va
+
+
 def _frame(X) -> pd.DataFrame:
     return X.copy() if isinstance(X, pd.DataFrame) else pd.DataFrame(np.asarray(X)).rename(
         columns=str)
@@ -304,8 +316,8 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
         y = np.asarray(y)
         self.classes_ = np.unique(y)
         cats = [k for k, num in enumerate(self.numeric_) if not num]
-        xtr, xva, ytr, yva = train_test_split(X, y, test_size=self.validation,
-                                              random_state=self.random_state, stratify=y)
+        tr, va = validation_split(y, self.validation, self.random_state)
+        xtr, xva, ytr, yva = X.iloc[tr], X.iloc[va], y[tr], y[va]
         self.model_ = CatBoostClassifier(**self._params(self.max_iterations), cat_features=cats,
                                          class_names=list(self.classes_), use_best_model=True,
                                          early_stopping_rounds=50)
@@ -362,9 +374,7 @@ class _TorchTable(ClassifierMixin, BaseEstimator):
         import torch
 
         torch.manual_seed(self.random_state)
-        idx = np.arange(len(y))
-        tr, va = train_test_split(idx, test_size=self.validation, random_state=self.random_state,
-                                  stratify=y)
+        tr, va = validation_split(y, self.validation, self.random_state)
         xt, yt = self._rows(x, tr), torch.tensor(y[tr])
         xv, yv = self._rows(x, va), torch.tensor(y[va])
         opt = torch.optim.AdamW(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)

@@ -162,11 +162,10 @@ class TableEFA(EFA):
             return eta
         return eta.masked_fill(~self.support[at.nonzero()[:, 1]], EXCLUDED)
 
-    # Not ConditionalModel's Tensor where no cell is predicted: the number 0.0 then.
-    def loss(  # type: ignore[override]
+    def loss(
         self, data: Sequences, check: bool = False, weights: Tensor | None = None,
         counts: dict[str, int] | None = None, sampling: Sampling | None = None,
-    ) -> Tensor | float:
+    ) -> Tensor:
         """Sum over fields of the mean negative log-likelihood of the masked cells. In training,
         each observed cell is also hidden with probability ``cell_dropout`` (hidden from the
         context and not scored): the likelihood of a cell given a random subset of the others,
@@ -181,9 +180,9 @@ class TableEFA(EFA):
             data = Sequences(data.fields, data.lengths, keep, data.scored)
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
         at = {name: m for name, m in at.items() if m.any()}
-        total: Tensor | float = 0.0
-        if not at:
-            return total
+        if not at:  # nothing to predict: 0, on the graph so that backward() works (grads 0)
+            return torch.stack([p.sum() for p in self.parameters()]).sum() * 0.0
+        total = torch.zeros(())
         states = self.field_states(data, at)  # one pass for every field
         others = {name: m for name, m in at.items() if name != "cat"}
         etas = self._natural_params(data, others, states)
