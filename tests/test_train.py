@@ -16,8 +16,8 @@ def _data(n=40, seed=0):
     return mixed_data(n=n, seed=seed, dtype=torch.float32)
 
 
-def _model(seed=0):
-    return make_model(seed=seed, dtype=torch.float32, num_layers=1)
+def _model(seed=0, **kw):
+    return make_model(seed=seed, dtype=torch.float32, num_layers=1, **kw)
 
 
 def test_same_seed_same_numbers():
@@ -204,37 +204,29 @@ def test_monitor_stops_on_the_named_fields_only():
         efa.TrainConfig(monitor=names[0])
 
 
-def _data32(n=20, seed=0):
-    return mixed_data(n=n, seed=seed, dtype=torch.float32)
-
-
-def _model32(seed=0, **kw):
-    return make_model(seed=seed, dtype=torch.float32, num_layers=1, **kw)
-
-
 class _Payload:
     def __reduce__(self):
         return (Path.touch, (Path(os.environ["EFA_TEST_PWNED"]),))
 
 
 def test_checkpoint_is_tied_to_model_and_data(tmp_path):
-    efa.fit(_model32(), _data32(), None, max_epochs=1, progress=False, checkpoint_dir=str(tmp_path))
+    efa.fit(_model(), _data(20), None, max_epochs=1, progress=False, checkpoint_dir=str(tmp_path))
     with pytest.raises(ValueError, match="another data"):
-        efa.fit(_model32(), _data32(seed=7), None, max_epochs=1, progress=False,
+        efa.fit(_model(), _data(20, seed=7), None, max_epochs=1, progress=False,
                 checkpoint_dir=str(tmp_path))
     with pytest.raises(ValueError, match="another model"):
-        efa.fit(_model32(num_heads=1), _data32(), None, max_epochs=1, progress=False,
+        efa.fit(_model(num_heads=1), _data(20), None, max_epochs=1, progress=False,
                 checkpoint_dir=str(tmp_path))
     # The explicit way to start over.
-    hist = efa.fit(_model32(), _data32(seed=7), None, max_epochs=1, progress=False,
+    hist = efa.fit(_model(), _data(20, seed=7), None, max_epochs=1, progress=False,
                    checkpoint_dir=str(tmp_path), resume=False)
     assert hist.epochs_run == 1
 
 
 def test_failed_fit_leaves_usable_weights():
     """A run that blows up in its second epoch hands back the best weights so far."""
-    data, val = _data32(), _data32(seed=1)
-    reference = _model32()
+    data, val = _data(20), _data(20, seed=1)
+    reference = _model()
     with pytest.warns(efa.train.StillImproving):
         efa.fit(reference, data, val, max_epochs=1, batch_size=10, progress=False)
     calls = []
@@ -245,7 +237,7 @@ def test_failed_fit_leaves_usable_weights():
             out = super().loss(batch, check)
             return out * float("nan") if len(calls) == 3 else out  # epoch 1, first batch
 
-    model = _model32()
+    model = _model()
     model.__class__ = Diverging
     with pytest.raises(FloatingPointError, match="at epoch 1"):
         efa.fit(model, data, val, max_epochs=3, batch_size=10, progress=False)
@@ -255,7 +247,7 @@ def test_failed_fit_leaves_usable_weights():
 
 
 def test_no_progress_bar_in_logs(capfd):
-    efa.fit(_model32(), _data32(), None, max_epochs=2, progress=True)
+    efa.fit(_model(), _data(20), None, max_epochs=2, progress=True)
     assert "fit:" not in capfd.readouterr().err  # stderr is not a terminal here
 
 
@@ -263,14 +255,14 @@ def test_threads_setting():
     before = torch.get_num_threads()
     seen = []
 
-    class Spy(type(_model32())):
+    class Spy(type(_model())):
         def loss(self, data, check=False):
             seen.append(torch.get_num_threads())
             return super().loss(data, check)
 
-    model = _model32()
+    model = _model()
     model.__class__ = Spy
-    efa.fit(model, _data32(), None, max_epochs=1, progress=False, threads=2)
+    efa.fit(model, _data(20), None, max_epochs=1, progress=False, threads=2)
     assert set(seen) == {2} and torch.get_num_threads() == before
 
 
@@ -282,10 +274,10 @@ def test_checkpoints_are_not_pickles(tmp_path, monkeypatch):
     with open(folder / "checkpoint.pt", "wb") as f:
         pickle.dump({"model": _Payload()}, f)
     with pytest.raises(ValueError, match="pickled checkpoint .* not loaded"):
-        efa.fit(_model32(), _data32(), None, max_epochs=1, progress=False,
+        efa.fit(_model(), _data(20), None, max_epochs=1, progress=False,
                 checkpoint_dir=str(folder))
     assert not marker.exists()
-    efa.fit(_model32(), _data32(), None, max_epochs=1, progress=False, checkpoint_dir=str(folder),
+    efa.fit(_model(), _data(20), None, max_epochs=1, progress=False, checkpoint_dir=str(folder),
             resume=False)
     assert (folder / "checkpoint.safetensors").exists() and not marker.exists()
 
