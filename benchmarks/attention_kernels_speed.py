@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from efa.train import seed_everything
+from efa.training.train import seed_everything
 from experiments.efa_paper import instacart, items, movielens
 from experiments.efa_paper import temperature as temp
 from experiments.fenchel import attention_kernels as ak

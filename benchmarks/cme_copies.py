@@ -4,7 +4,7 @@ kernel's own form) against one fresh solve per masked copy, for a one-layer mode
 For sets of I tokens (the temperature experiment's shape: I = 44 cities, 2 heads × 16) and k
 asked positions per sequence, times the forward + backward pass of the masked
 pseudo-likelihood both ways and prints the ratio fresh / update. The crossover sets
-``efa.strategies.OWN_FORM_MIN_ASKED``. One torch thread; both ways in the same run; the
+``efa.core.strategies.OWN_FORM_MIN_ASKED``. One torch thread; both ways in the same run; the
 two agree to float32 rounding (checked here, and exactly in float64 by tests/test_cme.py).
 
     .venv/bin/python benchmarks/cme_copies.py [--sizes 20 44 100] [--out results/exchangeability]
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from efa import strategies
-from efa.data import Sequences
-from efa.families import Gaussian
-from efa.fields import Attribute, Value
-from efa.model import EFA, EFAConfig
+from efa.core import strategies
+from efa.core.data import Sequences
+from efa.core.families import Gaussian
+from efa.core.fields import Attribute, Value
+from efa.core.model import EFA, EFAConfig
 
 
 def model(size: int) -> EFA:

@@ -35,7 +35,7 @@ import torch
 
 from efa.baselines.gp import GPOracle, note_kernel
 from efa.baselines.tnp import TNPD
-from efa.data import Sequences
+from efa.core.data import Sequences
 from efa.generators.gp import NOISY, sample_note
 from efa.regression import causal_predictive, gp_attention, note_efa, predict, regression_efa
 

@@ -29,8 +29,8 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from efa.scoring import evaluate  # noqa: E402
-from efa.train import fit, seed_everything  # noqa: E402
+from efa.training.scoring import evaluate  # noqa: E402
+from efa.training.train import fit, seed_everything  # noqa: E402
 from experiments.efa_paper import instacart  # noqa: E402
 from experiments.efa_paper.items import categorical_model  # noqa: E402
 

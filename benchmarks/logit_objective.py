@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from efa.baselines import ContextLogit
-from efa.fields import Category
+from efa.core.fields import Category
 from experiments.efa_paper import instacart
 
 

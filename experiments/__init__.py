@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 
-from efa.registry import Registry
+from efa.core.registry import Registry
 
 EXPERIMENTS: Registry[tuple[str, str]] = Registry("experiment")
 

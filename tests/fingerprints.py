@@ -62,9 +62,9 @@ def draws() -> dict[str, tuple[bool, dict]]:
     """{generator: (drawn by torch?, {array name: array})} at fixed seeds, small sizes."""
     import torch
 
+    from efa.core.families import Gaussian, Poisson
+    from efa.core.fields import Attribute, Category, Value
     from efa.datasets.tabular import simulate, simulation_seeds
-    from efa.families import Gaussian, Poisson
-    from efa.fields import Attribute, Category, Value
     from efa.generators import (
         LITERAL,
         NOISY,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from efa import EFA, Attribute, Category, EFAConfig, Sequences, Value
-from efa.families import Gaussian, Poisson
+from efa.core.families import Gaussian, Poisson
 
 
 def mixed_fields():

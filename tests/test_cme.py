@@ -1,4 +1,4 @@
-"""CME attention (efa.kernels.cme) as mathematics: the GP posterior mean (against
+"""CME attention (efa.core.kernels.cme) as mathematics: the GP posterior mean (against
 scikit-learn), Bayesian linear regression, invariances, limits, Lemma 3.2, exactness of the
 masked pseudo-likelihood in every mode, gradients, and degenerate input."""
 
@@ -14,10 +14,10 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF
 from torch.func import functional_call
 
-from efa import strategies
+from efa.core import strategies
+from efa.core.kernels.cme import CME, cme, cme_weights, similarity
+from efa.core.model import EFAConfig
 from efa.generators import LinearGaussian
-from efa.kernels.cme import CME, cme, cme_weights, similarity
-from efa.model import EFAConfig
 from tests.helpers import make_model, mixed_data, naive_natural_params
 
 D = torch.float64

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import efa
-from efa import train as train_mod
-from efa.conditional import ConditionalModel
+from efa.core.conditional import ConditionalModel
+from efa.training import train as train_mod
 
 
 def _subclasses(cls):
@@ -71,7 +71,8 @@ def test_sampled_softmax_goes_through_the_loss_and_changes_it():
     model, data = _category_model(), _category_data()
     model.train()
     exact = model.loss(data)
-    sampling = efa.softmax.Sampling(2, {"item": torch.zeros(9)}, torch.Generator().manual_seed(0))
+    sampling = efa.core.softmax.Sampling(2, {"item": torch.zeros(9)},
+                                         torch.Generator().manual_seed(0))
     sampled = model.loss(data, sampling=sampling)
     assert torch.isfinite(sampled) and not torch.equal(exact, sampled)
     model.eval()  # scoring is always exact
@@ -130,7 +131,7 @@ def _factories():
     from efa.baselines.fm import KNNFM, CategoricalFM, ValueFM
     from efa.baselines.glm import ContextLogit, RatingGLM
     from efa.baselines.recsys import BERT4Rec
-    from efa.families import Gaussian, Poisson
+    from efa.core.families import Gaussian, Poisson
 
     item = efa.Category("item", 9, dim=8)
     rating = efa.Value("rating", Poisson(shift=1), dim=8)

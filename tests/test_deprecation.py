@@ -1,4 +1,8 @@
-"""Old names kept for one release after a rename: the same answer, with a FutureWarning."""
+"""Old names kept for one release after a rename or a move: the same answer, with a
+FutureWarning."""
+
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -33,3 +37,37 @@ def test_renamed_functions_warn_and_answer_as_the_new_ones():
         old = analogy.evaluate(vectors, vocab)
     assert old == analogy.accuracy(vectors, vocab)
     assert analogy.evaluate.__doc__.startswith("Deprecated alias of")
+
+
+def test_moved_modules_import_from_their_old_paths_with_a_warning():
+    """efa 0.3 put the model in efa/core/ and training in efa/training/: the old flat paths give
+    the same module objects (one registry, one class), each warning with the new path."""
+    code = """
+import warnings
+warnings.simplefilter("error")
+import efa, efa.core.kernels.cme as new_cme, efa.training.train as new_train
+from efa.core.families import Poisson
+for old, new in [("efa.families", "efa.core.families"), ("efa.kernels.cme", new_cme),
+                 ("efa.train", new_train)]:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    assert [str(w.message).split(";")[0] for w in seen][-1] == (
+        f"the module {old} moved to {getattr(new, '__name__', new)}"), seen
+    assert module is importlib.import_module(getattr(new, "__name__", new))
+    assert module.__spec__.name == module.__name__  # the real module's own spec, kept
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from efa.fields import Category  # the form README used
+assert Category is efa.Category and efa.families.Poisson is Poisson
+assert "cme" in efa.KERNELS  # registered once, not again under the old path
+try:
+    import efa.nothing  # noqa
+except ModuleNotFoundError:
+    pass
+else:
+    raise AssertionError
+"""
+    run = subprocess.run([sys.executable, "-c", "import importlib\n" + code],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -76,7 +76,7 @@ def test_gp_peer_is_leave_one_city_out_kriging():
     gen = GPLatent(dim=2, lengthscale=0.7, noise_var=0.2)
     s = gen.sample(3, 6, seed=0)
     data = s.sequences
-    from efa.data import Sequences
+    from efa.core.data import Sequences
 
     days = Sequences({"coords": data.fields["c"], tc.tx.NAME: data.fields["y"]}, data.lengths)
     pred = tc.gp_predict(days, gen.bandwidth, gen.ridge, torch.zeros(2), torch.ones(2))

@@ -1,4 +1,4 @@
-"""Math tests for efa.families, in float64 against scipy.stats / torch.distributions."""
+"""Math tests for efa.core.families, in float64 against scipy.stats / torch.distributions."""
 
 import json
 import math
@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy import special, stats
 
-from efa.families import (
+from efa.core.families import (
     FAMILIES,
     Bernoulli,
     Binomial,

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import efa
-from efa.data import Sequences
+from efa.core.data import Sequences
+from efa.core.kernels.cme import cme
 from efa.generators import ExpFamilyLatent, GPLatent, LinearGaussian
-from efa.kernels.cme import cme
 
 D = torch.float64
 
@@ -161,8 +161,8 @@ def test_bad_arguments_are_refused():
 
 
 def _teacher():
-    from efa.families import Poisson
-    from efa.fields import Category, Value
+    from efa.core.families import Poisson
+    from efa.core.fields import Category, Value
     from efa.generators import attention_teacher
 
     return attention_teacher([Category("item", 8), Value("count", Poisson())], max_len=5)
@@ -190,7 +190,7 @@ def test_generators_refuse_empty_and_degenerate_sizes(call, message):
 
 @pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf")])
 def test_teacher_strength_must_be_positive_and_finite(value):
-    from efa.fields import Category
+    from efa.core.fields import Category
     from efa.generators import attention_teacher
 
     with pytest.raises(ValueError, match="strength must be a positive finite number"):
@@ -200,7 +200,7 @@ def test_teacher_strength_must_be_positive_and_finite(value):
 def test_bayes_predictors_refuse_values_outside_the_support():
     import torch
 
-    from efa.data import Sequences
+    from efa.core.data import Sequences
     from efa.generators import ExpFamilyLatent, GPLatent
 
     for gen, value, message in ((ExpFamilyLatent("bernoulli", dim=2), 5.0, "0 or 1"),

@@ -8,7 +8,7 @@ import torch
 
 import efa
 from efa import EFA, Category, EFAConfig, Sequences, Value
-from efa.families import Bernoulli, Gaussian, Poisson
+from efa.core.families import Bernoulli, Gaussian, Poisson
 from tests.helpers import make_model, mixed_data
 
 

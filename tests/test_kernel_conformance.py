@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import efa
-from efa.kernels import KERNELS
+from efa.core.kernels import KERNELS
 from tests.helpers import gradcheck_query_weight, make_model, mixed_data, naive_natural_params
 
 NAMES = sorted(KERNELS)  # every kernel registered when the package is imported

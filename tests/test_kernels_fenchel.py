@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from efa import EFA, EFAConfig
-from efa.kernels import KERNELS
-from efa.kernels.fenchel import (
+from efa.core.kernels import KERNELS
+from efa.core.kernels.fenchel import (
     dual_objective,
     fenchel_lambda,
     primal_objective,
@@ -22,13 +22,13 @@ from efa.kernels.fenchel import (
     solve_dual,
     tilt_weights,
 )
-from efa.kernels.ot import (
+from efa.core.kernels.ot import (
     check_cost,
     ot_true_mean,
     ot_true_preference,
     ot_weights,
 )
-from efa.kernels.preference import generalized_weights, relative_position_bucket
+from efa.core.kernels.preference import generalized_weights, relative_position_bucket
 from tests.helpers import make_model, mixed_data, naive_natural_params
 
 D64 = torch.float64
@@ -546,7 +546,7 @@ MATRIX = [[0, 1, 3, 4, 9], [1, 0.5, 2, 3, 4], [3, 2, 1, 2, 3], [4, 3, 2, 1.5, 2]
 def test_ot_kernel_factorised_form_is_the_log_domain_formula(cost, gamma):
     """The kernel's matrix-product form (with the own-template corrections, and its
     log-domain fallback when a normaliser under-flows) equals Eq. 24 computed directly."""
-    from efa.kernels.ot import _mix
+    from efa.core.kernels.ot import _mix
 
     g = torch.Generator().manual_seed(15)
     B, H, n, d = 2, 2, 5, 3
@@ -575,7 +575,7 @@ def test_ot_gradient_is_finite_when_a_masked_template_is_far_from_all():
     """A masked template (u = 0) whose costs to every template under-flow exp(−M/γ) has
     Z = 0; the weights never use it, and neither may the gradient (no 0/0 through the branch
     the forward does not take). This made OT attention diverge on the temperature sets."""
-    from efa.kernels.ot import _mix_factorised
+    from efa.core.kernels.ot import _mix_factorised
 
     g = torch.Generator().manual_seed(0)
     s = torch.randn(1, 1, 4, 4, generator=g, requires_grad=True)
@@ -594,7 +594,7 @@ def test_ot_factorised_form_declines_a_z_whose_gradient_would_overflow():
     """Z = e^-60 is representable in float32, but the gradient through u / Z scales as 1/Z²
     (e^120 > float32's max): the float32 factorised form must hand over (None), and the float64
     one give finite gradients."""
-    from efa.kernels.ot import _mix_factorised
+    from efa.core.kernels.ot import _mix_factorised
 
     s = torch.zeros(1, 1, 1, 3)
     s[..., 2] = -60.0  # template 2: e = exp(-60) relative to the best template
@@ -611,7 +611,7 @@ def test_ot_factorised_form_declines_a_z_whose_gradient_would_overflow():
 
 
 def test_ot_kernel_names_a_ragged_cost_matrix():
-    from efa.kernels.ot import check_cost
+    from efa.core.kernels.ot import check_cost
 
     with pytest.raises(ValueError, match=r"square matrix of numbers; got rows of lengths \[2, 1\]"):
         check_cost([[0.0, 1.0], [1.0]])

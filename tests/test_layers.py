@@ -1,5 +1,6 @@
-"""The library's layering (docs/design.md): no import circle, and the kernels depend on nothing
-else of efa. Imports are read from the source (module level and inside functions alike)."""
+"""The library's layering (docs/design.md): no import circle, and no import running up the
+layers that the folders tell (core/ → training/ → the rest). Imports are read from the source
+(module level and inside functions alike)."""
 
 from __future__ import annotations
 
@@ -85,17 +86,45 @@ def test_a_cycle_is_found_when_there_is_one():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_kernels_and_mlp_depend_on_no_other_layer():
+def layer(module: str) -> int:
+    """A module's layer, read from its path alone (docs/design.md, "Layers")."""
+    if module == "efa.core.registry":
+        return 0
+    if module.startswith("efa.core.kernels") or module == "efa.core.mlp":
+        return 1
+    if module.startswith("efa.core"):
+        return 2
+    if module.startswith("efa.training"):
+        return 3
+    return 4  # everything else in efa/: peers, estimators, applications, data, the CLI
+
+
+def test_no_import_runs_up_the_layers():
+    """A module imports only its own layer or those below it: the folder tells which."""
     graph = _graph()
-    for m, deps in graph.items():
-        if m.startswith("efa.kernels") or m == "efa.mlp":
-            outside = {d for d in deps if not d.startswith("efa.kernels") and d != "efa.registry"}
-            assert outside == set(), (m, outside)
-    assert "efa.attention" not in graph["efa.fields"]  # fields need an mlp, not attention
+    up = {m: sorted(d for d in deps if d != "efa" and layer(d) > layer(m))
+          for m, deps in graph.items() if m != "efa"}
+    assert {m: d for m, d in up.items() if d} == {}
+
+
+def test_layers_are_read_from_folders():
+    assert [layer(m) for m in ("efa.core.registry", "efa.core.kernels.cme", "efa.core.mlp",
+                               "efa.core.fields", "efa.core.families.base", "efa.training.train",
+                               "efa.spatial", "efa.baselines.fm", "efa.cli")] == [
+        0, 1, 1, 2, 2, 3, 4, 4, 4]
+    assert not any(m == "efa.training" or m.startswith("efa.training.") for m in _graph()
+                   if layer(m) == 2)
+    # the layer test would see an import running up: fields importing training
+    graph = _graph() | {"efa.core.fields": {"efa.training.train"}}
+    assert any(layer(d) > layer(m) for m, deps in graph.items() for d in deps if d != "efa")
+
+
+def test_fields_need_an_mlp_not_attention():
+    assert "efa.core.attention" not in _graph()["efa.core.fields"]
 
 
 def test_the_registry_imports_nothing_of_efa():
-    assert _graph()["efa.registry"] <= {"efa"}
+    assert _graph()["efa.core.registry"] <= {"efa"}
 
 
 def test_the_design_map_names_every_module():
@@ -113,20 +142,6 @@ def test_the_design_map_names_every_module():
             continue
         missing.append(rel)
     assert missing == []
-
-
-CORE = {"efa.families", "efa.fields", "efa.data", "efa.attention", "efa.mlp", "efa.strategies",
-        "efa.conditional", "efa.encoders", "efa.registry",
-        "efa.model", "efa.softmax"}
-
-
-def test_the_core_imports_nothing_above_it():
-    """The model's equation (encode → attend → read out → family) depends on nothing built on
-    it: training, peers, estimators, data sets, the CLI."""
-    graph = _graph()
-    core = CORE | {m for m in graph if m.startswith(("efa.kernels", "efa.families"))}
-    above = {m: sorted(d for d in graph[m] if d not in core and d != "efa") for m in core}
-    assert {m: d for m, d in above.items() if d} == {}
 
 
 def test_no_library_module_is_over_500_lines():

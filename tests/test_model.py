@@ -6,7 +6,7 @@ import torch
 
 import efa
 from efa import EFA, KERNELS, Category, EFAConfig, Kernel, Sequences, register_kernel
-from efa.families import Poisson
+from efa.core.families import Poisson
 from tests.helpers import (
     feeding_fields,
     gradcheck_query_weight,
@@ -68,7 +68,7 @@ def test_stream_and_copies_agree_for_unidirectional():
 def test_auto_uses_copies_for_one_position_per_sequence(direction, layers, monkeypatch):
     """``mode='auto'`` computes a few asked positions (e.g. the next item) as copies: the same
     numbers as the two streams, and the two streams are not run."""
-    from efa import strategies
+    from efa.core import strategies
 
     data = mixed_data(n=4)
     model = make_model(direction=direction, num_layers=layers).double().eval()
@@ -287,7 +287,7 @@ def test_leave_one_out_sees_no_own_token_except_with_an_empty_context():
 def test_feeds_are_checked_and_saved(tmp_path):
     import efa
     from efa import Attribute, Value
-    from efa.families import HeteroscedasticGaussian
+    from efa.core.families import HeteroscedasticGaussian
 
     with pytest.raises(ValueError, match="subset of"):
         Attribute("x", feeds=("q", "query"))
@@ -369,7 +369,7 @@ def test_two_stream_computes_the_content_stream_once_for_all_fields(monkeypatch)
     """The content stream does not depend on the target field: one batch's fields share it.
     Loss and gradients (float64) equal those of one content stream per field, and the blocks
     run L query passes per field plus L − 1 content passes, not (2L − 1) per field."""
-    from efa import strategies
+    from efa.core import strategies
 
     data = mixed_data(n=4)
     model = make_model(num_layers=3, direction="unidirectional", mode="two_stream")

@@ -20,7 +20,7 @@ QUESTIONS = pd.DataFrame({"category": ["c"] * 2, "group": ["semantic"] * 2,
 
 def _fm(**kw):
     from efa.baselines.fm import CategoricalFM
-    from efa.fields import Category
+    from efa.core.fields import Category
 
     return CategoricalFM(Category("item", 6), **kw)
 
@@ -33,7 +33,7 @@ def test_serious_silent_answers():
     """The fresh probe round's most serious silent answers (tests/probes/round3-summary.md)."""
     import torch
 
-    from efa.families import NegativeBinomial, Poisson
+    from efa.core.families import NegativeBinomial, Poisson
     from efa.tabular import AttentionTableClassifier
     from efa.tabular.encoding import bin_edges
 
@@ -59,16 +59,17 @@ def test_serious_silent_answers():
     (lambda: __import__("efa").Category("x", 5, distinct="False"), "distinct must be True or"),
     (lambda: __import__("efa").Category("x", 5, target="no"), "target must be True or False"),
     (lambda: __import__("efa").Category("x", 3, labels="abc"), "labels must be a list"),
-    (lambda: __import__("efa").Value("y", __import__("efa").families.Gaussian(), hidden=0),
+    (lambda: __import__("efa").Value("y", __import__("efa").core.families.Gaussian(), hidden=0),
      "hidden must be a positive integer"),
-    (lambda: __import__("efa").Value("y", __import__("efa").families.Gaussian(),
+    (lambda: __import__("efa").Value("y", __import__("efa").core.families.Gaussian(),
                                      readout_hidden=(0,)), "readout_hidden width"),
-    (lambda: __import__("efa").Value("y", __import__("efa").families.Poisson(),
+    (lambda: __import__("efa").Value("y", __import__("efa").core.families.Poisson(),
                                      encoder="table", num_values=-1), "num_values must be"),
     (lambda: __import__("efa").Attribute("c", size=1, loc=[float("nan")]), "loc must be finite"),
-    (lambda: __import__("efa").families.Gaussian(float("inf")), "sigma must be > 0 and finite"),
-    (lambda: __import__("efa").families.NegativeBinomial(float("inf")), "total_count must be"),
-    (lambda: __import__("efa").families.HeteroscedasticGaussian(float("inf")), "min_scale"),
+    (lambda: __import__("efa").core.families.Gaussian(float("inf")),
+     "sigma must be > 0 and finite"),
+    (lambda: __import__("efa").core.families.NegativeBinomial(float("inf")), "total_count must be"),
+    (lambda: __import__("efa").core.families.HeteroscedasticGaussian(float("inf")), "min_scale"),
     (lambda: __import__("efa").TrainConfig(resume="False"), "resume must be True or False"),
     (lambda: __import__("efa").TrainConfig(progress="no"), "progress must be True or False"),
     (lambda: _fm(direction="bidirectonal"), "direction must be"),
@@ -92,7 +93,7 @@ def test_silent_answers_in_data_reports_and_regression(tmp_path):
 
     import torch
 
-    from efa.data import Sequences
+    from efa.core.data import Sequences
     from efa.generators import LinearGaussian
     from efa.generators.gp import rbf
     from experiments.harness.report import Report
@@ -163,8 +164,8 @@ def test_last_silent_answers(tmp_path):
     import torch
 
     import efa
-    from efa.data import Sequences
-    from efa.kernels import Kernel, register_kernel
+    from efa.core.data import Sequences
+    from efa.core.kernels import Kernel, register_kernel
     from experiments.harness.report import Row
 
     # sequences-025: uint64 beyond int64 is refused, not wrapped to a negative id
@@ -181,7 +182,7 @@ def test_last_silent_answers(tmp_path):
         Sequences.from_frame(df, "s", {"x": "x"}, order="t")
     # model-068/069/072: non-finite numbers at asked/predicted positions are errors
     torch.manual_seed(0)
-    model = efa.EFA(efa.EFAConfig([efa.Value("y", efa.families.Gaussian())], num_layers=1))
+    model = efa.EFA(efa.EFAConfig([efa.Value("y", efa.core.families.Gaussian())], num_layers=1))
     data = Sequences.from_lists({"y": [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]})
     assert torch.isfinite(efa.log_likelihoods(model, data)["y"]).all()
     with pytest.raises(FloatingPointError, match="log_likelihoods: non-finite .* field 'y' at "
@@ -199,7 +200,7 @@ def test_last_silent_answers(tmp_path):
         @register_kernel
         class Impostor(Kernel):
             name = "softmax"
-    assert efa.kernels.KERNELS["softmax"].__name__ != "Impostor"
+    assert efa.core.kernels.KERNELS["softmax"].__name__ != "Impostor"
     # io-006: a config that is not JSON leaves the saved model whole
     saved = efa.EFA(efa.EFAConfig([efa.Category("item", 4)], num_layers=1))
     efa.save(saved, tmp_path / "m")
@@ -239,11 +240,11 @@ def test_last_silent_answers(tmp_path):
      "field 'x', sequence 0: the items are not all vectors"),
     (lambda: __import__("efa").Sequences.from_lists({"x": [[1]]})["a"], IndexError,
      "select sequences with"),
-    (lambda: __import__("efa").families.Categorical(None), ValueError,
+    (lambda: __import__("efa").core.families.Categorical(None), ValueError,
      "num_categories must be a number"),
-    (lambda: __import__("efa").families.Binomial(float("inf")), ValueError,
+    (lambda: __import__("efa").core.families.Binomial(float("inf")), ValueError,
      "total_count must be an integer"),
-    (lambda: __import__("efa").families.Poisson(shift=float("nan")), ValueError,
+    (lambda: __import__("efa").core.families.Poisson(shift=float("nan")), ValueError,
      "shift must be an integer"),
     (lambda: __import__("efa").Category("x", 5, feeds=5), ValueError, "feeds must be"),
     (lambda: __import__("efa").Category("x", 5, bag=True, bag_l2="big"), ValueError,
@@ -281,7 +282,7 @@ def test_altered_files_and_tables_are_named(tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    from efa.data import Sequences
+    from efa.core.data import Sequences
     from experiments.harness import journal
     from experiments.harness.report import Report
 

@@ -3,9 +3,9 @@
 import pytest
 
 import efa
-from efa.families import FAMILIES
-from efa.fields import FIELD_KINDS
-from efa.registry import Registry, UnknownName
+from efa.core.families import FAMILIES
+from efa.core.fields import FIELD_KINDS
+from efa.core.registry import Registry, UnknownName
 
 
 def test_every_plug_in_set_is_one_kind_of_registry():
@@ -55,8 +55,8 @@ def test_register_lookup_and_refusals():
 
 
 def test_unknown_names_in_configs_name_the_choices():
-    from efa.families import family_from_config
-    from efa.fields import field_from_config
+    from efa.core.families import family_from_config
+    from efa.core.fields import field_from_config
 
     with pytest.raises(ValueError, match=r"unknown field kind 'nope'; expected one of \["):
         field_from_config({"kind": "nope"})

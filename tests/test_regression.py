@@ -16,7 +16,7 @@ from efa.baselines.gp import FittedGP, GPOracle, causal_gaussian, note_kernel, p
 from efa.baselines.smoother import NadarayaWatson
 from efa.baselines.tnp import TNPD
 from efa.cli import app
-from efa.data import Sequences
+from efa.core.data import Sequences
 from efa.generators.gp import (
     LITERAL,
     NOISY,

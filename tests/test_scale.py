@@ -10,7 +10,7 @@ from torch.overrides import TorchFunctionMode
 
 import efa
 from efa import Attribute, Category, Sequences, Value
-from efa.families import Gaussian, Poisson
+from efa.core.families import Gaussian, Poisson
 from tests.helpers import make_model, mixed_data
 
 # --------------------------------------------------------------------------- devices
@@ -101,7 +101,7 @@ def test_sampled_positions_are_an_unbiased_estimate_of_the_exact_objective():
     data = mixed_data(n=4, max_len=5)
     exact = float(model.loss(data))
     counts = {f.name: int(data.predicted(f.name).sum()) for f in model.target_fields}
-    from efa.train import sample_positions
+    from efa.training.train import sample_positions
 
     g = torch.Generator().manual_seed(0)
     draws = []
@@ -149,7 +149,7 @@ import os, signal, sys, torch
 torch.set_num_threads(1)
 sys.path.insert(0, {root!r})
 import efa
-from efa import checkpoint as checkpoint_mod, distributed
+from efa.training import checkpoint as checkpoint_mod, distributed
 from tests.helpers import make_model, mixed_data
 
 distributed.init_from_environment()
@@ -211,7 +211,7 @@ def test_two_gloo_processes_match_one_and_a_killed_run_resumes(tmp_path):
 
 
 def test_world_sizes_that_do_not_divide_the_data_are_refused():
-    from efa.distributed import check_sizes
+    from efa.training.distributed import check_sizes
 
     with pytest.raises(ValueError, match="not a multiple of the world size 2"):
         check_sizes(16, 7, 2, False)
@@ -225,7 +225,7 @@ def test_world_sizes_that_do_not_divide_the_data_are_refused():
 
 
 def test_chunked_log_softmax_is_the_dense_one_with_its_gradient():
-    from efa.softmax import EXCLUDED, chunked_log_prob
+    from efa.core.softmax import EXCLUDED, chunked_log_prob
 
     g = torch.Generator().manual_seed(0)
     h = torch.randn(4, 3, dtype=torch.float64, generator=g, requires_grad=True)
@@ -275,7 +275,7 @@ def test_unigram_with_distinct_needs_no_dense_logits():
 def test_sampled_softmax_is_the_corrected_softmax_over_the_samples_and_trains():
     """TensorFlow's sampled_softmax_loss (subtract log Q, remove accidental hits), and the
     model it trains improves on the exact likelihood."""
-    from efa.softmax import sampled_log_prob
+    from efa.core.softmax import sampled_log_prob
 
     g = torch.Generator().manual_seed(0)
     h = torch.randn(4, 6, dtype=torch.float64, generator=g)

@@ -1,4 +1,5 @@
-"""Scoring in batches (efa.scoring): per-position log-likelihoods against the per-field means."""
+"""Scoring in batches (efa.training.scoring): per-position log-likelihoods against the per-field
+means."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import torch
 
 import efa
 from efa import spatial
-from efa.families import Gaussian
+from efa.core.families import Gaussian
 
 
 def test_constant_coordinates_and_zero_scales(recwarn):

@@ -11,7 +11,7 @@ from torch import nn
 
 from efa import EFA, Attribute, CategoricalFM, Category, EFAConfig, Sequences, Value, ValueFM
 from efa.baselines import ContextLogit
-from efa.families import Categorical, Gaussian, Poisson
+from efa.core.families import Categorical, Gaussian, Poisson
 
 K, D, I, N = 4, 6, 5, 8
 

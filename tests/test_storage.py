@@ -45,11 +45,11 @@ def test_thread_count_is_recorded(tmp_path):
     assert hist.threads == 1 and not hasattr(model, "train_threads_")  # nothing on the model
     path = efa.save(model, tmp_path / "m", history=hist)
     assert json.loads((path / "config.json").read_text())["train_threads"] == 1
-    assert efa.storage.metadata(path)["train_threads"] == 1
+    assert efa.training.storage.metadata(path)["train_threads"] == 1
 
 
 def test_sequences_save_refuses_an_existing_file(tmp_path):
-    from efa.data import Sequences
+    from efa.core.data import Sequences
 
     data = Sequences.from_lists({"item": [[1, 2], [3]]})
     path = tmp_path / "weights.safetensors"

@@ -222,7 +222,7 @@ def test_additive_term_contains_the_glm(response, additive):
 
 
 def test_init_glm_fits_the_glm_first_then_everything():
-    from efa.train import TrainConfig
+    from efa.training.train import TrainConfig
 
     X, _ = table(80)
     y = pd.Series(np.digitize(X["num"] + (X["a"] == "red"), [-0.5, 0.5, 1.2]))
@@ -550,7 +550,7 @@ def test_column_softmax_loss_equals_the_restricted_likelihood():
     est = AttentionTableClassifier(random_state=0, numeric="gaussian", **FAST).fit(X, y)
     model = est.model_.double().eval()
     data = sequences(est, X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
-    from efa.conditional import ConditionalModel
+    from efa.core.conditional import ConditionalModel
 
     generic = ConditionalModel.loss(model, data)
     torch.testing.assert_close(model.loss(data), generic, atol=1e-10, rtol=0)

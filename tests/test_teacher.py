@@ -9,7 +9,7 @@ import math
 import torch
 
 from efa import Category, Sequences, Value
-from efa.families import Bernoulli, Poisson
+from efa.core.families import Bernoulli, Poisson
 from efa.generators import attention_teacher, bayes_nll, sample, student_fields
 from experiments import get
 from experiments.harness import runner

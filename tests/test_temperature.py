@@ -18,7 +18,7 @@ from efa.baselines import (
     select_shrinkage,
 )
 from efa.cli import app
-from efa.data import Sequences
+from efa.core.data import Sequences
 from efa.datasets import temperature as tp
 from experiments.efa_paper import temperature as exp
 

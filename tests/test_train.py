@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import efa
-from efa import checkpoint as checkpoint_mod
-from efa import train as train_mod
+from efa.training import checkpoint as checkpoint_mod
+from efa.training import train as train_mod
 from tests.helpers import make_model, mixed_data
 
 
@@ -227,7 +227,7 @@ def test_failed_fit_leaves_usable_weights():
     """A run that blows up in its second epoch hands back the best weights so far."""
     data, val = _data(20), _data(20, seed=1)
     reference = _model()
-    with pytest.warns(efa.train.StillImproving):
+    with pytest.warns(efa.training.train.StillImproving):
         efa.fit(reference, data, val, max_epochs=1, batch_size=10, progress=False)
     calls = []
 
@@ -291,7 +291,7 @@ def test_a_tampered_checkpoint_is_a_clear_error_and_changes_nothing(tmp_path, ta
     from safetensors.torch import save_file
 
     import efa
-    from efa import checkpoint
+    from efa.training import checkpoint
     from tests.helpers import make_model, mixed_data
 
     data = mixed_data(n=20, seed=0, dtype=torch.float32)

@@ -34,12 +34,12 @@ import numpy as np
 import torch
 
 from efa.baselines.flat import FlatMLP
-from efa.data import Sequences
+from efa.core.data import Sequences
+from efa.core.kernels.cme import cme
+from efa.core.model import EFA, EFAConfig
 from efa.generators import GPLatent, LinearGaussian
-from efa.kernels.cme import cme
-from efa.model import EFA, EFAConfig
-from efa.scoring import mean_squared_error, predictions
-from efa.train import TrainConfig, fit, seed_everything
+from efa.training.scoring import mean_squared_error, predictions
+from efa.training.train import TrainConfig, fit, seed_everything
 from experiments.harness.evaluate import estimate, mean_std, paired, slopes, table, verdict
 from experiments.harness.papers import paper_numbers
 from experiments.harness.plots import figure, save

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from efa.baselines import select_shrinkage
-from efa.kernels.cme import cme
-from efa.scoring import mean_squared_error
+from efa.core.kernels.cme import cme
 from efa.spatial import COORDS
+from efa.training.scoring import mean_squared_error
 from experiments.efa_paper import temperature as tx
 from experiments.harness.plots import dot_plot
 from experiments.harness.report import Report
@@ -147,7 +147,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         "temperature` (experiments.efa_paper.temperature: load, Spec, fit_efa), with "
         f"attention={spec.cme} for the CME rows: λ = min_ridge + exp(ρ), γ = exp(β) learned "
         "per head. ℓ=1 CME trains like ℓ=1 softmax, one pass per day (its masked copies from "
-        "one Cholesky factorisation per day and head: efa.strategies.copies' block update); "
+        "one Cholesky factorisation per day and head: efa.core.strategies.copies' block update); "
         "ℓ>1 trains on masked copies (4 scored cities per row).",
         f"Gaussian conditional: shrinkage α = {gauss.alpha} picked on validation (the "
         "temperature experiment's peer). GP on (lat, lon): leave-one-city-out kriging with an "

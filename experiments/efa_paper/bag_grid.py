@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from efa.scoring import evaluate
-from efa.train import fit, seed_everything
+from efa.training.scoring import evaluate
+from efa.training.train import fit, seed_everything
 from experiments.efa_paper import items
 from experiments.harness.evaluate import table
 from experiments.harness.report import Report

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from efa.data import Sequences
+from efa.core.data import Sequences
 from efa.datasets import instacart as ic
-from efa.train import seed_everything
+from efa.training.train import seed_everything
 from experiments.efa_paper import items
 from experiments.efa_paper.items import ZooSpec, adam
 from experiments.harness.evaluate import table

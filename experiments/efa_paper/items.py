@@ -15,11 +15,11 @@ import torch
 from efa.baselines import CategoricalFM, ContextLogit, Unigram, select_l2
 from efa.baselines.glm import DESIGN_RATIOS, L2_GRID
 from efa.baselines.recsys import RECBOLE, BERT4Rec, SASRec, ranking_metrics
-from efa.data import Sequences
-from efa.fields import Category
-from efa.model import EFA, EFAConfig
-from efa.scoring import evaluate, log_likelihoods
-from efa.train import TrainConfig, fit
+from efa.core.data import Sequences
+from efa.core.fields import Category
+from efa.core.model import EFA, EFAConfig
+from efa.training.scoring import evaluate, log_likelihoods
+from efa.training.train import TrainConfig, fit
 from experiments.harness.evaluate import standard_error, table
 
 DISTINCT = " + distinct"
@@ -85,7 +85,7 @@ def subset(data: Sequences, n: int | None) -> Sequences:
 def categorical_model(name: str, direction: str, num_items: int, max_len: int, spec: ZooSpec,
                       train: Sequences, attention: str | dict = "softmax"):
     """(model called ``name``, e.g. "EFA + distinct", the base name whose settings apply);
-    ``attention``: the EFA's attention kernel (efa.kernels)."""
+    ``attention``: the EFA's attention kernel (efa.core.kernels)."""
     base = name.removesuffix(DISTINCT)
     distinct = name.endswith(DISTINCT)
     item = Category("item", num_items, dim=spec.dim, distinct=distinct)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from efa.datasets import movielens as ml
-from efa.train import seed_everything
+from efa.training.train import seed_everything
 from experiments.efa_paper import items
 from experiments.efa_paper.items import ZooSpec, adam
 from experiments.harness.papers import by_key, paper_numbers

@@ -25,12 +25,12 @@ import numpy as np
 
 from efa.baselines import RatingGLM, ValueFM, select_l2
 from efa.baselines.glm import DESIGN_RATIOS, L2_GRID
+from efa.core.families import Poisson
+from efa.core.fields import Category, Value
+from efa.core.model import EFA, EFAConfig
 from efa.datasets import movielens as ml
-from efa.families import Poisson
-from efa.fields import Category, Value
-from efa.model import EFA, EFAConfig
-from efa.scoring import evaluate, predictions
-from efa.train import fit, seed_everything
+from efa.training.scoring import evaluate, predictions
+from efa.training.train import fit, seed_everything
 from experiments.efa_paper import items
 from experiments.efa_paper.items import adam
 from experiments.efa_paper.movielens import PROTOCOLS, _ratings

@@ -18,12 +18,12 @@ import numpy as np
 import torch
 
 from efa.baselines import ValueFM
-from efa.data import Sequences
-from efa.families import Gaussian
-from efa.fields import Category, Value
-from efa.model import EFA, EFAConfig
-from efa.scoring import mean_squared_error
-from efa.train import TrainConfig, fit, seed_everything
+from efa.core.data import Sequences
+from efa.core.families import Gaussian
+from efa.core.fields import Category, Value
+from efa.core.model import EFA, EFAConfig
+from efa.training.scoring import mean_squared_error
+from efa.training.train import TrainConfig, fit, seed_everything
 from experiments.harness.papers import by_key, paper_numbers
 from experiments.harness.plots import bar_plot, heatmap
 from experiments.harness.report import Report

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import torch
 
-from efa.families import Poisson
-from efa.fields import Category, Value
+from efa.core.families import Poisson
+from efa.core.fields import Category, Value
+from efa.core.model import EFA, EFAConfig
 from efa.generators import attention_teacher, bayes_nll, sample, student_fields
-from efa.model import EFA, EFAConfig
-from efa.scoring import evaluate
-from efa.train import TrainConfig, fit, seed_everything
+from efa.training.scoring import evaluate
+from efa.training.train import TrainConfig, fit, seed_everything
 from experiments.harness.plots import dot_plot
 from experiments.harness.report import Report
 

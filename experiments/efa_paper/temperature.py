@@ -18,13 +18,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from efa import strategies
 from efa.baselines import Climatology, select_shrinkage
-from efa.data import Sequences
+from efa.core import strategies
+from efa.core.data import Sequences
 from efa.datasets import temperature as tp
-from efa.scoring import mean_squared_error
 from efa.spatial import anomalies, knn_fm, site_means, sites_to_sequences, spatial_efa
-from efa.train import TrainConfig, fit, seed_everything
+from efa.training.scoring import mean_squared_error
+from efa.training.train import TrainConfig, fit, seed_everything
 from experiments.harness.papers import by_key, paper_numbers
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report
@@ -133,7 +133,7 @@ def fit_efa(train, val, layers: int, seed: int, spec: Spec, base=None):
 def one_pass(model) -> bool:
     """Whether one pass per day computes every city's masked copy: the two-stream form, or a
     one-layer model whose kernel's own form is the copy (CME attention: one factorisation per
-    day, see efa.strategies.copies)."""
+    day, see efa.core.strategies.copies)."""
     return model.config.strategy == "two_stream" or (
         model.config.num_layers == 1 and strategies.own_is_copy(model.blocks[0]))
 

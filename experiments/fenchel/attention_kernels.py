@@ -1,6 +1,6 @@
 """Do the attention-as-inference kernels make better EFA models? (issue 11, docs/fenchel.md)
 
-The EFA paper's real experiments with each kernel of :mod:`efa.kernels` in place of softmax,
+The EFA paper's real experiments with each kernel of :mod:`efa.core.kernels` in place of softmax,
 everything else as in their experiment modules (data, splits, architecture, training recipe,
 early stopping on validation):
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from efa.scoring import evaluate, mean_squared_error
-from efa.train import fit, seed_everything
+from efa.training.scoring import evaluate, mean_squared_error
+from efa.training.train import fit, seed_everything
 from experiments.efa_paper import instacart, items, movielens
 from experiments.efa_paper import temperature as temp
 from experiments.harness.evaluate import Estimate, paired, table

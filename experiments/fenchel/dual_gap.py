@@ -31,9 +31,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from efa.kernels.fenchel import solve_dual
-from efa.scoring import evaluate, mean_squared_error
-from efa.train import fit, seed_everything
+from efa.core.kernels.fenchel import solve_dual
+from efa.training.scoring import evaluate, mean_squared_error
+from efa.training.train import fit, seed_everything
 from experiments.harness.evaluate import table
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report

@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from efa.kernels.fenchel import (
+from efa.core.kernels.fenchel import (
     dual_objective,
     primal_objective,
     second_order_lambda,
     solve_dual,
     tilt_weights,
 )
-from efa.kernels.preference import generalized_weights
+from efa.core.kernels.preference import generalized_weights
 from experiments.harness.evaluate import slope, table
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report
@@ -141,7 +141,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         "Eq. 17 improves as α decreases and is good at α = 0.5, 1.",
         f"Random problems: seed s draws t ~ N(0, I) (n = {spec.n}, d = {spec.d}), z ~ N(0, I), "
         "u ~ Dirichlet(1) (the size of the notes' numerical table). Exact λ* by the safeguarded "
-        f"Newton solver of efa.kernels.fenchel (float64, tolerance {spec.tol:g}).",
+        f"Newton solver of efa.core.kernels.fenchel (float64, tolerance {spec.tol:g}).",
         f"Over every problem and α: KKT residual ‖ĥ − (μ + z − λ*/α)‖ ≤ {worst_kkt:.1e}, "
         f"|primal − dual| ≤ {worst_gap:.1e}, Newton iterations ≤ {most}.",
         f"Log-log slope of the deviation against α for α‖Σ‖ < 0.1: Eq. 17 {slope[0]:.2f} "

@@ -67,7 +67,7 @@ def reproduce(
     try:
         runner.check_destination(folder, command, force)  # before any work
         if device is not None:
-            from efa.train import check_device
+            from efa.training.train import check_device
 
             check_device(device)
         # Full runs keep a journal of finished jobs: run the same command again to resume.

@@ -50,6 +50,7 @@ def blas() -> list[dict]:
             "kernel": i.get("architecture"), "threads": i.get("num_threads"),
             "used by": os.path.basename(os.path.dirname(i.get("filepath", ""))).split(".")[0]}
            for i in threadpool_info() if i.get("user_api") == "blas"]
+    out.sort(key=lambda b: (b["used by"], str(b["library"])))  # load order varies between runs
     config = torch.__config__.show()
     info = next((p.split("=", 1)[1] for p in config.replace(",", "\n").split()
                  if p.startswith("BLAS_INFO=")), None)

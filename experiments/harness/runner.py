@@ -52,7 +52,7 @@ def _quiet() -> None:
     """Experiments report their best epochs in the results; the interactive hint is noise."""
     import warnings
 
-    from efa.train import StillImproving
+    from efa.training.train import StillImproving
 
     warnings.simplefilter("ignore", StillImproving)
 
@@ -148,7 +148,7 @@ def run_jobs(task, jobs: list[dict], workers: int = 1, threads: int = 1,
 def _run(task, job: dict, checkpoints: Path | None, device: str | None = None):
     """``task(job)`` with every fit in it on ``device`` and checkpointing under
     ``checkpoints`` (when given)."""
-    from efa import train
+    from efa.training import train
 
     with train.fit_context(device, checkpoints):
         return task(job)

@@ -30,7 +30,9 @@ import torch
 
 from efa import analogy
 from efa.baselines import CategoricalFM
-from efa.data import Sequences
+from efa.core.data import Sequences
+from efa.core.fields import Category
+from efa.core.model import EFA, EFAConfig
 from efa.datasets.text import lee_background, vocabulary, windows
 from efa.embeddings import (
     attention_embeddings,
@@ -42,10 +44,8 @@ from efa.embeddings import (
     prop13,
     quadruples,
 )
-from efa.fields import Category
-from efa.model import EFA, EFAConfig
-from efa.scoring import evaluate
-from efa.train import TrainConfig, fit, seed_everything
+from efa.training.scoring import evaluate
+from efa.training.train import TrainConfig, fit, seed_everything
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report
 

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 
 from efa.baselines import CategoricalFM
-from efa.data import Sequences
+from efa.core.data import Sequences
+from efa.core.fields import Category
+from efa.core.model import EFA, EFAConfig
 from efa.embeddings import (
     attention_embeddings,
     attention_statistics,
@@ -39,10 +41,8 @@ from efa.embeddings import (
     correlation,
     prop9_correlations,
 )
-from efa.fields import Category
-from efa.model import EFA, EFAConfig
-from efa.scoring import evaluate
-from efa.train import TrainConfig, fit, seed_everything
+from efa.training.scoring import evaluate
+from efa.training.train import TrainConfig, fit, seed_everything
 from experiments.harness.papers import paper_numbers
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report

@@ -242,7 +242,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         "data set ((5,0,0.9), seed 4951); nothing was tuned per setting or on test rows.",
         f"{GLM_NAME}: the same estimator with "
         + ", ".join(f"{k}={v!r}" for k, v in (spec.glm or {}).items())
-        + ": the response is an ordered exponential family (efa.families.Ordinal, "
+        + ": the response is an ordered exponential family (efa.core.families.Ordinal, "
         "p(y = k) ∝ exp(η s_k + b_k), learned increasing scores), η gets a GLM term (an "
         "effect per feature level), and the GLM part is fitted first with the attention's "
         "read-out at 0 (the adjacent-categories ordinal logit, by efa's own training and early "

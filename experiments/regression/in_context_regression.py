@@ -30,10 +30,10 @@ import torch
 from efa.baselines.gp import FittedGP, GPOracle, posterior
 from efa.baselines.smoother import select_smoother
 from efa.baselines.tnp import TNPD
-from efa.data import Sequences
+from efa.core.data import Sequences
 from efa.generators.gp import LITERAL, NOISY, TNPGP, NoteGP, rbf, sample_note, sample_tnp
 from efa.regression import causal_predictive, gp_attention, note_efa, predict, regression_efa
-from efa.train import TrainConfig, fit, seed_everything
+from efa.training.train import TrainConfig, fit, seed_everything
 from experiments.harness.papers import paper_numbers
 from experiments.harness.plots import figure, save
 from experiments.harness.report import Report

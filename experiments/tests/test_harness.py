@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import efa
-from efa import checkpoint as checkpoint_mod
+from efa.training import checkpoint as checkpoint_mod
 from tests.helpers import make_model, mixed_data
 
 
@@ -160,7 +160,7 @@ def test_a_resumed_run_says_its_wall_time_covers_only_the_jobs_it_ran():
 
 @pytest.mark.slow
 def test_a_job_killed_mid_fit_resumes_from_its_own_checkpoint(tmp_path, monkeypatch):
-    from efa import train as train_mod
+    from efa.training import train as train_mod
     from experiments.harness import runner
 
     monkeypatch.setattr(train_mod, "JOB_SAVE_SECONDS", 0.0)  # save every epoch, as a long fit

@@ -12,7 +12,7 @@ import torch
 
 from efa import Category, Sequences, TrainConfig, Value, evaluate, fit
 from efa.baselines import ContextLogit, RatingGLM, Unigram, fit_convex, select_l2
-from efa.families import Poisson
+from efa.core.families import Poisson
 from experiments import get
 from experiments.efa_paper.instacart import co_purchase
 from experiments.harness import runner

@@ -14,48 +14,53 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from efa.deprecation import MOVED, install_moved_modules
+
 __version__ = "0.2.0"
 
+install_moved_modules()
+
 _EXPORTS = {
-    "EFA": "efa.model",
-    "EFAConfig": "efa.model",
+    "EFA": "efa.core.model",
+    "EFAConfig": "efa.core.model",
     "AttentionTableClassifier": "efa.tabular",
-    "ConditionalModel": "efa.conditional",
-    "Attribute": "efa.fields",
-    "Category": "efa.fields",
-    "Value": "efa.fields",
-    "Sequences": "efa.data",
-    "KERNELS": "efa.kernels",
-    "Kernel": "efa.kernels",
-    "register_kernel": "efa.kernels",
+    "ConditionalModel": "efa.core.conditional",
+    "Attribute": "efa.core.fields",
+    "Category": "efa.core.fields",
+    "Value": "efa.core.fields",
+    "Sequences": "efa.core.data",
+    "KERNELS": "efa.core.kernels",
+    "Kernel": "efa.core.kernels",
+    "register_kernel": "efa.core.kernels",
     "CategoricalFM": "efa.baselines",
     "ValueFM": "efa.baselines",
-    "load": "efa.storage",
-    "save": "efa.storage",
-    "TrainConfig": "efa.train",
-    "History": "efa.train",
-    "evaluate": "efa.scoring",
-    "fit": "efa.train",
-    "log_likelihoods": "efa.scoring",
-    "mean_squared_error": "efa.scoring",
-    "predictions": "efa.scoring",
-    "seed_everything": "efa.train",
+    "load": "efa.training.storage",
+    "save": "efa.training.storage",
+    "TrainConfig": "efa.training.train",
+    "History": "efa.training.train",
+    "evaluate": "efa.training.scoring",
+    "fit": "efa.training.train",
+    "log_likelihoods": "efa.training.scoring",
+    "mean_squared_error": "efa.training.scoring",
+    "predictions": "efa.training.scoring",
+    "seed_everything": "efa.training.train",
 }
-_MODULES = ("families", "baselines", "spatial", "attention", "kernels", "strategies", "datasets",
-            "storage")
+# Folders are layers (docs/design.md): core/ is the model, training/ fits, scores and stores
+# it, everything else in efa/ is built on those two.
+_MODULES = ("core", "training", "baselines", "datasets", "generators", "spatial")
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on first use
-    from efa import attention, baselines, datasets, families, kernels, spatial, storage, strategies
+    from efa import baselines, core, datasets, generators, spatial, training
     from efa.baselines import CategoricalFM, ValueFM
-    from efa.conditional import ConditionalModel
-    from efa.data import Sequences
-    from efa.fields import Attribute, Category, Value
-    from efa.kernels import KERNELS, Kernel, register_kernel
-    from efa.model import EFA, EFAConfig
-    from efa.scoring import evaluate, log_likelihoods, mean_squared_error, predictions
-    from efa.storage import load, save
+    from efa.core.conditional import ConditionalModel
+    from efa.core.data import Sequences
+    from efa.core.fields import Attribute, Category, Value
+    from efa.core.kernels import KERNELS, Kernel, register_kernel
+    from efa.core.model import EFA, EFAConfig
     from efa.tabular import AttentionTableClassifier
-    from efa.train import History, TrainConfig, fit, seed_everything
+    from efa.training.scoring import evaluate, log_likelihoods, mean_squared_error, predictions
+    from efa.training.storage import load, save
+    from efa.training.train import History, TrainConfig, fit, seed_everything
 
 __all__ = [
     "AttentionTableClassifier",
@@ -72,13 +77,12 @@ __all__ = [
     "TrainConfig",
     "Value",
     "ValueFM",
-    "attention",
     "baselines",
+    "core",
     "datasets",
     "evaluate",
-    "families",
     "fit",
-    "kernels",
+    "generators",
     "load",
     "log_likelihoods",
     "mean_squared_error",
@@ -87,8 +91,7 @@ __all__ = [
     "save",
     "seed_everything",
     "spatial",
-    "storage",
-    "strategies",
+    "training",
 ]
 
 
@@ -97,6 +100,8 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
     elif name in _MODULES:
         value = importlib.import_module(f"efa.{name}")
+    elif f"efa.{name}" in MOVED:  # an old module path: warns with the new one
+        return importlib.import_module(f"efa.{name}")
     else:
         raise AttributeError(f"module 'efa' has no attribute {name!r}")
     globals()[name] = value

@@ -76,7 +76,7 @@ def train(
     import os
 
     import efa
-    from efa import distributed
+    from efa.training import distributed
 
     try:
         if out.exists() and any(out.iterdir()) and not force:

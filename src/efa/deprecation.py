@@ -1,8 +1,13 @@
-"""Old names kept for one release after a rename, each warning once per call site."""
+"""Old names kept for one release after a rename or a move, each warning with the new name."""
 
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -23,3 +28,48 @@ def renamed(func: F, old: str, new: str) -> F:
     alias.__name__ = alias.__qualname__ = old.rsplit(".", 1)[-1]
     alias.__doc__ = f"Deprecated alias of :func:`{new}` (removed in efa 0.4)."
     return alias  # type: ignore[return-value]
+
+
+# Modules that moved into the layer folders (core/, training/) in efa 0.3: their old paths keep
+# working for one release through `_MovedModules`, each import warning with the new path.
+MOVED = {f"efa.{m}": f"efa.core.{m}" for m in (
+    "attention", "conditional", "data", "encoders", "families", "fields", "kernels", "mlp",
+    "model", "registry", "softmax", "strategies")}
+MOVED |= {f"efa.{m}": f"efa.training.{m}" for m in (
+    "checkpoint", "distributed", "scoring", "storage", "train")}
+
+
+def _moved_to(name: str) -> str | None:
+    """The new path of a module under an old one: ``efa.kernels.cme`` → ``efa.core.kernels.cme``."""
+    for old, new in MOVED.items():
+        if name == old or name.startswith(old + "."):
+            return new + name[len(old):]
+    return None
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of an old module path give the module itself (one object under two names, so
+    registries and isinstance checks agree), with a FutureWarning naming the new path."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        new = _moved_to(name)
+        return None if new is None else importlib.util.spec_from_loader(name, self)
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        new = _moved_to(spec.name)
+        assert new is not None
+        warnings.warn(f"the module {spec.name} moved to {new}; the old path will be removed in "
+                      "efa 0.4", FutureWarning, stacklevel=2)
+        module = importlib.import_module(new)
+        spec.loader_state = module.__spec__  # the import machinery overwrites it; put it back
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__spec__ = module.__spec__.loader_state  # type: ignore[union-attr]
+
+
+def install_moved_modules() -> None:
+    """First in line, so that an old path's submodule is never found a second time on disk
+    (a second copy would register its kernels twice)."""
+    if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
+        sys.meta_path.insert(0, _MovedModules())

@@ -33,10 +33,10 @@ from scipy.stats import pearsonr, spearmanr
 if TYPE_CHECKING:  # for annotations only
     import pandas as pd
 
-    from efa.attention import Block
     from efa.baselines.fm import CategoricalFM
-    from efa.encoders import LinearReadout, TableEncoder
-    from efa.model import EFA
+    from efa.core.attention import Block
+    from efa.core.encoders import LinearReadout, TableEncoder
+    from efa.core.model import EFA
 
 
 def _sentences(sentences, num_words: int) -> np.ndarray:
@@ -109,8 +109,8 @@ def attention_embeddings(model: EFA) -> dict[str, np.ndarray]:
     [MASK]) of a one-layer, one-head bidirectional ``EFA`` over one ``Category`` field, in
     the form of the paper's Eq. 1 (``block="bare"``, ``bias=False``, no positional table): the
     masked slot's logits are exactly Σ_j γ_j W c_{a_j}, γ_j = τ_{a_j} / Σ_s τ_{a_s}."""
-    from efa.fields import Category
-    from efa.model import EFA
+    from efa.core.fields import Category
+    from efa.core.model import EFA
 
     if not isinstance(model, EFA):
         raise TypeError(f"expected an efa.EFA, got {type(model).__name__}")

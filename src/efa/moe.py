@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import Tensor, nn
 
-from efa.conditional import ConditionalModel
-from efa.data import Sequences
-from efa.fields import Category
-from efa.model import EFA, EFAConfig
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
+from efa.core.fields import Category
+from efa.core.model import EFA, EFAConfig
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.attention import Block
-    from efa.encoders import LinearReadout, TableEncoder
+    from efa.core.attention import Block
+    from efa.core.encoders import LinearReadout, TableEncoder
 
 
 def appendix_b(vocab_size: int, seq_len: int, dim: int, num_heads: int = 1,

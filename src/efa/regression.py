@@ -29,17 +29,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from efa.data import Sequences
+from efa.core.data import Sequences
+from efa.core.families import HeteroscedasticGaussian
+from efa.core.fields import Attribute, Category, Value
+from efa.core.model import EFA, EFAConfig
 from efa.deprecation import renamed
-from efa.families import HeteroscedasticGaussian
-from efa.fields import Attribute, Category, Value
-from efa.model import EFA, EFAConfig
 
 if TYPE_CHECKING:  # for annotations only
     import pandas as pd
 
-    from efa.attention import Block
-    from efa.conditional import ConditionalModel
+    from efa.core.attention import Block
+    from efa.core.conditional import ConditionalModel
 
     class _Predictive(Protocol):
         def predictive(self, data: Sequences) -> tuple[Tensor, Tensor]: ...

@@ -26,11 +26,11 @@ import torch
 from torch import Tensor
 
 from efa.baselines.fm import KNNFM
-from efa.data import Sequences
+from efa.core.data import Sequences
+from efa.core.families import Gaussian
+from efa.core.fields import Attribute, Category, Value
+from efa.core.model import EFA, EFAConfig
 from efa.deprecation import renamed
-from efa.families import Gaussian
-from efa.fields import Attribute, Category, Value
-from efa.model import EFA, EFAConfig
 
 __all__ = [
     "anomalies",

@@ -43,9 +43,9 @@ os.environ.setdefault("EFA_WORKERS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's experiments/
 
 import efa  # noqa: E402
-from efa import families as fam  # noqa: E402
-from efa.data import Sequences  # noqa: E402
-from efa.fields import Attribute, Category, Value  # noqa: E402
+from efa.core import families as fam  # noqa: E402
+from efa.core.data import Sequences  # noqa: E402
+from efa.core.fields import Attribute, Category, Value  # noqa: E402
 
 OUT = Path(os.environ.get("EFA_PROBES", "/tmp/probes"))  # results.json goes here
 WORK = OUT / "work"
@@ -265,7 +265,7 @@ def tamper_safetensors(path: Path, edit_tensors=None, edit_meta=None):
 # =========================================================================== sequences
 A = "sequences"
 T = torch.tensor
-fx = "src/efa/data.py"
+fx = "src/efa/core/data.py"
 
 add(A, "Sequences({}, T([1]))", lambda: Sequences({}, T([1])), needles=("field",))
 add(A, "Sequences({'a': [[1, 2]]}, T([2]))", lambda: Sequences({"a": [[1, 2]]}, T([2])),
@@ -718,7 +718,7 @@ def _():
 
 # =========================================================================== fields
 A = "fields"
-fx = "src/efa/fields.py"
+fx = "src/efa/core/fields.py"
 for name in ("1abc", "", 5, "a-b", None):
     add(A, f"Category({name!r}, 5)", lambda name=name: Category(name, 5), needles=("identifier",))
 
@@ -880,13 +880,13 @@ add(A, "Attribute('c', size=1, hidden=0)",
 add(A, "Attribute('c', size=1, loc=5.0)  # scalar, not list", lambda: Attribute("c", loc=5.0),
     needles=("loc",), fix=f"{fx}: Attribute.__post_init__ (iterating a float)")
 add(A, "field_from_config({'name': 'x', 'num_categories': 3})  # no kind",
-    lambda: efa.fields.field_from_config({"name": "x", "num_categories": 3}),
+    lambda: efa.core.fields.field_from_config({"name": "x", "num_categories": 3}),
     needles=("kind",), should="ValueError: field config has no 'kind'",
     fix=f"{fx}: field_from_config")
 add(A, "field_from_config({'kind': 'tensor', 'name': 'x'})",
-    lambda: efa.fields.field_from_config({"kind": "tensor", "name": "x"}), needles=("tensor",))
+    lambda: efa.core.fields.field_from_config({"kind": "tensor", "name": "x"}), needles=("tensor",))
 add(A, "field_from_config({'kind': 'category', 'name': 'x', 'num_categories': 3, 'colour': 1})",
-    lambda: efa.fields.field_from_config({"kind": "category", "name": "x", "num_categories": 3,
+    lambda: efa.core.fields.field_from_config({"kind": "category", "name": "x", "num_categories": 3,
                                           "colour": 1}), needles=("colour",))
 
 
@@ -895,13 +895,13 @@ def _():
     fs = [Category("a", 3, labels=["x", "y", "z"], distinct=True),
           Value("b", fam.NegativeBinomial(2.5), loc=1.0, scale=2.0, readout_hidden=(3, 2)),
           Attribute("c", size=2, loc=[1, 2], scale=[3, 4])]
-    back = [efa.fields.field_from_config(json.loads(json.dumps(f.config()))) for f in fs]
+    back = [efa.core.fields.field_from_config(json.loads(json.dumps(f.config()))) for f in fs]
     return all(a.config() == b.config() for a, b in zip(fs, back)), [f.config() for f in back]
 
 
 # =========================================================================== families
 A = "families"
-fx = "src/efa/families.py"
+fx = "src/efa/core/families.py"
 for v in (1, 2.5, "3", None, float("inf")):
     add(A, f"fam.Categorical({v!r})", lambda v=v: fam.Categorical(v), needles=("num_categories",),
         fix=f"{fx}: _integer (int(None)/int(inf) raise before the message)")
@@ -1032,7 +1032,7 @@ def _():
 
 # =========================================================================== model / config
 A = "model"
-fx = "src/efa/model.py"
+fx = "src/efa/core/model.py"
 C4 = lambda **kw: Category("item", 6, dim=4, **kw)  # noqa: E731
 cfgerr = [
     ("fields=[C4(), C4()]", dict(fields=[C4(), C4()]), ("unique",)),
@@ -1299,7 +1299,7 @@ add(A, "model with a NaN weight: efa.log_likelihoods",
                          "log-likelihoods at predicted positions, indistinguishable from "
                          "'not predicted'"))(efa.log_likelihoods(_nan_model(), cat_data())["item"]),
     needles=("non-finite",), should="FloatingPointError naming the position",
-    fix="src/efa/train.py: log_likelihoods (check finiteness at predicted positions, as "
+    fix="src/efa/training/train.py: log_likelihoods (check finiteness at predicted positions, as "
     "evaluate does)")
 add(A, "model with a NaN weight: evaluate", lambda: efa.evaluate(_nan_model(), cat_data()),
     needles=("non-finite", "sequence"))
@@ -1311,7 +1311,7 @@ add(A, "model with a NaN weight: attention_weights",
 
 @probe(A, "log_likelihoods with an extreme value (y = 1e30, float32 model)", kind="either",
        needles=("non-finite",), should="an error naming the position (evaluate raises for the "
-       "same data)", fix="src/efa/train.py: log_likelihoods")
+       "same data)", fix="src/efa/training/train.py: log_likelihoods")
 def _():
     m = gv_model()
     d = gv_data(n=1, length=3)
@@ -1387,7 +1387,7 @@ def _():
 
 # =========================================================================== kernels
 A = "kernels"
-fx = "src/efa/kernels/"
+fx = "src/efa/core/kernels/"
 
 
 def kcfg(att, **kw):
@@ -1492,7 +1492,7 @@ def _():
 
 @probe(A, "register_kernel(class without name)", needles=("name",))
 def _():
-    class K(efa.kernels.Kernel):
+    class K(efa.core.kernels.Kernel):
         pass
     efa.register_kernel(K)
 
@@ -1500,11 +1500,11 @@ def _():
 @probe(A, "register_kernel(a plug-in named 'softmax') replaces the built-in", kind="err",
        needles=("softmax", "registered"), should="refuse to replace an already registered "
        "kernel (every model in the process silently switches kernel)",
-       fix="src/efa/attention.py: register_kernel")
+       fix="src/efa/core/attention.py: register_kernel")
 def _():
     old = efa.KERNELS["softmax"]
 
-    class Fake(efa.kernels.dot.Softmax):
+    class Fake(efa.core.kernels.dot.Softmax):
         name = "softmax"
     try:
         efa.register_kernel(Fake)
@@ -1518,7 +1518,7 @@ def _():
 
 # =========================================================================== train
 A = "train"
-fx = "src/efa/train.py"
+fx = "src/efa/training/train.py"
 tcerr = [
     ("lr", 0), ("lr", -1), ("lr", float("nan")), ("lr", float("inf")), ("lr", "0.1"),
     ("lr", True), ("weight_decay", -1), ("weight_decay", float("nan")), ("batch_size", 0),
@@ -1626,7 +1626,7 @@ def _():
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         efa.fit(mr_model(), mr_data(), mr_data(), max_epochs=1, progress=False)
-    return any(issubclass(x.category, efa.train.StillImproving) for x in w), [str(x.message)[:60]
+    return any(issubclass(x.category, efa.training.train.StillImproving) for x in w), [str(x.message)[:60]
                                                                            for x in w]
 
 
@@ -1836,7 +1836,7 @@ add(A, "efa.seed_everything(2**40)", lambda: efa.seed_everything(2**40), needles
 
 # =========================================================================== io
 A = "io"
-fx = "src/efa/storage.py"
+fx = "src/efa/training/storage.py"
 add(A, "efa.save(CategoricalFM(...), dir)",
     lambda: efa.save(efa.CategoricalFM(Category("item", 6)), tmpdir("save_fm")),
     needles=("EFA",))
@@ -1901,7 +1901,7 @@ def _():
     efa.save(m, p, history=hist)
     n = efa.load(p)
     a, b = m.predict_mean(gv_data())["y"], n.predict_mean(gv_data())["y"]
-    threads = efa.storage.metadata(p)["train_threads"]
+    threads = efa.training.storage.metadata(p)["train_threads"]
     return torch.equal(a, b) and n.fields[1].loc == m.fields[1].loc \
         and threads == 1, (float((a - b).abs().max()), threads)
 
@@ -2828,7 +2828,7 @@ add(A, "spatial_efa(train, sigma=float('inf')) then evaluate",
     lambda: efa.evaluate(sp.spatial_efa(f2(sp_frame(), **KW), sigma=float("inf"), dim=4,
                                         num_layers=1), f2(sp_frame(), **KW)),
     needles=("sigma",), should="refuse sigma=inf at construction",
-    fix="src/efa/families.py: Gaussian.__init__")
+    fix="src/efa/core/families.py: Gaussian.__init__")
 add(A, "spatial_efa(train, bogus=1)", lambda: sp.spatial_efa(f2(sp_frame(), **KW), bogus=1),
     needles=("bogus",))
 
@@ -3818,7 +3818,7 @@ add(A, "efa train (data file tampered: no 'order')", lambda: (lambda d: (
     tamper_safetensors(d / "train.safetensors", edit_meta=lambda m: {"efa": "sequences"}),
     cli_err("train", d / "train.safetensors", "--model", d / "init", "--out", d / "out"))[1])(
     _train_inputs("tr_tamper")), needles=("order",),
-    fix="src/efa/data.py: Sequences.load")
+    fix="src/efa/core/data.py: Sequences.load")
 
 
 @probe(A, "efa train --checkpoint-dir then the same command with --force resumes", kind="works")
@@ -4135,7 +4135,7 @@ def _():
 
 # =========================================================================== extra probes
 A = "sequences"
-fx = "src/efa/data.py"
+fx = "src/efa/core/data.py"
 add(A, "Sequences.from_frame(df with a pandas 'string' dtype column)",
     lambda: Sequences.from_frame(ff().assign(s=pd.array(list("abcde"), dtype="string")), "u",
                                  {"s": "s"}), needles=("'s'", "category"))

@@ -8,7 +8,7 @@ BASE = Path(os.environ.get("EFA_PROBES", "/tmp/probes"))
 R = json.load(open(BASE / "results.json"))
 P = R["probes"]
 OUT = ["OK-clear-error", "OK-works", "UNHELPFUL-crash", "SILENT-WRONG", "SECURITY"]
-D, F, T = "src/efa/data.py", "src/efa/fields.py", "src/efa/families.py"
+D, F, T = "src/efa/core/data.py", "src/efa/core/fields.py", "src/efa/core/families.py"
 OVR = {  # id: (should, fix) where the probe did not carry them
     "sequences-029": ("ValueError naming field 'x' and sequence 0 (ragged item vectors)", f"{D}: _pad (wrap np.asarray)"),
     "sequences-045": ("IndexError naming the accepted index types", f"{D}: Sequences.__getitem__"),
@@ -41,11 +41,11 @@ OVR = {  # id: (should, fix) where the probe did not carry them
     "families-032": ("refuse a non-finite min_scale", f"{T}: _non_negative"),
     "families-034": ("refuse a non-finite floor", f"{T}: _non_negative"),
     "families-058": ("a count >= 0 (or an error): exp(100) overflows the int64 cast to -2^63", f"{T}: Poisson.sample (and NegativeBinomial.sample)"),
-    "model-063": ("ValueError: at must be a bool tensor of shape [1, 3]", "src/efa/model.py: ConditionalModel.predict_mean"),
-    "train-061": ("ValueError '<checkpoint> is damaged'", "src/efa/train.py: _restore (compare shapes inside the try block)"),
-    "train-076": ("use the first target field or refuse None clearly", "src/efa/train.py: predictions"),
-    "train-077": ("ValueError: field 'y' has no predicted position in the data (mean_squared_error has that check, but predictions crashes before it)", "src/efa/train.py: predictions (skip batches with no predicted position; mean.reshape(0, -1) fails)"),
-    "train-081": ("ValueError naming seed", "src/efa/train.py: seed_everything"),
+    "model-063": ("ValueError: at must be a bool tensor of shape [1, 3]", "src/efa/core/model.py: ConditionalModel.predict_mean"),
+    "train-061": ("ValueError '<checkpoint> is damaged'", "src/efa/training/train.py: _restore (compare shapes inside the try block)"),
+    "train-076": ("use the first target field or refuse None clearly", "src/efa/training/train.py: predictions"),
+    "train-077": ("ValueError: field 'y' has no predicted position in the data (mean_squared_error has that check, but predictions crashes before it)", "src/efa/training/train.py: predictions (skip batches with no predicted position; mean.reshape(0, -1) fails)"),
+    "train-081": ("ValueError naming seed", "src/efa/training/train.py: seed_everything"),
     "tabular-033": ("ValueError: cell_dropout must be in [0, 1)", "src/efa/tabular.py: _check_params"),
     "tabular-087": ("classes_ in the Categorical's order lo < mid < hi (README: 'classes in a pandas Categorical y's order'); a bare pd.Categorical has .categories but no .cat, so they come out sorted: hi < lo < mid", "src/efa/tabular.py: fit (order = y.categories for a pd.Categorical)"),
     "regression-005": ("TypeError: column 'x' must be numeric (a pandas 'string' column makes np.issubdtype raise)", "src/efa/regression.py: frame_to_sequences (use pd.api.types.is_numeric_dtype)"),
@@ -75,7 +75,7 @@ OVR = {  # id: (should, fix) where the probe did not carry them
     "baselines-005": ("ValueError: dim must be a positive integer", "src/efa/baselines/fm.py: CategoricalFM.__init__"),
     "baselines-008": ("ValueError: k must be a positive integer", "src/efa/baselines/fm.py: KNNFM.__init__"),
     "cli-033": ("ValueError naming the file and 'seeds'", "experiments/summary.py: tables"),
-    "cli-050": ("efa: error naming the data file ('not a complete sequences file')", "src/efa/data.py: Sequences.load"),
+    "cli-050": ("efa: error naming the data file ('not a complete sequences file')", "src/efa/core/data.py: Sequences.load"),
     "runner-024": ("FileExistsError asking for --force (as for invalid JSON)", "experiments/runner.py: check_destination"),
     "misc-007": ("ValueError: noise must be >= 0", "src/efa/datasets/tabular.py: simulate"),
     "misc-008": ("ValueError: n must be a positive integer (returns two empty tables)", "src/efa/datasets/tabular.py: simulate"),

@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from efa.conditional import ConditionalModel
-from efa.data import Sequences
-from efa.fields import Category
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
+from efa.core.fields import Category
 
 
 class CBOW(ConditionalModel):

@@ -14,9 +14,9 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from efa.conditional import ConditionalModel
-from efa.data import Sequences
-from efa.fields import Attribute, Field, Value
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
+from efa.core.fields import Attribute, Field, Value
 
 
 def _width(field: Field) -> int:

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from efa.conditional import ConditionalModel
-from efa.data import Sequences
-from efa.fields import Attribute, Category, Value
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
+from efa.core.fields import Attribute, Category, Value
 from efa.geo import haversine_km
 
 POOLINGS = ("mean", "sum", "paper")

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from efa.data import Sequences
+from efa.core.data import Sequences
 
 
 def sequence_matrix(data: Sequences, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -30,12 +30,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from efa.baselines.fm import context_sum
-from efa.conditional import ConditionalModel, context_pairs, refuse_sampling
-from efa.data import Sequences
-from efa.fields import Category, Value
+from efa.core.conditional import ConditionalModel, context_pairs, refuse_sampling
+from efa.core.data import Sequences
+from efa.core.fields import Category, Value
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.softmax import Sampling
+    from efa.core.softmax import Sampling
 
     class _Convex(Protocol):
         """What the convex fitting reads of a GLM (``ContextLogit``, ``RatingGLM``)."""
@@ -356,7 +356,7 @@ def select_l2(model: ConditionalModel, train: Sequences, val: Sequences,
     penalty path from strong to weak, each fit warm-started from the previous one, until the
     validation NLL has worsened twice in a row; keep the best fit over all. Returns (the model
     at the chosen penalty, {"l2", "design_ratio", "val_nll": {"l2/ratio": nll}, "fits"})."""
-    from efa.scoring import evaluate
+    from efa.training.scoring import evaluate
 
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     fits: list[dict[str, Any]]

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from efa.conditional import ConditionalModel
-from efa.data import Sequences
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
 from efa.generators.gp import NoteGP, covariance, cross_covariance
 
 if TYPE_CHECKING:  # for annotations only

@@ -30,13 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from efa.conditional import ConditionalModel, refuse_generic_options
-from efa.data import Sequences
-from efa.fields import Category
-from efa.scoring import in_batches, scoring_mode
+from efa.core.conditional import ConditionalModel, refuse_generic_options
+from efa.core.data import Sequences
+from efa.core.fields import Category
+from efa.training.scoring import in_batches, scoring_mode
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.softmax import Sampling
+    from efa.core.softmax import Sampling
 
 # RecBole's defaults (properties/model/*.yaml, properties/overall.yaml).
 RECBOLE = {

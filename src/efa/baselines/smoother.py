@@ -16,8 +16,8 @@ import itertools
 import torch
 from torch import Tensor
 
-from efa.conditional import ConditionalModel
-from efa.data import Sequences
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
 
 BANDWIDTHS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5)
 CHANNEL_WEIGHTS = (0.0, 0.01, 0.1, 0.3, 1.0)

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from efa.conditional import ConditionalModel, refuse_generic_options
-from efa.data import Sequences
+from efa.core.conditional import ConditionalModel, refuse_generic_options
+from efa.core.data import Sequences
 from efa.regression import moments
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.softmax import Sampling
+    from efa.core.softmax import Sampling
 
 
 def build_mlp(dim_in: int, dim_hid: int, dim_out: int, depth: int) -> nn.Sequential:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from efa.data import Sequences
+from efa.core.data import Sequences
 from efa.generators.latent import positive_int
 
 

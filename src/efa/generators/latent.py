@@ -22,7 +22,7 @@ do on this data: the posterior predictive mean and log-density at every predicte
 
 Bayes references: closed form for the Gaussian models (a Gaussian process: the leave-one-out
 identities of Rasmussen & Williams eq. 5.12, equal to CME attention with values y, see
-:func:`efa.kernels.cme.cme`); for the exponential-family emissions a Laplace approximation of
+:func:`efa.core.kernels.cme.cme`); for the exponential-family emissions a Laplace approximation of
 p(z | context) refined by self-normalised importance sampling with the Laplace Gaussian (inflated)
 as proposal (``method="laplace"`` gives the Laplace answer alone).
 """
@@ -36,9 +36,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from efa.data import Sequences
-from efa.families import Bernoulli, Gaussian, Poisson, poisson_counts
-from efa.fields import Attribute, Field, Value
+from efa.core.data import Sequences
+from efa.core.families import Bernoulli, Gaussian, Poisson, poisson_counts
+from efa.core.fields import Attribute, Field, Value
 
 __all__ = [
     "BayesPrediction",

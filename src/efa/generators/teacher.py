@@ -25,11 +25,11 @@ from typing import cast
 import torch
 from torch import nn
 
-from efa.data import Sequences
-from efa.fields import Attribute, Category, Field, Value
+from efa.core.data import Sequences
+from efa.core.fields import Attribute, Category, Field, Value
+from efa.core.model import EFA, EFAConfig
 from efa.generators.latent import positive_int
-from efa.model import EFA, EFAConfig
-from efa.scoring import evaluate
+from efa.training.scoring import evaluate
 
 __all__ = ["attention_teacher", "bayes_nll", "sample"]
 

@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pandas as pd
 import torch
 
-from efa.data import Sequences
+from efa.core.data import Sequences
 
 if TYPE_CHECKING:  # for annotations only
     from efa.tabular.estimator import AttentionTableClassifier

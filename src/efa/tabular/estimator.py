@@ -16,10 +16,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from efa.data import Sequences
-from efa.families import HeteroscedasticGaussian, Ordinal
-from efa.fields import Category, Value
-from efa.model import EFAConfig
+from efa.core.data import Sequences
+from efa.core.families import HeteroscedasticGaussian, Ordinal
+from efa.core.fields import Category, Value
+from efa.core.model import EFAConfig
 from efa.tabular.encoding import (
     as_1d,
     as_frame,
@@ -29,7 +29,7 @@ from efa.tabular.encoding import (
     split_rows,
 )
 from efa.tabular.model import GLM_STAGE, TableEFA
-from efa.train import TrainConfig, fit, seed_everything
+from efa.training.train import TrainConfig, fit, seed_everything
 
 BACKBONES = ("paper", "linear")
 RESPONSES = ("categorical", "ordinal")
@@ -51,7 +51,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     response : ``"categorical"`` (a softmax over the classes, the paper's model) or
         ``"ordinal"`` (ordered classes, in the order of ``classes_``: a pandas Categorical
         ``y``'s categories (e.g. unacc < acc < good < vgood), else sorted labels;
-        :class:`efa.families.Ordinal`, p(y = k) ∝ exp(η s_k + b_k) with one natural parameter
+        :class:`efa.core.families.Ordinal`, p(y = k) ∝ exp(η s_k + b_k) with one natural parameter
         η read out at the response and learned increasing scores s; for a binned continuous
         response, or any ordered label).
     additive : add a GLM term to the response's natural parameter: an effect per feature

@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import Tensor, nn
 
-from efa.conditional import refuse_generic_options
-from efa.data import Sequences
-from efa.encoders import LinearReadout
-from efa.families import Ordinal
-from efa.fields import EXCLUDED, Category, Value
-from efa.model import EFA, EFAConfig
+from efa.core.conditional import refuse_generic_options
+from efa.core.data import Sequences
+from efa.core.encoders import LinearReadout
+from efa.core.families import Ordinal
+from efa.core.fields import EXCLUDED, Category, Value
+from efa.core.model import EFA, EFAConfig
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.attention import Block
-    from efa.softmax import Sampling
+    from efa.core.attention import Block
+    from efa.core.softmax import Sampling
 
 # The model whose init="glm" first stage is running (AttentionTableClassifier._fit_glm): its
 # read-outs' weights are held at 0, so TableEFA.states skips the network. A context, not a

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # for annotations only
     from torch.optim import Optimizer
     from torch.optim.lr_scheduler import LRScheduler
 
-    from efa.data import Sequences
+    from efa.core.data import Sequences
 
 _History = TypeVar("_History")
 

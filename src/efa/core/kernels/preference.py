@@ -27,7 +27,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor, nn
 
-from efa.kernels.base import Kernel
+from efa.core.kernels.base import Kernel
 
 RELATIVE = ("none", "auto", "bidirectional", "causal")
 _Number = TypeVar("_Number", bound=float | Tensor)

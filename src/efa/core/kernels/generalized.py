@@ -1,6 +1,6 @@
 """``generalized``: the closed-form approximation of attention as inference (Paper A, Eq. 17),
 p_qj ∝ u_qj exp(α·scale·⟨q, k_j⟩), with the preference prior u of
-:class:`~efa.kernels.preference.PreferenceKernel` (mask, T5 relative-position buckets, a
+:class:`~efa.core.kernels.preference.PreferenceKernel` (mask, T5 relative-position buckets, a
 context-dependent preference network) and a learned α per head.
 
 With its defaults (uniform u over the allowed keys, α = 1) it is softmax attention bit for
@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from efa.kernels.base import register_kernel
-from efa.kernels.preference import PreferenceKernel, template_scores
+from efa.core.kernels.base import register_kernel
+from efa.core.kernels.preference import PreferenceKernel, template_scores
 
 
 @register_kernel

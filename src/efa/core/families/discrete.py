@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from efa.families.base import (
+from efa.core.families.base import (
     Family,
     _as_real,
     _check_last_dim,

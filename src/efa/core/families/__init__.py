@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from efa.families.base import Family, InvalidValues
-from efa.families.continuous import Gamma, Gaussian, HeteroscedasticGaussian, LearnedGaussian
-from efa.families.discrete import (
+from efa.core.families.base import Family, InvalidValues
+from efa.core.families.continuous import Gamma, Gaussian, HeteroscedasticGaussian, LearnedGaussian
+from efa.core.families.discrete import (
     Bernoulli,
     Binomial,
     Categorical,
@@ -35,7 +35,7 @@ from efa.families.discrete import (
     Poisson,
     poisson_counts,
 )
-from efa.registry import Registry
+from efa.core.registry import Registry
 
 __all__ = [
     "FAMILIES",

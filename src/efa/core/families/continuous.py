@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from efa.families.base import (
+from efa.core.families.base import (
     _LOG_2PI,
     Family,
     _as_real,

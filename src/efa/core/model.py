@@ -1,11 +1,11 @@
 """Exponential family attention (EFA), Wibisono & Wang, Section 2.
 
-    encode   each token's fields and position (efa.fields)      -> tokens  [B, I, d]
-    attend   L blocks of masked self-attention (efa.attention)  -> states  [B, I, d]
-    read out the state of the copy where position i is masked   -> η_i     (efa.strategies)
-    family   log p(y_i | context) = η_i·t(y_i) − A(η_i) + log h(y_i)   (efa.families)
+    encode   each token's fields and position (efa.core.fields)      -> tokens  [B, I, d]
+    attend   L blocks of masked self-attention (efa.core.attention)  -> states  [B, I, d]
+    read out the state of the copy where position i is masked   -> η_i     (efa.core.strategies)
+    family   log p(y_i | context) = η_i·t(y_i) − A(η_i) + log h(y_i)   (efa.core.families)
 
-:class:`ConditionalModel` (:mod:`efa.conditional`) is what EFA shares with its special cases
+:class:`ConditionalModel` (:mod:`efa.core.conditional`) is what EFA shares with its special cases
 and peers (efa.baselines): natural parameters at asked positions, and the (pseudo)
 log-likelihood they define.
 """
@@ -20,14 +20,14 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from efa import softmax, strategies
-from efa.attention import BLOCKS, Block
-from efa.conditional import ConditionalModel, context_bag, context_pairs
-from efa.data import Sequences
-from efa.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
-from efa.fields import ROLES, Category, Field, Value, field_from_config
-from efa.kernels import KERNELS, kernel_spec
-from efa.mlp import mlp
+from efa.core import softmax, strategies
+from efa.core.attention import BLOCKS, Block
+from efa.core.conditional import ConditionalModel, context_bag, context_pairs
+from efa.core.data import Sequences
+from efa.core.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
+from efa.core.fields import ROLES, Category, Field, Value, field_from_config
+from efa.core.kernels import KERNELS, kernel_spec
+from efa.core.mlp import mlp
 
 DIRECTIONS = ("bidirectional", "unidirectional")
 
@@ -38,7 +38,7 @@ class EFAConfig:
 
     direction: ``bidirectional`` (pseudo-likelihood, Remark 4/5) or ``unidirectional`` (causal
       mask, full likelihood). attention: an attention kernel, ``softmax``, ``linear`` (the
-      paper's softmax-free form of Props 2–3) or any registered in :mod:`efa.kernels`, as a
+      paper's softmax-free form of Props 2–3) or any registered in :mod:`efa.core.kernels`, as a
       name or ``{"kernel": name, **options}``. scale: ``sqrt`` (1/√d_head, Vaswani) or
       ``linear`` (1/d_head, the paper's 1/K). block: ``bare`` (Eq. 1 alone), ``residual``
       (x + MHA(x), the paper's experiments), ``post_ln`` / ``pre_ln`` (transformer blocks),
@@ -48,7 +48,7 @@ class EFAConfig:
       d_model: token width after the optional mixing MLP (None keeps the concatenation of the
       field embeddings). max_len: size of the learned positional table (None: no positions,
       for sets). mode: how the exact masked pseudo-likelihood is computed (``two_stream``,
-      ``copies``, or ``auto``: two-stream wherever it is exact, see efa.strategies).
+      ``copies``, or ``auto``: two-stream wherever it is exact, see efa.core.strategies).
       attend_self: whether position i attends to its own (masked) token. False is leave-one-out
       attention (strictly causal when unidirectional, Eq. 14 of the UNN note): the masked token
       then reaches the read-out only through the block's skip path (``concat``); a position
@@ -118,7 +118,7 @@ class EFAConfig:
 
     @property
     def strategy(self) -> str:
-        """The exact algorithm that ``mode`` selects (efa.strategies)."""
+        """The exact algorithm that ``mode`` selects (efa.core.strategies)."""
         row_local = KERNELS[kernel_spec(self.attention)["kernel"]].row_local
         return strategies.choose(self.mode, self.num_layers, self.causal, row_local)
 
@@ -322,7 +322,7 @@ class EFA(ConditionalModel):
     def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
                      sampling: softmax.Sampling | None = None) -> dict[str, Tensor]:
         """As ``ConditionalModel.log_probs_at``; a category with ``vocab_chunk`` is scored
-        without its [positions × D] logits (``efa.softmax``), and in training with ``sampling``
+        without its [positions × D] logits (``efa.core.softmax``), and in training with ``sampling``
         (``fit(..., sampled_softmax=k)``) by the sampled softmax."""
         sampling = sampling if self.training else None
         large = [name for name in at if self.field(name).kind == "category" and (

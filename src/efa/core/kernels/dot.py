@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from efa.kernels.base import Kernel, register_kernel
+from efa.core.kernels.base import Kernel, register_kernel
 
 
 class DotProduct(Kernel):

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from efa.mlp import mlp
+from efa.core.mlp import mlp
 
 if TYPE_CHECKING:  # the field kinds build these networks; the type only names them
-    from efa.fields import Value
+    from efa.core.fields import Value
 
 
 class TableEncoder(nn.Module):

@@ -19,9 +19,9 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.conditional import ConditionalModel
-    from efa.data import Sequences
-    from efa.softmax import Sampling
+    from efa.core.conditional import ConditionalModel
+    from efa.core.data import Sequences
+    from efa.core.softmax import Sampling
 
 
 def world() -> tuple[int, int]:

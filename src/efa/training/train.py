@@ -24,10 +24,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from efa import checkpoint, distributed, softmax
-from efa.conditional import ConditionalModel
-from efa.data import Sequences
-from efa.scoring import check_int, check_targets, evaluate, in_batches, raise_non_finite
+from efa.core import softmax
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
+from efa.training import checkpoint, distributed
+from efa.training.scoring import check_int, check_targets, evaluate, in_batches, raise_non_finite
 
 SCHEDULES = ("anneal", "plateau", "cosine", "constant")
 JOB_SAVE_SECONDS = 60.0

@@ -3,7 +3,7 @@ plugged into the tilt of Eq. 10): λ = α(I + αΣ_u)⁻¹z with Σ_u = Cov_u[t]
 weighted covariance of the query's templates, p ∝ u exp⟨t, λ⟩. It is the first Newton step of
 the exact dual solve from λ = 0, and exact for a Gaussian u; the paper derives it on the way to
 Eq. 17 but never uses it. The linear solve is conjugate gradients on Σ_u-vector products (no
-d×d matrix), with implicit gradients (:func:`efa.kernels.fenchel.second_order_lambda`).
+d×d matrix), with implicit gradients (:func:`efa.core.kernels.fenchel.second_order_lambda`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from efa.kernels.base import register_kernel
-from efa.kernels.fenchel import check_tol, second_order_lambda, tilt_weights
-from efa.kernels.preference import PreferenceKernel
+from efa.core.kernels.base import register_kernel
+from efa.core.kernels.fenchel import check_tol, second_order_lambda, tilt_weights
+from efa.core.kernels.preference import PreferenceKernel
 
 
 @register_kernel

@@ -23,9 +23,9 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.conditional import ConditionalModel
-    from efa.data import Sequences
-    from efa.fields import Category
+    from efa.core.conditional import ConditionalModel
+    from efa.core.data import Sequences
+    from efa.core.fields import Category
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Sampling:
     log_q: dict[str, Tensor]
     generator: torch.Generator
 
-EXCLUDED = -1e4  # the same finite "impossible" logit as efa.fields.EXCLUDED
+EXCLUDED = -1e4  # the same finite "impossible" logit as efa.core.fields.EXCLUDED
 
 
 def _chunk_logits(h, weight, bias, start, stop, excluded):

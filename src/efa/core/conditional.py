@@ -12,12 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from efa import softmax
-from efa.data import Sequences, check_sequences
-from efa.fields import Field
+from efa.core import softmax
+from efa.core.data import Sequences, check_sequences
+from efa.core.fields import Field
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.fields import Category, Value
+    from efa.core.fields import Category, Value
 
 
 def refuse_sampling(model: nn.Module, sampling: softmax.Sampling | None) -> None:

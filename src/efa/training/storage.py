@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from efa.model import EFA, EFAConfig
+from efa.core.model import EFA, EFAConfig
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.train import History
+    from efa.training.train import History
 
 FORMAT_VERSION = 1
 FILES = ("config.json", "model.safetensors")

@@ -40,9 +40,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from efa.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
-from efa.families import Categorical, Family, InvalidValues, family_from_config
-from efa.registry import Registry
+from efa.core.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
+from efa.core.families import Categorical, Family, InvalidValues, family_from_config
+from efa.core.registry import Registry
 
 ENCODERS = ("mlp", "linear", "identity", "table")
 READOUTS = ("mlp", "linear")
@@ -229,7 +229,7 @@ class Value(Field):
             )
         if not isinstance(self.family, Family):
             raise TypeError(
-                f"field {self.name!r}: family must be an efa.families.Family instance, "
+                f"field {self.name!r}: family must be an efa.core.families.Family instance, "
                 f"got {type(self.family).__name__}"
             )
         if self.encoder not in ENCODERS:

@@ -38,7 +38,7 @@ them with one Cholesky factorisation per (sequence, head): a key set shared by e
 position added to or removed from either (a Schur-complement step: a downdate through the
 inverse's column and a bordering update). Any other mask falls back to one factorisation per
 query. The two-stream "own" form (query i sees its own key and value at position i) is the
-masked copy i exactly, so :func:`efa.strategies.copies` computes a one-layer CME model's copies
+masked copy i exactly, so :func:`efa.core.strategies.copies` computes a one-layer CME model's copies
 with one factorisation per sequence (``own_is_copy``).
 
 Degenerate input: an empty key set gives output 0 (the prior mean) and zero weights; a singular
@@ -54,7 +54,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from efa.kernels.base import Kernel, register_kernel
+from efa.core.kernels.base import Kernel, register_kernel
 
 SIMILARITIES = ("rbf", "exponential", "linear", "rbf+linear")
 
@@ -185,7 +185,7 @@ class CME(Kernel):
     name = "cme"
     # Query i's weights depend on every key of its context jointly (a kernel matrix solve).
     row_local = False
-    # ... but its two-stream ("own") form is the masked copy i exactly: efa.strategies.copies
+    # ... but its two-stream ("own") form is the masked copy i exactly: efa.core.strategies.copies
     # computes a one-layer model's copies from one factorisation per sequence.
     own_is_copy = True
     DEFAULTS = {"similarity": "rbf", "bandwidth": 1.0, "ridge": 1.0, "min_ridge": 1e-4,

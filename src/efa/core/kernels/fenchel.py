@@ -35,8 +35,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from efa.kernels.base import register_kernel
-from efa.kernels.preference import (
+from efa.core.kernels.base import register_kernel
+from efa.core.kernels.preference import (
     PreferenceKernel,
     check_prior,
     positive,

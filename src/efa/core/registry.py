@@ -1,6 +1,6 @@
 """One registry mechanism for every plug-in kind: attention kernels (``efa.KERNELS``), field
-kinds (``efa.fields.FIELD_KINDS``), families (``efa.families.FAMILIES``) and, in a checkout,
-experiments (``experiments.EXPERIMENTS``).
+kinds (``efa.core.fields.FIELD_KINDS``), families (``efa.core.families.FAMILIES``) and, in a
+checkout, experiments (``experiments.EXPERIMENTS``).
 
 A :class:`Registry` is a read-mostly mapping from a name to what it names. ``register`` adds
 an entry (as a class decorator or a call); ``lookup`` returns one or raises

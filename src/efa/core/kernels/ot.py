@@ -31,8 +31,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from efa.kernels.base import register_kernel
-from efa.kernels.preference import (
+from efa.core.kernels.base import register_kernel
+from efa.core.kernels.preference import (
     PreferenceKernel,
     positive,
     template_mean,

@@ -8,7 +8,7 @@ Kernels are plug-ins: subclass :class:`Kernel`, decorate with :func:`register_ke
 
 A kernel declares ``row_local``: True when query i's weights depend on the context only through
 the keys i may see, one query at a time (softmax, linear, generalized), so a query may bring its
-own key and value for position i (the two-stream algorithm, :mod:`efa.strategies`); False when
+own key and value for position i (the two-stream algorithm, :mod:`efa.core.strategies`); False when
 they depend on the whole context jointly (kernel ridge), and only the masked copies are exact.
 
 Score-based kernels implement ``scores`` and ``weights``; the base class does the rest,
@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from efa.registry import Registry
+from efa.core.registry import Registry
 
 KERNELS: Registry[type[Kernel]] = Registry("attention kernel")
 
@@ -30,7 +30,7 @@ KERNELS: Registry[type[Kernel]] = Registry("attention kernel")
 def register_kernel(cls: type[Kernel]) -> type[Kernel]:
     """Class decorator: make ``cls`` selectable as ``EFAConfig(attention=cls.name)``.
 
-    A name already taken by another kernel is refused (:class:`efa.registry.Registry`)."""
+    A name already taken by another kernel is refused (:class:`efa.core.registry.Registry`)."""
     if not getattr(cls, "name", None):
         raise TypeError(f"{cls.__name__} needs a class attribute `name`")
     return KERNELS.register(cls, name=cls.name)

@@ -1,6 +1,6 @@
 """Attention: multi-head attention around a kernel, and the blocks built from it.
 
-A *kernel* (:mod:`efa.kernels`) maps queries q [B, H, Iq, d], keys k [B, H, Ik, d], values v
+A *kernel* (:mod:`efa.core.kernels`) maps queries q [B, H, Iq, d], keys k [B, H, Ik, d], values v
 [B, H, Ik, dv] and an ``allowed`` mask [B, 1|H, Iq, Ik] to an output [B, H, Iq, dv] and the
 weights [B, H, Iq, Ik]; ``EFAConfig(attention="name")`` (or ``{"kernel": "name", **options}``)
 selects a registered one. This module puts the projections W^Q, W^K, W^V, W^O around it
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from efa.kernels import KERNELS, head_width, kernel_spec
+from efa.core.kernels import KERNELS, head_width, kernel_spec
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.model import EFAConfig
+    from efa.core.model import EFAConfig
 
 SCALES = {"sqrt": lambda d: 1 / math.sqrt(d), "linear": lambda d: 1 / d, "none": lambda d: 1.0}
 

@@ -26,7 +26,7 @@ from torch import Tensor
 if TYPE_CHECKING:  # for annotations only
     import pandas as pd
 
-    from efa.fields import Field
+    from efa.core.fields import Field
 
 
 @dataclass

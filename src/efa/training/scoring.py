@@ -12,8 +12,8 @@ from typing import NoReturn
 import numpy as np
 import torch
 
-from efa.conditional import ConditionalModel
-from efa.data import Sequences
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
 
 
 def check_int(name: str, v: object, low: int | None) -> None:

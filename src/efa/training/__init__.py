@@ -1,0 +1,4 @@
+"""Fitting, scoring and storing a model of :mod:`efa.core`: ``train`` (``fit``, ``TrainConfig``),
+``scoring`` (log-likelihoods, ``evaluate``, predictions), ``checkpoint`` (resumable state),
+``distributed`` (data-parallel fits), ``storage`` (``save`` / ``load``). Imports only the core.
+"""
