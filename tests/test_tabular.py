@@ -252,6 +252,39 @@ def test_init_glm_fits_the_glm_first_then_everything():
         AttentionTableClassifier(response="ordinal", additive="ordinal").fit(X, y)
 
 
+def test_with_a_glm_term_the_estimator_never_ends_worse_than_its_glm():
+    """Data whose true model is the multinomial logit on the one-hot features: by default
+    (stop_on="auto" → "response") both stages stop on the response's validation log loss,
+    and the second stage, which starts at the GLM's fit, keeps it unless an epoch beats it."""
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({c: rng.choice(list("pqrs"), 500) for c in "abc"})
+    effects = {c: rng.normal(0, 1.5, (4, 3)) for c in "abc"}
+    eta = sum(effects[c][X[c].map("pqrs".index).to_numpy()] for c in "abc")
+    p = np.exp(eta - eta.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    y = pd.Series((p.cumsum(1) > rng.random((500, 1))).argmax(1))
+    est = AttentionTableClassifier(random_state=0, additive=True, init="glm",
+                                   **FAST).fit(X, y)
+    assert est.stop_on_ == "response" and est.get_params()["stop_on"] == "auto"
+    glm_end = est.glm_history_.best_val  # the response's validation log loss of the GLM
+    assert est.history_.start_val == pytest.approx(glm_end, abs=1e-6)
+    assert est.history_.best_val <= est.history_.start_val
+    # the restored weights are the ones scored: recompute the validation log loss
+    data = sequences(est, X, est._y_codes(y, len(y)))
+    from efa.tabular.encoding import split_rows
+
+    _, val_idx = split_rows(est._y_codes(y, len(y)), est.validation_fraction,
+                            int(np.random.RandomState(0).randint(2**31 - 1)))
+    val = data[torch.as_tensor(val_idx)]
+    last = torch.zeros_like(val.valid())
+    last[:, -1] = True
+    score = -sum(__import__("efa").evaluate(est.model_, val.with_scored(last),
+                                            fields=(est.model_.response,)).values())
+    assert score == pytest.approx(est.history_.best_val, abs=1e-5)
+    joint = AttentionTableClassifier(random_state=0, **FAST).fit(X, y)
+    assert joint.stop_on_ == "joint" and joint.history_.start_val is not None
+
+
 def test_glm_term_on_a_table_of_numbers_only():
     """No categorical feature: the response's GLM term is slopes only (the categorical field's
     ids at numeric cells are placeholders and must not be looked up: it was an IndexError on

@@ -319,3 +319,101 @@ def test_a_tampered_checkpoint_is_a_clear_error_and_changes_nothing(tmp_path, ta
         efa.fit(model, data, None, max_epochs=2, progress=False, checkpoint_dir=str(tmp_path))
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+def test_time_limit_stops_before_an_epoch_that_would_end_after_it():
+    """The first epoch always runs; with a budget shorter than one epoch no second one starts.
+    The best epoch is restored and a warning says so."""
+    model = _model()
+    with pytest.warns(train_mod.TimeLimitReached, match="time limit of 1e-06 s after 1 epochs"):
+        hist = efa.fit(model, _data(), _data(seed=1), max_epochs=50, time_limit=1e-6,
+                       progress=False)
+    assert (hist.epochs_run, hist.stopped) == (1, "time_limit")
+    no_val = efa.fit(_model(), _data(), None, max_epochs=50, time_limit=1e-6, progress=False)
+    assert no_val.epochs_run == 1
+    assert efa.fit(_model(), _data(), None, max_epochs=2, progress=False).stopped == "max_epochs"
+    for bad in (0, -1, float("inf"), float("nan"), True, "60"):
+        with pytest.raises(ValueError, match="time_limit must be None or a finite number"):
+            efa.TrainConfig(time_limit=bad)
+
+
+def test_a_fit_never_ends_worse_on_validation_than_its_start():
+    """Start at a fitted model and take steps far too large: every epoch is worse on
+    validation, so the starting weights are kept (and a warning says so). (Validation is the
+    training data here: random data have nothing else to learn.)"""
+    model = _model()
+    efa.fit(model, _data(), _data(), max_epochs=30, progress=False)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    score = -sum(efa.evaluate(model, _data()).values())
+    with pytest.warns(train_mod.StartKept, match="they are kept"):
+        hist = efa.fit(model, _data(), _data(), lr=0.3, schedule="constant",
+                       max_epochs=3, progress=False)
+    assert min(hist.val_loss) > hist.start_val == pytest.approx(score, abs=1e-6)
+    assert (hist.best_epoch, hist.best_val) == (-1, hist.start_val)
+    assert all(torch.equal(start[k], v) for k, v in model.state_dict().items())
+    # from a random start the epochs improve: the best epoch is restored, not the start
+    fresh = efa.fit(_model(), _data(), _data(), max_epochs=3, progress=False)
+    assert fresh.best_epoch >= 0 and fresh.best_val < fresh.start_val
+
+
+def _bag_logit_data(n, seed, K=6, L=6):
+    """Sequences whose true model is the causal multinomial logit on context counts:
+    x_i ~ softmax(b + Σ_{j<i} U[x_j]) (float64 draws, a fixed U and b)."""
+    g = torch.Generator().manual_seed(123)
+    U, b = torch.randn(K, K, generator=g, dtype=torch.float64), torch.randn(K, generator=g,
+                                                                           dtype=torch.float64)
+    g.manual_seed(seed)
+    x = torch.zeros(n, L, dtype=torch.long)
+    for i in range(L):
+        logits = b + torch.nn.functional.one_hot(x[:, :i], K).double().sum(1) @ U
+        x[:, i] = torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
+    return efa.Sequences({"item": x}, torch.full((n,), L))
+
+
+def test_fit_glm_first_starts_at_the_bag_logit_and_never_ends_worse(monkeypatch):
+    """With the read-out weights of glm_part() at 0 the model is the multinomial logit on
+    context counts exactly (logits b + Σ_{j<i} U[x_j], against a hand computation in float64);
+    stage 1 moves only that logit's parameters; stage 2 starts at its fit and ends no worse on
+    validation."""
+    train, val = _bag_logit_data(400, 0), _bag_logit_data(200, 1)
+    cfg = efa.EFAConfig([efa.Category("item", 6, bag=True, readout_bias=True)], max_len=6,
+                        direction="unidirectional", num_heads=2)
+    torch.manual_seed(0)
+    model = efa.EFA(cfg).double()
+    params, zero = model.glm_part()
+    assert {id(p) for p in params} == {id(model.bags["item"]),
+                                       id(model.readouts["item"].net.bias)}
+    assert [id(w) for w in zero] == [id(model.readouts["item"].net.weight)]
+    with torch.no_grad():
+        model.bags["item"].normal_()
+        model.readouts["item"].net.bias.normal_()
+        zero[0].zero_()
+    U = model.field("item").bag_table(model.bags["item"]).detach()
+    x = torch.nn.functional.one_hot(val.fields["item"], 6).double()
+    at = val.valid()
+    want = model.readouts["item"].net.bias.detach() + (x.cumsum(1) - x)[at] @ U
+    got = model.natural_params_at(val, {"item": at})["item"]
+    torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+
+    torch.manual_seed(0)
+    model = efa.EFA(cfg)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    after_first = {}
+    real_fit = train_mod.fit
+
+    def spy(m, *args, **kw):
+        hist = real_fit(m, *args, **kw)
+        if not after_first:
+            after_first.update({n: p.detach().clone() for n, p in m.named_parameters()})
+        return hist
+
+    monkeypatch.setattr(train_mod, "fit", spy)
+    first, second = efa.fit_glm_first(model, train, val, max_epochs=3, progress=False)
+    moved = {n for n, p in after_first.items() if not torch.equal(p, before[n])}
+    assert moved == {"bags.item", "readouts.item.net.bias", "readouts.item.net.weight"}
+    assert float(after_first["readouts.item.net.weight"].abs().max()) == 0  # set to 0, kept
+    assert all(p.requires_grad for p in model.parameters())
+    assert second.start_val == pytest.approx(first.best_val, abs=1e-6)
+    assert second.best_val <= second.start_val
+    with pytest.raises(ValueError, match="contains no GLM to fit first"):
+        train_mod.fit_glm_first(_model(), _data(), None, max_epochs=1, progress=False)

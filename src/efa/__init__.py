@@ -40,6 +40,7 @@ _EXPORTS = {
     "History": "efa.training.train",
     "evaluate": "efa.training.scoring",
     "fit": "efa.training.train",
+    "fit_glm_first": "efa.training.train",
     "log_likelihoods": "efa.training.scoring",
     "mean_squared_error": "efa.training.scoring",
     "predictions": "efa.training.scoring",
@@ -60,7 +61,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on 
     from efa.tabular import AttentionTableClassifier
     from efa.training.scoring import evaluate, log_likelihoods, mean_squared_error, predictions
     from efa.training.storage import load, save
-    from efa.training.train import History, TrainConfig, fit, seed_everything
+    from efa.training.train import History, TrainConfig, fit, fit_glm_first, seed_everything
 
 __all__ = [
     "AttentionTableClassifier",
@@ -82,6 +83,7 @@ __all__ = [
     "datasets",
     "evaluate",
     "fit",
+    "fit_glm_first",
     "generators",
     "load",
     "log_likelihoods",

@@ -299,6 +299,20 @@ class EFA(ConditionalModel):
         return run(self.blocks, content, query, self.allowed(data), at, want_weights,
                    chunk=self.config.chunk, **kw)
 
+    def glm_part(self) -> tuple[list[Tensor], list[Tensor]]:
+        """The multinomial logit on context counts that the ``Category(bag=True)`` fields
+        contain, as (its parameters: their bag tables and read-out biases; the read-out
+        weights that are 0 in it). With those weights at 0 a bag field's logits are
+        b + Σ_{j in c(i)} U[x_j] exactly (b only with ``readout_bias=True``): what
+        :func:`efa.training.train.fit_glm_first` fits first."""
+        params: list[Tensor] = []
+        zero: list[Tensor] = []
+        for name in getattr(self, "bags", {}):
+            net = cast(LinearReadout, self.readouts[name]).net
+            params += [self.bags[name]] + ([net.bias] if net.bias is not None else [])
+            zero.append(net.weight)
+        return params, zero
+
     def penalty(self) -> Tensor | None:
         """(bag_l2 / 2)·‖U‖² of every ``Category(bag=True)`` field with a prior on U."""
         terms = [0.5 * f.bag_l2 * f.bag_table(self.bags[f.name]).pow(2).sum()

@@ -64,10 +64,9 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         part is the adjacent-categories ordinal logit while the attention adds free logits
         per class (the classes ordered as for ``response="ordinal"``).
     init : ``None`` (every parameter from its initialisation, the GLM term from 0), or ``"glm"``
-        (needs ``additive``): fit the GLM part first, with the network's read-out held at 0
-        (its biases free), then every parameter from there; both stages stop early as set
-        below. The model starts from the plain GLM's fit instead of from 0, and
-        ``glm_history_`` holds the first stage.
+        (needs ``additive``): fit the GLM part first, the network's read-out held at 0 (its
+        biases free), then every parameter from there (both stages stop early as set below;
+        ``glm_history_`` holds the first).
     handle_unknown : ``"error"`` (a level unseen in fit is an error naming column and value) or
         ``"unk"`` (it is treated as unobserved: the [MASK] embedding stands for [UNK]).
     missing : ``"error"`` (NaN in X is an error naming the column) or ``"mask"`` (a missing
@@ -78,9 +77,11 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         rows, stratified by label), best weights restored.
     early_stopping : False trains on every row for ``max_epochs`` and keeps the last weights
         (the paper's protocol; scikit-learn's MLP default), True holds out the split above.
-    stop_on : what the validation split scores for early stopping: ``"joint"`` (the joint
-        pseudo-likelihood of every cell, as trained) or ``"response"`` (the response's log
-        likelihood only, the classifier's own loss).
+    stop_on : what the validation split scores for early stopping: ``"joint"`` (every cell's
+        pseudo-likelihood, as trained), ``"response"`` (the response's log loss) or ``"auto"``
+        (``"response"`` with ``additive``, else ``"joint"``; the choice is ``stop_on_``). A
+        stage keeps its start unless an epoch beats it on this score (:func:`efa.fit`): with
+        ``init="glm"`` the model never ends worse on validation than its own GLM.
     shared_vocabulary : one embedding table and one read-out for every categorical column
         (the paper's model, whose columns are all bins 0..C−1 of one scale); needs every
         categorical column and the response to have the same levels.
@@ -101,7 +102,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                  max_epochs: int = 200, patience: int = 10, weight_decay: float = 0.0,
                  validation_fraction: float = 0.15,
                  shared_vocabulary: bool = False, cell_dropout: float = 0.0,
-                 early_stopping: bool = True, stop_on: str = "joint",
+                 early_stopping: bool = True, stop_on: str = "auto",
                  random_state: int | np.random.RandomState | None = None):
         self.backbone = backbone
         self.embedding_dim = embedding_dim
@@ -167,7 +168,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         "shared_vocabulary": ["boolean"],
         "cell_dropout": [Interval(numbers.Real, 0, 1, closed="left")],
         "early_stopping": ["boolean"],
-        "stop_on": [StrOptions({"joint", "response"})],
+        "stop_on": [StrOptions({"joint", "response", "auto"})],
         "random_state": ["random_state"],
     }
 
@@ -293,14 +294,16 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                               if self.early_stopping else (np.arange(len(y_codes)), []))
         seed_everything(seed)
         self.model_ = self._build()
+        auto = "response" if self.additive else "joint"
+        self.stop_on_ = auto if self.stop_on == "auto" else self.stop_on
         cfg = TrainConfig(lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
                           max_epochs=self.max_epochs, patience=self.patience,
                           schedule="constant", seed=seed, progress=False, grad_clip=1.0,
                           min_delta=1e-6,  # the stopping threshold of the committed tables
-                          monitor=(self.model_.response,) if self.stop_on == "response"
+                          monitor=(self.model_.response,) if self.stop_on_ == "response"
                           else None)
         val = data[torch.as_tensor(val_idx)] if len(val_idx) else None
-        if val is not None and self.stop_on == "response":  # score the response cells only
+        if val is not None and self.stop_on_ == "response":  # score the response cells only
             last = torch.zeros_like(val.valid())
             last[:, -1] = True
             val = val.with_scored(last)

@@ -3,6 +3,9 @@ best weights restored, seeded shuffling, a progress bar, and checkpoints that re
 
 Works for any ``ConditionalModel`` (EFA and the factorisation baselines alike). Nothing here
 returns a non-finite number without an error that says where it came from.
+
+``TrainConfig`` and ``History`` live in :mod:`efa.training.settings` and are importable from
+here too.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +32,8 @@ from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.training import checkpoint, distributed
 from efa.training.scoring import check_int, check_targets, evaluate, in_batches, raise_non_finite
+from efa.training.settings import History, StartKept, StillImproving, TimeLimitReached, TrainConfig
 
-SCHEDULES = ("anneal", "plateau", "cosine", "constant")
 JOB_SAVE_SECONDS = 60.0
 
 
@@ -66,116 +69,6 @@ def _job_fit_folder(size: int) -> Path | None:
         return None
     context.fits += 1
     return context.checkpoints / f"fit{context.fits - 1}"
-
-
-class StillImproving(UserWarning):
-    """The best validation epoch was the last one: more epochs may help."""
-
-
-@dataclass
-class TrainConfig:
-    """Training settings.
-
-    The defaults (AdamW 6e-3, batches of 256 sequences, the learning rate halved after every
-    validation epoch that does not improve on the best by ``min_delta`` = 1e-4 nats, stop
-    after ``patience`` = 3 such epochs in a row, best epoch restored) fit efa's own teacher
-    data to within 0.01 nats of the Bayes limit in about 17 epochs (``efa reproduce
-    teacher``, docs/peers.md).
-    schedule: "anneal" (halve the rate on every stalled validation epoch), "plateau" (halve it
-      after ``max(1, patience // 3) + 1`` stalled epochs in a row, PyTorch's relative threshold
-      of 1e-4; the earlier default), "cosine" (per step, over ``max_epochs``, after
-      ``warmup_steps``), "constant". Without validation data "anneal" and "plateau" keep the
-      rate constant.
-    threads: torch CPU threads during ``fit`` (None: leave torch's setting). Results depend on
-      the thread count; on a shared or small machine 1 thread is often fastest (no
-      oversubscription). resume: with ``checkpoint_dir``, continue from a checkpoint written by
-      the same model, data and settings (False: start over, replacing it).
-    device: where to train ("cuda", "cuda:1", "cpu"; None: where the model is, or the
-      default set by ``efa reproduce --device``); batches are moved there one at a time.
-    autocast: "bf16" or "fp16" mixed precision for the forward pass (None: off).
-    positions: m > 0 samples m scored positions per sequence per step (uniformly, with weights
-      that keep the objective unbiased) instead of all of them — the cheap stochastic masked
-      pseudo-likelihood for long sequences in copies mode; evaluation stays exact.
-    drop_last: skip a last partial batch (needed when a data-parallel world size does not
-      divide the data).
-    sampled_softmax: k > 0 trains category read-outs by the sampled softmax with k negatives
-      per batch from the ``proposal`` ("unigram": training frequencies, or "uniform"), with
-      the log-Q correction (large vocabularies; evaluation stays exact).
-    monitor: the target fields whose summed validation log-likelihood decides early stopping
-      and the schedule (None: every target field), e.g. only the response of a classifier
-      trained on the joint pseudo-likelihood; training still fits every field.
-    """
-
-    lr: float = 6e-3
-    weight_decay: float = 0.0
-    batch_size: int = 256
-    max_epochs: int = 200
-    patience: int = 3
-    schedule: str = "anneal"
-    min_delta: float = 1e-4  # a smaller validation improvement counts as a stalled epoch
-    warmup_steps: int = 0
-    grad_clip: float | None = 1.0
-    seed: int = 0
-    eval_batch_size: int = 1024
-    progress: bool = True
-    checkpoint_dir: str | None = None
-    threads: int | None = None
-    resume: bool = True
-    device: str | None = None
-    autocast: str | None = None
-    positions: int | None = None
-    drop_last: bool = False
-    sampled_softmax: int | None = None
-    proposal: str = "unigram"
-    monitor: tuple[str, ...] | None = None
-
-    def __post_init__(self):
-        for name in ("progress", "resume", "drop_last"):  # 'False' would be truthy
-            if not isinstance(getattr(self, name), bool | np.bool_):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.monitor is not None:
-            if isinstance(self.monitor, str) or not all(isinstance(m, str) for m in self.monitor) \
-                    or not self.monitor:
-                raise ValueError("monitor must be None or a non-empty tuple of field names, got "
-                                 f"{self.monitor!r}")
-            self.monitor = tuple(self.monitor)
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        for name in ("batch_size", "max_epochs", "patience", "eval_batch_size"):
-            check_int(name, getattr(self, name), 1)
-        check_int("warmup_steps", self.warmup_steps, 0)
-        check_int("seed", self.seed, None)
-        if self.threads is not None:
-            check_int("threads", self.threads, 1)
-        if self.positions is not None:
-            check_int("positions", self.positions, 1)
-        if self.sampled_softmax is not None:
-            check_int("sampled_softmax", self.sampled_softmax, 1)
-        if self.proposal not in ("unigram", "uniform"):
-            raise ValueError(f"proposal must be 'unigram' or 'uniform', got {self.proposal!r}")
-        if self.autocast not in (None, "bf16", "fp16"):
-            raise ValueError(f"autocast must be None, 'bf16' or 'fp16', got {self.autocast!r}")
-        for name, low in (("lr", 0.0), ("weight_decay", None), ("grad_clip", 0.0),
-                          ("min_delta", None)):
-            v = getattr(self, name)
-            if name == "grad_clip" and v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
-                    or (low is not None and v <= low) or v < 0:
-                raise ValueError(f"{name} must be a finite number {'> 0' if low == 0 else '>= 0'}"
-                                 f", got {v!r}")
-
-
-@dataclass
-class History:
-    train_loss: list[float] = field(default_factory=list)
-    val_loss: list[float] = field(default_factory=list)
-    lr: list[float] = field(default_factory=list)  # after each epoch's schedule step
-    best_epoch: int = -1
-    best_val: float = math.inf
-    epochs_run: int = 0
-    seconds: float = 0.0
-    threads: int | None = None  # torch threads it trained with (numbers depend on them)
 
 
 def seed_everything(seed: int) -> None:
@@ -281,6 +174,44 @@ def fit(
         torch.set_num_threads(threads)
 
 
+def fit_glm_first(model: ConditionalModel, train: Sequences, val: Sequences | None = None,
+                  config: TrainConfig | None = None,
+                  **overrides: Any) -> tuple[History, History]:
+    """Fit the GLM that ``model`` contains, then every parameter from there.
+
+    Stage 1 sets the GLM's read-out weights to 0 and trains only the GLM's parameters
+    (``model.glm_part()``; for ``EFA`` the multinomial logit on context counts of its
+    ``Category(bag=True)`` fields); stage 2 trains everything from that fit and, as every fit
+    does, keeps it unless an epoch beats it on validation: the model never ends worse on
+    validation than the GLM it contains. Both stages take the same settings (a
+    ``checkpoint_dir`` gets a folder per stage). Returns (stage 1's history, stage 2's).
+    """
+    part = getattr(model, "glm_part", None)
+    params, zero = part() if part is not None else ([], [])
+    if not params:
+        raise ValueError(f"{type(model).__name__} contains no GLM to fit first (an EFA needs a "
+                         "Category(bag=True) target field)")
+    cfg = TrainConfig(**{**asdict(config or TrainConfig()), **overrides})
+    stages = [cfg, cfg]
+    if cfg.checkpoint_dir:
+        stages = [TrainConfig(**{**asdict(cfg), "checkpoint_dir": str(Path(cfg.checkpoint_dir)
+                                                                      / stage)})
+                  for stage in ("glm", "all")]
+    with torch.no_grad():
+        for w in zero:
+            w.zero_()
+    keep = {id(p) for p in params}
+    frozen = [p for p in model.parameters() if p.requires_grad and id(p) not in keep]
+    for p in frozen:
+        p.requires_grad_(False)
+    try:
+        first = fit(model, train, val, stages[0])
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+    return first, fit(model, train, val, stages[1])
+
+
 def check_device(device: str | torch.device) -> None:
     d = torch.device(device)
     if d.type == "cpu":
@@ -331,6 +262,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         objective = DistributedDataParallel(objective, find_unused_parameters=True)
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.autocast or "")
 
+    if val is not None and start_epoch == 0:  # (a resumed run has it in its history)
+        hist.start_val = _val_loss(model, val, cfg.eval_batch_size, cfg.monitor)
     t0 = saved = time.perf_counter() - hist.seconds
     bar = tqdm(
         range(start_epoch, cfg.max_epochs),
@@ -344,6 +277,12 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     try:
         for epoch in bar:
             if bad >= cfg.patience:
+                hist.stopped = "patience"
+                break
+            pace = hist.seconds / max(hist.epochs_run, 1)
+            if cfg.time_limit is not None and hist.epochs_run > 0 and \
+                    time.perf_counter() - t0 + pace > cfg.time_limit:
+                hist.stopped = "time_limit"
                 break
             model.train()
             order = torch.randperm(len(train), generator=gen)
@@ -390,10 +329,22 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         raise
     finally:
         bar.close()
+    hist.stopped = hist.stopped or ("patience" if bad >= cfg.patience else "max_epochs")
+    if hist.start_val is not None and hist.start_val <= hist.best_val:
+        best_state, hist.best_val, hist.best_epoch = initial, hist.start_val, -1
+        warnings.warn(f"no epoch improved on the starting weights' validation loss "
+                      f"({hist.start_val:.6g}): they are kept", StartKept, stacklevel=3)
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
     hist.threads = torch.get_num_threads()
+    if hist.stopped == "time_limit":
+        warnings.warn(f"fit stopped at its time limit of {cfg.time_limit:g} s after "
+                      f"{hist.epochs_run} epochs ({hist.seconds:.1f} s); "
+                      + (f"the best epoch ({hist.best_epoch + 1}) is restored"
+                         if hist.best_epoch >= 0 else "the last weights are kept"
+                         if val is None else "the starting weights are kept"),
+                      TimeLimitReached, stacklevel=3)
     if val is not None and hist.best_epoch == hist.epochs_run - 1 and \
             hist.epochs_run == cfg.max_epochs:
         warnings.warn(
@@ -468,7 +419,7 @@ def sample_positions(batch: Sequences, m: int,
 def _resume_key(cfg: dict) -> dict:
     """The settings a resumed run must share with the run that wrote the checkpoint."""
     return {k: v for k, v in cfg.items()
-            if k not in ("progress", "checkpoint_dir", "threads", "resume")}
+            if k not in ("progress", "checkpoint_dir", "threads", "resume", "time_limit")}
 
 
 def _scheduler(opt, cfg: TrainConfig, steps_per_epoch: int):

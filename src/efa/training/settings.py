@@ -1,0 +1,147 @@
+"""What a fit is told (``TrainConfig``) and what it reports (``History``, the warnings it
+gives)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from efa.training.scoring import check_int
+
+SCHEDULES = ("anneal", "plateau", "cosine", "constant")
+
+
+class StillImproving(UserWarning):
+    """The best validation epoch was the last one: more epochs may help."""
+
+
+class TimeLimitReached(UserWarning):
+    """``fit`` stopped at its ``time_limit`` (the best epoch so far restored)."""
+
+
+class StartKept(UserWarning):
+    """No epoch improved on the starting weights' validation loss: they are kept."""
+
+
+@dataclass
+class TrainConfig:
+    """Training settings.
+
+    The defaults (AdamW 6e-3, batches of 256 sequences, the learning rate halved after every
+    validation epoch that does not improve on the best by ``min_delta`` = 1e-4 nats, stop
+    after ``patience`` = 3 such epochs in a row, best epoch restored) fit efa's own teacher
+    data to within 0.01 nats of the Bayes limit in about 17 epochs (``efa reproduce
+    teacher``, docs/peers.md).
+    schedule: "anneal" (halve the rate on every stalled validation epoch), "plateau" (halve it
+      after ``max(1, patience // 3) + 1`` stalled epochs in a row, PyTorch's relative threshold
+      of 1e-4; the earlier default), "cosine" (per step, over ``max_epochs``, after
+      ``warmup_steps``), "constant". Without validation data "anneal" and "plateau" keep the
+      rate constant.
+    threads: torch CPU threads during ``fit`` (None: leave torch's setting). Results depend on
+      the thread count; on a shared or small machine 1 thread is often fastest (no
+      oversubscription). resume: with ``checkpoint_dir``, continue from a checkpoint written by
+      the same model, data and settings (False: start over, replacing it).
+    device: where to train ("cuda", "cuda:1", "cpu"; None: where the model is, or the
+      default set by ``efa reproduce --device``); batches are moved there one at a time.
+    autocast: "bf16" or "fp16" mixed precision for the forward pass (None: off).
+    positions: m > 0 samples m scored positions per sequence per step (uniformly, with weights
+      that keep the objective unbiased) instead of all of them — the cheap stochastic masked
+      pseudo-likelihood for long sequences in copies mode; evaluation stays exact.
+    drop_last: skip a last partial batch (needed when a data-parallel world size does not
+      divide the data).
+    sampled_softmax: k > 0 trains category read-outs by the sampled softmax with k negatives
+      per batch from the ``proposal`` ("unigram": training frequencies, or "uniform"), with
+      the log-Q correction (large vocabularies; evaluation stays exact).
+    monitor: the target fields whose summed validation log-likelihood decides early stopping
+      and the schedule (None: every target field), e.g. only the response of a classifier
+      trained on the joint pseudo-likelihood; training still fits every field.
+    time_limit: seconds of training (wall clock, counted over a resumed run's parts too): no
+      epoch starts that would, at the pace of the epochs so far, end after it; the first epoch
+      always runs. The best epoch is restored and a ``TimeLimitReached`` warning says so.
+      Not part of a checkpoint's settings: a resumed run may have another budget.
+
+    With validation data, the starting weights are scored before the first epoch and count as
+    a candidate: a fit never ends worse on validation than where it started (a warm start, a
+    GLM stage), and a ``StartKept`` warning says when no epoch beat them.
+    """
+
+    lr: float = 6e-3
+    weight_decay: float = 0.0
+    batch_size: int = 256
+    max_epochs: int = 200
+    patience: int = 3
+    schedule: str = "anneal"
+    min_delta: float = 1e-4  # a smaller validation improvement counts as a stalled epoch
+    warmup_steps: int = 0
+    grad_clip: float | None = 1.0
+    seed: int = 0
+    eval_batch_size: int = 1024
+    progress: bool = True
+    checkpoint_dir: str | None = None
+    threads: int | None = None
+    resume: bool = True
+    device: str | None = None
+    autocast: str | None = None
+    positions: int | None = None
+    drop_last: bool = False
+    sampled_softmax: int | None = None
+    proposal: str = "unigram"
+    monitor: tuple[str, ...] | None = None
+    time_limit: float | None = None
+
+    def __post_init__(self):
+        for name in ("progress", "resume", "drop_last"):  # 'False' would be truthy
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.monitor is not None:
+            if isinstance(self.monitor, str) or not all(isinstance(m, str) for m in self.monitor) \
+                    or not self.monitor:
+                raise ValueError("monitor must be None or a non-empty tuple of field names, got "
+                                 f"{self.monitor!r}")
+            self.monitor = tuple(self.monitor)
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        for name in ("batch_size", "max_epochs", "patience", "eval_batch_size"):
+            check_int(name, getattr(self, name), 1)
+        check_int("warmup_steps", self.warmup_steps, 0)
+        check_int("seed", self.seed, None)
+        if self.threads is not None:
+            check_int("threads", self.threads, 1)
+        if self.positions is not None:
+            check_int("positions", self.positions, 1)
+        if self.sampled_softmax is not None:
+            check_int("sampled_softmax", self.sampled_softmax, 1)
+        if self.proposal not in ("unigram", "uniform"):
+            raise ValueError(f"proposal must be 'unigram' or 'uniform', got {self.proposal!r}")
+        if self.time_limit is not None and (
+                isinstance(self.time_limit, bool) or not isinstance(self.time_limit, int | float)
+                or not 0 < self.time_limit < math.inf):
+            raise ValueError(f"time_limit must be None or a finite number of seconds > 0, got "
+                             f"{self.time_limit!r}")
+        if self.autocast not in (None, "bf16", "fp16"):
+            raise ValueError(f"autocast must be None, 'bf16' or 'fp16', got {self.autocast!r}")
+        for name, low in (("lr", 0.0), ("weight_decay", None), ("grad_clip", 0.0),
+                          ("min_delta", None)):
+            v = getattr(self, name)
+            if name == "grad_clip" and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                    or (low is not None and v <= low) or v < 0:
+                raise ValueError(f"{name} must be a finite number {'> 0' if low == 0 else '>= 0'}"
+                                 f", got {v!r}")
+
+
+@dataclass
+class History:
+    train_loss: list[float] = field(default_factory=list)
+    val_loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)  # after each epoch's schedule step
+    best_epoch: int = -1
+    best_val: float = math.inf
+    epochs_run: int = 0
+    seconds: float = 0.0
+    threads: int | None = None  # torch threads it trained with (numbers depend on them)
+    start_val: float | None = None  # validation loss of the starting weights
+    stopped: str = ""  # why training ended: "patience", "max_epochs", "time_limit"
