@@ -124,7 +124,7 @@ def main() -> None:
             causal[name] = rate(lambda m=model: causal_predictive(m, seq), b * C,
                                 args.min_seconds)
         causal["exact GP, true kernel (torch, batched)"] = rate(
-            lambda: oracle.predictive(seq), b * C, args.min_seconds)
+            lambda: oracle.predict_mean_sd(seq), b * C, args.min_seconds)
     result["causal_points_per_second"] = causal
     ref = rates["exact GP, true kernel (torch, batched)"]
     result["ratio_to_exact_gp_torch"] = {k: v / ref for k, v in rates.items()}

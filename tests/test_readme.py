@@ -5,7 +5,17 @@ from pathlib import Path
 
 import pytest
 
-from experiments.harness.summary import END, SCALE_END, SCALE_START, START, scale_tables, tables
+from experiments.harness.summary import (
+    DEFAULTS_END,
+    DEFAULTS_START,
+    END,
+    SCALE_END,
+    SCALE_START,
+    START,
+    defaults_tables,
+    scale_tables,
+    tables,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,3 +38,5 @@ def test_readme_tables_are_generated_from_results():
     assert block == tables(ROOT / "results"), "run `efa summary` to regenerate the README tables"
     block = text[text.index(SCALE_START) + len(SCALE_START) : text.index(SCALE_END)].strip()
     assert block == scale_tables(ROOT / "results"), "run `efa summary` (the scaling tables)"
+    block = text[text.index(DEFAULTS_START) + len(DEFAULTS_START):text.index(DEFAULTS_END)]
+    assert block.strip() == defaults_tables(ROOT / "results"), "run `efa summary` (defaults)"

@@ -80,7 +80,7 @@ def test_tnp_sampler_follows_the_reference_protocol():
 
 def test_oracle_chain_rule_is_the_joint_density_and_each_conditional_is_exact():
     data = small(n=3)
-    mean, sd = GPOracle(SMALL, []).predictive(data)
+    mean, sd = GPOracle(SMALL, []).predict_mean_sd(data)
     y = data.fields["y"].double()
     cov = covariance(SMALL, data.fields["x"], data.fields["channel"])
     chain = torch.distributions.Normal(mean, sd).log_prob(y).sum(1)
@@ -102,7 +102,7 @@ def test_oracle_kernel_agrees_with_scikit_learn():
     gp = replace(SMALL, offset_var=0.0, lengthscale=0.7, variance=1.3)
     data = small(n=1, gp=gp)
     x, y = data.fields["x"][0].double().numpy(), data.fields["y"][0].double().numpy()
-    mean, sd = GPOracle(gp, []).predictive(data)
+    mean, sd = GPOracle(gp, []).predict_mean_sd(data)
     kernel = ConstantKernel(1.3) * RBF(0.7) + WhiteKernel(gp.noise**2 + gp.jitter)
     gpr = GaussianProcessRegressor(kernel, optimizer=None, alpha=1e-12).fit(x[:6], y[:6])
     mu, s = gpr.predict(x[6:7], return_std=True)
@@ -144,10 +144,10 @@ def test_fitted_gp_kernel_gradient_and_causality():
         t[i] += 1e-6
         np.testing.assert_allclose((k.clone_with_theta(t)(X) - K) / 1e-6, G[..., i], atol=1e-5)
     model = FittedGP([], restarts=0)
-    m1, s1 = model.predictive(data)
+    m1, s1 = model.predict_mean_sd(data)
     changed = Sequences({k: v.clone() for k, v in data.fields.items()}, data.lengths)
     changed.fields["y"][0, 8] += 3.0
-    m2, s2 = model.predictive(changed)
+    m2, s2 = model.predict_mean_sd(changed)
     torch.testing.assert_close(m1[0, :9], m2[0, :9])  # y_8 is never used to predict y_<=8
     assert [f["context"] for f in model.fits[0]] == [4, 8]
 
@@ -215,7 +215,7 @@ def test_smoother_matches_its_formula():
     data = small(n=2)
     nw = NadarayaWatson([], bandwidth=0.7, channel_weight=0.2, nugget=0.01, prior_mean=0.5,
                         prior_var=3.0)
-    mean, sd = nw.predictive(data)
+    mean, sd = nw.predict_mean_sd(data)
     x, y, k = (data.fields["x"][..., 0].double(), data.fields["y"].double(),
                data.fields["channel"])
     assert mean[0, 0].item() == 0.5 and sd[0, 0].item() == pytest.approx(math.sqrt(3.0))
@@ -238,7 +238,7 @@ def test_tnpd_attends_to_the_context_only():
         perm = torch.tensor([3, 0, 4, 1, 2])  # context order does not matter
         m2, _ = model.sets(xc[:, perm], data.fields["y"][:, perm], xt)
         m3, _ = model.sets(xc, data.fields["y"][:, :5], xt[:, :1])  # nor do the other targets
-        mean, sd = model.predictive(data)
+        mean, sd = model.predict_mean_sd(data)
     torch.testing.assert_close(m, m2, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(m[:, :1], m3, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(mean[:, 5], m[:, 0].double())

@@ -11,6 +11,7 @@ from experiments.harness.report import fmt
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 SCALE_START, SCALE_END = "<!-- scale:start -->", "<!-- scale:end -->"
+DEFAULTS_START, DEFAULTS_END = "<!-- defaults:start -->", "<!-- defaults:end -->"
 
 
 def table(doc: dict) -> list[str]:
@@ -150,6 +151,35 @@ def _scale_device(folder: Path, suffix: str) -> list[str]:
     return parts
 
 
+def defaults_tables(results: Path) -> str:
+    """benchmarks/defaults.py's files (``results/defaults/{development,evaluation}.json``):
+    per teacher, the excess test NLL of each field over the exact Bayes limit."""
+    parts = []
+    for role in ("development", "evaluation"):
+        path = Path(results) / "defaults" / f"{role}.json"
+        if not path.exists():
+            continue
+        doc = json.loads(path.read_text())
+        s = doc["summary"]
+        parts += [f"**{role.capitalize()} teachers** — `{doc['command']}`: median excess "
+                  f"{s['median_excess']:.4f} nats, {s['share_within_0.01']:.0%} of (teacher, "
+                  f"field) pairs within 0.01, worst {s['worst_excess']:.3f}, slowest fit "
+                  f"{s['slowest_fit_seconds']:.0f} s ({s['teachers']} teachers).", "",
+                  "| seed | direction | layers × heads | fields | sequences × length | "
+                  "excess NLL per field (nats) | fit s | epochs (stopped by) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in doc["rows"]:
+            sp = r["spec"]
+            fields = ", ".join([f"D={d}" for d in sp["categories"]] + list(sp["values"])
+                               + ["attribute"] * sp["attributes"])
+            excess = ", ".join(f"{k} {v:+.4f}" for k, v in r["excess"].items())
+            parts.append(f"| {sp['seed']} | {sp['direction'][:3]} | {sp['num_layers']} × "
+                         f"{sp['num_heads']} | {fields} | {sp['n_train']:,} × {sp['length']} | "
+                         f"{excess} | {r['fit_seconds']:.0f} | {r['epochs']} ({r['stopped']}) |")
+        parts.append("")
+    return "\n".join(parts).strip() or "(no results yet)"
+
+
 def _replace(text: str, start: str, end: str, body: str, readme) -> str:
     if start not in text or end not in text:
         raise ValueError(f"{readme} has no {start} ... {end} block")
@@ -178,6 +208,8 @@ def update_readme(readme: Path, results: Path) -> bool:
     new = _replace(text, START, END, tables(results), readme)
     if SCALE_START in new:
         new = _replace(new, SCALE_START, SCALE_END, scale_tables(results), readme)
+    if DEFAULTS_START in new:
+        new = _replace(new, DEFAULTS_START, DEFAULTS_END, defaults_tables(results), readme)
     if new != text:
         Path(readme).write_text(new)
     return new != text

@@ -252,7 +252,7 @@ def _chain_rule_gap(gp: NoteGP, test: Sequences) -> float:
     from efa.generators.gp import covariance
 
     oracle = GPOracle(gp, [])
-    mean, sd = oracle.predictive(test)
+    mean, sd = oracle.predict_mean_sd(test)
     y = test.fields["y"].double()
     chain = torch.distributions.Normal(mean, sd).log_prob(y).sum(1)
     cov = covariance(gp, test.fields["x"], test.fields["channel"])

@@ -44,6 +44,8 @@ _EXPORTS = {
     "log_likelihoods": "efa.training.scoring",
     "mean_squared_error": "efa.training.scoring",
     "predictions": "efa.training.scoring",
+    "predictive_frame": "efa.training.predictive",
+    "calibration": "efa.training.calibration",
     "seed_everything": "efa.training.train",
 }
 # Folders are layers (docs/design.md): core/ is the model, training/ fits, scores and stores
@@ -59,6 +61,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on 
     from efa.core.kernels import KERNELS, Kernel, register_kernel
     from efa.core.model import EFA, EFAConfig
     from efa.tabular import AttentionTableClassifier
+    from efa.training.calibration import calibration
+    from efa.training.predictive import predictive_frame
     from efa.training.scoring import evaluate, log_likelihoods, mean_squared_error, predictions
     from efa.training.storage import load, save
     from efa.training.train import History, TrainConfig, fit, fit_glm_first, seed_everything
@@ -79,6 +83,7 @@ __all__ = [
     "Value",
     "ValueFM",
     "baselines",
+    "calibration",
     "core",
     "datasets",
     "evaluate",
@@ -89,6 +94,7 @@ __all__ = [
     "log_likelihoods",
     "mean_squared_error",
     "predictions",
+    "predictive_frame",
     "register_kernel",
     "save",
     "seed_everything",

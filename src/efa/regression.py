@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # for annotations only
     from efa.core.conditional import ConditionalModel
 
     class _Predictive(Protocol):
-        def predictive(self, data: Sequences) -> tuple[Tensor, Tensor]: ...
+        def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]: ...
 
 MIN_SCALE = 0.01  # σ floor, standardised units (× the y scale in the data's units)
 
@@ -182,9 +182,9 @@ def gaussian_mean_sd(eta: Tensor) -> tuple[Tensor, Tensor]:
 
 def causal_predictive(model: ConditionalModel, data: Sequences) -> tuple[Tensor, Tensor]:
     """(mean, sd) [B, I] float64 of y_i given the points before it, at every real position
-    (NaN at padding), for an efa model or any peer with a ``predictive`` method."""
-    if hasattr(model, "predictive"):
-        return cast("_Predictive", model).predictive(data)
+    (NaN at padding), for an efa model or any peer with a ``predict_mean_sd`` method."""
+    if hasattr(model, "predict_mean_sd"):
+        return cast("_Predictive", model).predict_mean_sd(data)
     model.eval()
     with torch.no_grad():
         eta = model.natural_params(data)["y"]

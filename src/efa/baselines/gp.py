@@ -80,13 +80,13 @@ class GPOracle(ConditionalModel):
         super().__init__()
         self.spec, self.fields = spec, fields
 
-    def predictive(self, data: Sequences) -> tuple[Tensor, Tensor]:
+    def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
         x, k = data.fields["x"][..., 0].double(), data.fields["channel"]
         return causal_gaussian(covariance(self.spec, x, k), data.fields["y"].double(),
                                data.valid())
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
-        return {"y": _natural(*self.predictive(data))}
+        return {"y": _natural(*self.predict_mean_sd(data))}
 
     def predict(self, context: Sequences, x: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """(mean, sd) [B, T] at points ``x``, ``k`` [B, T] given each context."""
@@ -230,7 +230,7 @@ class FittedGP(ConditionalModel):
         self.fields, self.restarts, self.seed = fields, restarts, seed
         self.fits: list[list[dict]] = []  # per sequence: fitted hyper-parameters per refit
 
-    def predictive(self, data: Sequences) -> tuple[Tensor, Tensor]:
+    def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
         x = data.fields["x"][..., 0].double().numpy()
         k = data.fields["channel"].double().numpy()
         y = data.fields["y"].double().numpy()
@@ -259,7 +259,7 @@ class FittedGP(ConditionalModel):
         return torch.from_numpy(mean), torch.from_numpy(sd)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
-        return {"y": _natural(*self.predictive(data))}
+        return {"y": _natural(*self.predict_mean_sd(data))}
 
 
 __all__ = ["FittedGP", "GPOracle", "causal_gaussian", "fit_marginal", "neg_log_marginal",

@@ -34,7 +34,7 @@ class NadarayaWatson(ConditionalModel):
         self.bandwidth, self.channel_weight, self.nugget = bandwidth, channel_weight, nugget
         self.prior_mean, self.prior_var = prior_mean, prior_var
 
-    def predictive(self, data: Sequences) -> tuple[Tensor, Tensor]:
+    def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
         x = data.fields["x"][..., 0].double()
         y = data.fields["y"].double()
         k = data.fields["channel"]
@@ -56,7 +56,7 @@ class NadarayaWatson(ConditionalModel):
         return torch.where(valid, mean, nan), torch.where(valid, var.sqrt(), nan)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
-        mean, sd = self.predictive(data)
+        mean, sd = self.predict_mean_sd(data)
         return {"y": torch.stack([mean / sd**2, -0.5 / sd**2], dim=-1)}
 
 
@@ -71,7 +71,7 @@ def select_smoother(fields: list, train: Sequences, val: Sequences) -> tuple[Nad
     grid = {}
     for h, rho, tau in itertools.product(BANDWIDTHS, CHANNEL_WEIGHTS, NUGGETS):
         model = NadarayaWatson(fields, h, rho, tau, *prior)
-        mean, sd = model.predictive(val)
+        mean, sd = model.predict_mean_sd(val)
         ll = torch.distributions.Normal(mean[scored], sd[scored]).log_prob(yv).mean()
         grid[(h, rho, tau)] = float(ll)
     best = max(grid, key=lambda k: grid[k])

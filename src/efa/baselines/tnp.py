@@ -115,7 +115,7 @@ class TNPD(ConditionalModel):
         return mean, sd
 
     @torch.no_grad()
-    def predictive(self, data: Sequences) -> tuple[Tensor, Tensor]:
+    def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
         """(mean, sd) [B, I] at every position after the first (NaN at the first and at
         padding)."""
         self.eval()

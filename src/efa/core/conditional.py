@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from efa.core import softmax
 from efa.core.data import Sequences, check_sequences
+from efa.core.families.base import Shifted
 from efa.core.fields import Field
 
 if TYPE_CHECKING:  # for annotations only
@@ -99,6 +100,21 @@ class ConditionalModel(nn.Module):
         [B, I] bool (in the order of ``at[name].nonzero()``), support restrictions applied."""
         dense = self.natural_params(data)
         return {name: self.restrict(name, data, m, dense[name][m]) for name, m in at.items()}
+
+    def predictive(self, data: Sequences, field: str,
+                   at: Tensor | None = None) -> torch.distributions.Distribution:
+        """p(y_i | context) of the target ``field`` at the positions ``at`` [B, I] bool
+        (default: where it is predicted, ``data.predicted(field)``) as a
+        ``torch.distributions`` object whose batch runs over those positions in the order of
+        ``at.nonzero()``: mean, variance, ``sample``, and ``log_prob`` equal to efa's
+        log-likelihood (a category's or ordinal class's index 0..K−1). One pass, unbatched:
+        :func:`efa.predictive_frame` scores data sets in batches, with intervals."""
+        f = _family_field(self.target(field))
+        data, at = self._here(data, at)
+        at = data.predicted(field) if at is None else at
+        dist = f.family.distribution(self.natural_params_at(data, {field: at})[field])
+        shift = getattr(f.family, "shift", 0)  # the family's distribution is of y − shift
+        return Shifted(dist, shift) if shift else dist
 
     def restrict(self, name: str, data: Sequences, at: Tensor, eta: Tensor) -> Tensor:
         """Apply a field's support restriction (``Category(distinct=True)``) at ``at``."""

@@ -7,6 +7,9 @@ ready for ``efa.fit``.
   regression data, the TNP benchmark's prior).
 - :mod:`efa.generators.teacher`: sequences from an attention teacher with known parameters and
   its exact conditional NLLs (the Bayes limit of a fitted model).
+- :mod:`efa.generators.suite`: teachers of varied structure with fixed development and
+  evaluation seeds, and the exact masked (bidirectional) conditional NLL of a causal teacher's
+  data: what efa's defaults are chosen on and judged on.
 """
 
 from efa.generators.gp import (

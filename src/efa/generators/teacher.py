@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from efa.core.data import Sequences
-from efa.core.fields import Attribute, Category, Field, Value
+from efa.core.families import Bernoulli, Binomial, Ordinal
+from efa.core.fields import ROLES, Attribute, Category, Field, Value
 from efa.core.model import EFA, EFAConfig
 from efa.generators.latent import positive_int
 from efa.training.scoring import evaluate
@@ -36,7 +37,8 @@ __all__ = ["attention_teacher", "bayes_nll", "sample"]
 
 def attention_teacher(fields: list[Field], max_len: int, *, num_layers: int = 1,
                       num_heads: int = 2, dim: int = 16, strength: float = 2.0,
-                      value_scale: float = 3.0, seed: int = 0) -> EFA:
+                      value_scale: float = 3.0, unbounded_feeds: tuple[str, ...] = ROLES,
+                      seed: int = 0) -> EFA:
     """A unidirectional EFA teacher with known weights drawn from ``seed``.
 
     Each field is re-declared at width ``dim`` (Value fields keep their family, use a linear
@@ -44,7 +46,13 @@ def attention_teacher(fields: list[Field], max_len: int, *, num_layers: int = 1,
     layers of ``num_heads`` heads, learned positions. ``strength`` scales the embeddings and the
     attention scores: larger makes the conditionals depend more sharply on the context (lower
     Bayes NLL).
-    Every weight is drawn from ``seed`` alone, so the same arguments give the same teacher.
+    ``unbounded_feeds``: what the Value fields of families unbounded above (Poisson, negative
+    binomial, Gaussian, gamma) feed; ``("q", "k")`` lets them steer where the teacher attends
+    but keeps them out of what it attends to and out of the state carried past the attention
+    (the blocks are then ``concat`` blocks, which can leave a field out), so that a large draw
+    cannot feed larger ones through the exponential link (long sequences of counts, or two
+    layers, can otherwise explode). Every weight
+    is drawn from ``seed`` alone, so the same arguments give the same teacher.
     """
     for name, v in (("max_len", max_len), ("num_layers", num_layers),
                     ("num_heads", num_heads), ("dim", dim)):
@@ -62,14 +70,17 @@ def attention_teacher(fields: list[Field], max_len: int, *, num_layers: int = 1,
         if isinstance(f, Category):
             own.append(Category(f.name, f.num_categories, target=f.target, dim=dim))
         elif isinstance(f, Value):
+            bounded = isinstance(f.family, Bernoulli | Binomial | Ordinal)
             own.append(Value(f.name, f.family, target=f.target, dim=dim, encoder="linear",
-                             readout="linear", loc=0.0, scale=value_scale))
+                             readout="linear", loc=0.0, scale=value_scale,
+                             feeds=ROLES if bounded else unbounded_feeds))
         elif isinstance(f, Attribute):
             own.append(Attribute(f.name, size=f.size, dim=dim, encoder="linear"))
         else:
             raise TypeError(f"the teacher does not know the field kind of {f.name!r}")
+    kept_out = any("skip" not in f.feeds for f in own if isinstance(f, Value))
     config = EFAConfig(own, max_len=max_len, num_layers=num_layers, num_heads=num_heads,
-                       direction="unidirectional", block="residual")
+                       direction="unidirectional", block="concat" if kept_out else "residual")
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         teacher = EFA(config).double()

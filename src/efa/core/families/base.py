@@ -217,3 +217,32 @@ class Family(nn.Module):
 
 
 # -- discrete families ------------------------------------------------------------------------
+
+
+class Shifted(torch.distributions.Distribution):
+    """y = shift + z with z ~ ``base`` (a family with ``shift``, e.g. ratings 1 + Poisson):
+    moments, samples and ``log_prob`` of y itself."""
+
+    arg_constraints: dict = {}
+
+    def __init__(self, base: torch.distributions.Distribution, shift: int):
+        self.base, self.shift = base, shift
+        super().__init__(base.batch_shape, base.event_shape, validate_args=False)
+
+    @property
+    def support(self) -> Any:
+        return torch.distributions.constraints.greater_than_eq(self.shift)
+
+    @property
+    def mean(self) -> Tensor:
+        return self.base.mean + self.shift
+
+    @property
+    def variance(self) -> Tensor:
+        return self.base.variance
+
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> Tensor:
+        return self.base.sample(torch.Size(sample_shape)) + self.shift
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return self.base.log_prob(value - self.shift)

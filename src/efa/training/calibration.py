@@ -1,0 +1,165 @@
+"""Is a fitted model's predictive honest? ``calibration(model, data, field)``: for a value field,
+the coverage of central intervals at several levels and the PIT histogram (randomised for
+discrete families, so that a calibrated model gives uniform PITs exactly); for a category,
+the reliability curve of the top-1 probability and the expected calibration error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy import stats
+from torch import distributions as D
+
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
+from efa.core.families.base import Shifted
+from efa.core.fields import Category
+from efa.training.predictive import check_level, interval
+from efa.training.scoring import in_batches, scoring_mode
+
+__all__ = ["Calibration", "calibration", "cdf"]
+
+
+def cdf(dist: D.Distribution, y: torch.Tensor) -> torch.Tensor:
+    """P(Y ≤ y) of each distribution in the batch at its own y (float64)."""
+    if isinstance(dist, Shifted):
+        return cdf(dist.base, y - dist.shift)
+    yn = y.detach().double().cpu().numpy()
+    as_np = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
+    if isinstance(dist, D.Normal):
+        out = stats.norm.cdf(yn, as_np(dist.loc), as_np(dist.scale))
+    elif isinstance(dist, D.Gamma):
+        out = stats.gamma.cdf(yn, as_np(dist.concentration), scale=1 / as_np(dist.rate))
+    elif isinstance(dist, D.Poisson):
+        out = stats.poisson.cdf(yn, as_np(dist.rate))
+    elif isinstance(dist, D.Binomial):
+        out = stats.binom.cdf(yn, as_np(dist.total_count), as_np(dist.probs))
+    elif isinstance(dist, D.Bernoulli):
+        out = stats.binom.cdf(yn, 1, as_np(dist.probs))
+    elif isinstance(dist, D.NegativeBinomial):  # scipy's p is 1 − torch's (see quantile)
+        out = stats.nbinom.cdf(yn, as_np(dist.total_count), 1 - as_np(dist.probs))
+    elif isinstance(dist, D.Categorical):
+        c = dist.probs.detach().double().cpu().cumsum(-1)
+        k = torch.as_tensor(yn).long()
+        out = torch.where(k < 0, 0.0, c.gather(-1, k.clamp(0, c.shape[-1] - 1)[..., None])[..., 0])
+        out = torch.where(k >= c.shape[-1], 1.0, out).numpy()
+    else:
+        raise TypeError(f"no CDF for {type(dist).__name__}")
+    return torch.as_tensor(np.asarray(out, dtype=np.float64))
+
+
+def _discrete(dist: D.Distribution) -> bool:
+    base = dist.base if isinstance(dist, Shifted) else dist
+    return not isinstance(base, D.Normal | D.Gamma)
+
+
+@dataclass
+class Calibration:
+    """What :func:`calibration` measured. Value fields: ``levels`` and the share of
+    observations inside each central interval (``coverage``), the PIT histogram (``pit``,
+    counts in ``bins`` equal bins of [0, 1]) and the p-value of a χ² test of its uniformity.
+    Categories: the reliability curve (per bin of top-1 probability: mean ``confidence``,
+    ``accuracy``, ``count``; a tie for the top counts as 1/k of a hit) and the expected
+    calibration error ``ece`` (the count-weighted mean |accuracy − confidence|)."""
+
+    field: str
+    kind: str  # "value" or "category"
+    n: int
+    levels: tuple[float, ...] = ()
+    coverage: tuple[float, ...] = ()
+    pit: tuple[int, ...] = ()
+    pit_p_value: float | None = None
+    confidence: tuple[float, ...] = ()
+    accuracy: tuple[float, ...] = ()
+    count: tuple[int, ...] = ()
+    ece: float | None = None
+
+    def frame(self) -> pd.DataFrame:
+        if self.kind == "value":
+            return pd.DataFrame({"level": self.levels, "coverage": self.coverage})
+        return pd.DataFrame({"confidence": self.confidence, "accuracy": self.accuracy,
+                             "count": self.count})
+
+    def plot(self, path: str | Path) -> Path:
+        """A PNG: coverage against level and the PIT histogram, or the reliability curve."""
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(8, 3.5) if self.kind == "value" else (4, 4))
+        if self.kind == "value":
+            a, b = fig.subplots(1, 2)
+            a.plot([0, 1], [0, 1], color="grey", lw=0.8)
+            a.plot(self.levels, self.coverage, "o-")
+            a.set(xlabel="nominal level", ylabel="coverage", title=f"{self.field}: intervals")
+            b.bar((np.arange(len(self.pit)) + 0.5) / len(self.pit), self.pit,
+                  width=1 / len(self.pit), edgecolor="white")
+            b.axhline(self.n / len(self.pit), color="grey", lw=0.8)
+            b.set(xlabel="PIT", ylabel="count",
+                  title=f"PIT (uniformity p = {self.pit_p_value:.3g})")
+        else:
+            a = fig.subplots()
+            a.plot([0, 1], [0, 1], color="grey", lw=0.8)
+            a.plot(self.confidence, self.accuracy, "o-")
+            a.set(xlabel="top-1 probability", ylabel="accuracy",
+                  title=f"{self.field}: ECE {self.ece:.4f}")
+        fig.tight_layout()
+        path = Path(path)
+        fig.savefig(path, dpi=110)
+        return path
+
+
+@torch.no_grad()
+def calibration(model: ConditionalModel, data: Sequences, field: str,
+                levels: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95), bins: int = 10,
+                seed: int = 0, batch_size: int = 1024) -> Calibration:
+    """Calibration of ``model``'s predictive of ``field`` at every predicted position of
+    ``data`` (see :class:`Calibration`). ``seed`` draws the randomisation of discrete PITs."""
+    levels = tuple(check_level("level", q) for q in levels)
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
+        raise ValueError(f"bins must be an integer >= 2, got {bins!r}")
+    category = isinstance(model.target(field), Category)
+    g = torch.Generator().manual_seed(seed)
+    covered: list[list[torch.Tensor]] = [[] for _ in levels]
+    pits: list[torch.Tensor] = []
+    conf: list[torch.Tensor] = []
+    hits: list[torch.Tensor] = []
+    with scoring_mode(model, data):
+        for _, batch in in_batches(data, batch_size, model.device):
+            at = batch.predicted(field)
+            dist = model.predictive(batch, field, at)
+            y = batch.fields[field][at].cpu()
+            if category:
+                p = dist.probs.detach().double().cpu()  # type: ignore[attr-defined]
+                top = p.max(-1).values
+                tied = p >= top[:, None] * (1 - 1e-12)
+                conf.append(top)
+                hits.append(tied.gather(-1, y.long()[:, None])[:, 0].double() / tied.sum(-1))
+                continue
+            yd = y.double()
+            for k, q in enumerate(levels):
+                lo, hi = interval(dist, q)
+                covered[k].append((yd >= lo) & (yd <= hi))
+            upper = cdf(dist, yd)
+            lower = cdf(dist, yd - 1) if _discrete(dist) else upper
+            pits.append(lower + torch.rand(len(yd), generator=g, dtype=torch.float64)
+                        * (upper - lower))
+    if category:
+        c, h = torch.cat(conf), torch.cat(hits)
+        which = (c * bins).long().clamp(max=bins - 1)
+        count = torch.bincount(which, minlength=bins)
+        keep = count > 0
+        mean_c = torch.zeros(bins, dtype=torch.float64).index_add_(0, which, c)[keep] / count[keep]
+        mean_h = torch.zeros(bins, dtype=torch.float64).index_add_(0, which, h)[keep] / count[keep]
+        ece = float(((mean_h - mean_c).abs() * count[keep]).sum() / len(c))
+        return Calibration(field, "category", len(c), confidence=tuple(mean_c.tolist()),
+                           accuracy=tuple(mean_h.tolist()),
+                           count=tuple(count[keep].tolist()), ece=ece)
+    u = torch.cat(pits).numpy()
+    hist = np.histogram(u, bins=bins, range=(0, 1))[0]
+    return Calibration(field, "value", len(u), levels=levels,
+                       coverage=tuple(float(torch.cat(cv).double().mean()) for cv in covered),
+                       pit=tuple(int(v) for v in hist),
+                       pit_p_value=float(stats.chisquare(hist).pvalue))

@@ -1,0 +1,121 @@
+"""Predictive distributions in data sets: quantiles and central intervals of
+``model.predictive`` (scipy's inverse CDFs, exact for the discrete families too), and a pandas
+table per predicted position (mean, standard deviation, interval, surprisal, residual)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy import stats
+from torch import distributions as D
+
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
+from efa.core.families.base import Shifted
+from efa.core.fields import Category
+from efa.training.scoring import in_batches, scoring_mode
+
+__all__ = ["interval", "predictive_frame", "quantile"]
+
+
+def check_level(name: str, q: float) -> float:
+    if isinstance(q, bool) or not isinstance(q, int | float) or not 0 < q < 1:
+        raise ValueError(f"{name} must be a number strictly between 0 and 1, got {q!r}")
+    return float(q)
+
+
+def quantile(dist: D.Distribution, q: float) -> torch.Tensor:
+    """The q-quantile of each distribution in the batch (the smallest y with F(y) ≥ q for
+    discrete ones). Normal, gamma, (shifted) Poisson, binomial, negative binomial, Bernoulli; a
+    Categorical over ordered classes (an ordinal field) reads its classes in index order."""
+    q = check_level("q", q)
+    if isinstance(dist, Shifted):
+        return quantile(dist.base, q) + dist.shift
+    as_np = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
+    if isinstance(dist, D.Normal):
+        out = stats.norm.ppf(q, as_np(dist.loc), as_np(dist.scale))
+    elif isinstance(dist, D.Gamma):
+        out = stats.gamma.ppf(q, as_np(dist.concentration), scale=1 / as_np(dist.rate))
+    elif isinstance(dist, D.Poisson):
+        out = stats.poisson.ppf(q, as_np(dist.rate))
+    elif isinstance(dist, D.Binomial):
+        out = stats.binom.ppf(q, as_np(dist.total_count), as_np(dist.probs))
+    elif isinstance(dist, D.Bernoulli):
+        out = stats.binom.ppf(q, 1, as_np(dist.probs))
+    elif isinstance(dist, D.NegativeBinomial):
+        # torch counts successes (probability p) before total_count failures; scipy counts
+        # failures before n successes: the same law with scipy's p = 1 − torch's.
+        out = stats.nbinom.ppf(q, as_np(dist.total_count), 1 - as_np(dist.probs))
+    elif isinstance(dist, D.Categorical):
+        cdf = dist.probs.detach().double().cumsum(-1).cpu()
+        out = (cdf < q - 1e-12).sum(-1).clamp(max=cdf.shape[-1] - 1).numpy()
+    else:
+        raise TypeError(f"no quantiles for {type(dist).__name__}")
+    return torch.as_tensor(np.asarray(out, dtype=np.float64))
+
+
+def _moments(dist: D.Distribution) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and standard deviation; an ordinal field's Categorical over its ordered classes
+    by their indices (torch leaves a Categorical's moments undefined)."""
+    if isinstance(dist, D.Categorical):
+        p = dist.probs.detach().double().cpu()
+        k = torch.arange(p.shape[-1], dtype=torch.float64)
+        mean = (p * k).sum(-1)
+        return mean, ((p * k**2).sum(-1) - mean**2).clamp(min=0).sqrt()
+    return dist.mean.detach().double().cpu(), dist.stddev.detach().double().cpu()
+
+
+def interval(dist: D.Distribution, level: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
+    """The central ``level`` interval: the (1 − level)/2 and (1 + level)/2 quantiles."""
+    level = check_level("level", level)
+    return quantile(dist, (1 - level) / 2), quantile(dist, (1 + level) / 2)
+
+
+@torch.no_grad()
+def predictive_frame(model: ConditionalModel, data: Sequences, field: str, level: float = 0.9,
+                     batch_size: int = 1024) -> pd.DataFrame:
+    """One row per predicted position of ``field`` (``data.predicted``): sequence, position,
+    the observed value, the predictive mean and standard deviation, the central ``level``
+    interval, whether it covers the observation, the surprisal −log p(y_i | context) (nats,
+    efa's log-likelihood) and the standardised residual (y − mean) / sd. For a category, mean
+    and sd are left out and the most probable label and its probability are given instead."""
+    level = check_level("level", level)
+    f = model.target(field)
+    categorical = isinstance(f, Category)
+    parts = []
+    with scoring_mode(model, data):
+        for idx, batch in in_batches(data, batch_size, model.device):
+            at = batch.predicted(field)
+            dist = model.predictive(batch, field, at)
+            y = batch.fields[field][at]
+            rows, pos = at.nonzero(as_tuple=True)
+            part = {"sequence": idx.cpu()[rows.cpu()].numpy(), "position": pos.cpu().numpy(),
+                    "observed": y.detach().cpu().numpy()}
+            discrete = isinstance(dist, D.Categorical)
+            surprisal = -dist.log_prob(y.long() if discrete else y.to(dist.mean.dtype))
+            if categorical:
+                probs = cast(D.Categorical, dist).probs.detach().cpu()
+                part |= {"predicted": probs.argmax(-1).numpy(),
+                         "probability": probs.max(-1).values.double().numpy()}
+            else:
+                mean, sd = _moments(dist)
+                lower, upper = interval(dist, level)
+                part |= {"mean": mean.numpy(), "sd": sd.numpy(), "lower": lower.numpy(),
+                         "upper": upper.numpy(),
+                         "covered": ((y.cpu().double() >= lower) & (y.cpu().double() <= upper)
+                                     ).numpy(),
+                         "residual": ((y.cpu().double() - mean) / sd).numpy()}
+            part["surprisal"] = surprisal.detach().double().cpu().numpy()
+            if not np.isfinite(part["surprisal"]).all():
+                k = int(np.flatnonzero(~np.isfinite(part["surprisal"]))[0])
+                raise FloatingPointError(
+                    f"predictive_frame: non-finite log-likelihood of field {field!r} at sequence "
+                    f"{part['sequence'][k]}, position {part['position'][k]}")
+            parts.append(pd.DataFrame(part))
+    frame = pd.concat(parts, ignore_index=True)
+    frame.attrs["level"] = level
+    frame.attrs["field"] = field
+    return frame if len(frame) else frame.astype({"sequence": int, "position": int})

@@ -1,0 +1,74 @@
+"""Calibration (efa.training.calibration), tested where the truth is known: a teacher's own
+predictive on its own data is calibrated (coverage at the nominal level, uniform PITs, a small
+ECE); a predictive made too wide, or over-confident categories, are seen as such."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from torch import distributions as D
+
+import efa
+from efa.core.families import Bernoulli, Gamma, Gaussian, NegativeBinomial, Poisson
+from efa.generators import attention_teacher, sample
+from efa.training.calibration import calibration, cdf
+
+
+@pytest.fixture(scope="module")
+def teacher_and_data():
+    fields = [efa.Category("item", 6), efa.Value("temp", Gaussian()),
+              efa.Value("count", Poisson()), efa.Value("flag", Bernoulli()),
+              efa.Value("over", NegativeBinomial(3.0)), efa.Value("size", Gamma())]
+    teacher = attention_teacher(fields, max_len=6, seed=2, unbounded_feeds=("q", "k"))
+    return teacher, sample(teacher, 2000, seed=5)
+
+
+def test_cdf_against_scipy_and_the_pmf():
+    y = torch.tensor([0.0, 2.0, 7.0], dtype=torch.float64)
+    nb = D.NegativeBinomial(torch.tensor(3.0, dtype=torch.float64),
+                            logits=torch.tensor([-1.0, 0.3, 1.2], dtype=torch.float64))
+    by_hand = torch.stack([nb.log_prob(torch.arange(int(v) + 1, dtype=torch.float64)
+                                       [:, None].expand(-1, 3))[:, k].exp().sum()
+                           for k, v in enumerate(y)])
+    torch.testing.assert_close(cdf(nb, y), by_hand)
+    normal = D.Normal(torch.zeros(3), torch.ones(3))
+    np.testing.assert_allclose(cdf(normal, y).numpy(), stats.norm.cdf(y.numpy()))
+    cat = D.Categorical(probs=torch.tensor([[0.2, 0.3, 0.5]] * 3))
+    torch.testing.assert_close(cdf(cat, torch.tensor([-1.0, 1.0, 5.0])),
+                               torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64))
+
+
+def test_a_teacher_is_calibrated_on_its_own_data(teacher_and_data):
+    teacher, data = teacher_and_data
+    for name in ("temp", "count", "flag", "over", "size"):
+        c = calibration(teacher, data, name)
+        assert c.kind == "value" and c.n == int(data.predicted(name).sum())
+        assert c.pit_p_value > 1e-3, (name, c.pit)  # randomised PITs: uniform when calibrated
+        for level, cover in zip(c.levels, c.coverage, strict=True):
+            if name in ("temp", "size"):
+                assert abs(cover - level) < 0.02, (name, level, cover)
+            else:  # whole-valued intervals hold at least their level
+                assert cover >= level - 0.02, (name, level, cover)
+    items = calibration(teacher, data, "item")
+    assert items.kind == "category" and items.ece < 0.02 and sum(items.count) == items.n
+
+
+def test_miscalibration_is_seen(teacher_and_data, tmp_path):
+    teacher, data = teacher_and_data
+    wide = copy.deepcopy(teacher)
+    wide.field("temp").family.sigma = 3.0  # the data have σ = 1: every interval too wide
+    c = calibration(wide, data, "temp")
+    assert c.coverage[0] > 0.85 and c.pit_p_value < 1e-6  # the 50 % interval holds ~90 %
+    sharp = copy.deepcopy(teacher)
+    with torch.no_grad():
+        sharp.readouts["item"].net.weight.mul_(4)  # over-confident categories
+    assert calibration(sharp, data, "item").ece > 2 * calibration(teacher, data, "item").ece
+    assert c.plot(tmp_path / "temp.png").stat().st_size > 0
+    assert calibration(teacher, data, "item").plot(tmp_path / "item.png").exists()
+    assert list(c.frame().columns) == ["level", "coverage"]
+    with pytest.raises(ValueError, match="level must be"):
+        calibration(teacher, data, "temp", levels=(0.5, 1.0))
+    with pytest.raises(ValueError, match="bins must be"):
+        calibration(teacher, data, "temp", bins=1)

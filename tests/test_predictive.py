@@ -1,0 +1,145 @@
+"""Predictive distributions (model.predictive, efa.training.predictive): log_prob is efa's own
+log-likelihood for every family, quantiles are the inverse CDF (checked against the CDF summed
+by hand), and on a teacher's own data its central intervals cover at their nominal level."""
+
+import numpy as np
+import pytest
+import torch
+from torch import distributions as D
+
+import efa
+from efa.core.families import (
+    Bernoulli,
+    Binomial,
+    Gamma,
+    Gaussian,
+    NegativeBinomial,
+    Ordinal,
+    Poisson,
+)
+from efa.generators import attention_teacher, sample
+from efa.training.predictive import interval, predictive_frame, quantile
+
+VALUES = {"count": Poisson(), "temp": Gaussian(), "flag": Bernoulli(),
+          "over": NegativeBinomial(3.0), "size": Gamma(), "hits": Binomial(5), "grade": Ordinal(4)}
+
+
+@pytest.fixture(scope="module")
+def teacher_and_data():
+    fields = [efa.Category("item", 7)] + [efa.Value(k, f) for k, f in VALUES.items()]
+    teacher = attention_teacher(fields, max_len=6, seed=2)  # (seeds 1, 3: counts explode)
+    return teacher, sample(teacher, 1500, seed=4)
+
+
+def test_log_prob_is_efas_log_likelihood_for_every_family(teacher_and_data):
+    teacher, data = teacher_and_data
+    lls = efa.log_likelihoods(teacher, data)
+    for name in ["item", *VALUES]:
+        at = data.predicted(name)
+        dist = teacher.predictive(data, name)
+        y = data.fields[name][at]
+        y = y.long() if isinstance(dist, D.Categorical) else y.to(torch.float64)
+        torch.testing.assert_close(dist.log_prob(y), lls[name][at], atol=1e-9, rtol=0)
+        assert dist.batch_shape[0] == int(at.sum())
+    one = torch.zeros_like(data.valid())
+    one[2, 3] = True  # any positions, in the order of at.nonzero()
+    assert teacher.predictive(data, "count", one).batch_shape == (1,)
+
+
+def test_quantiles_are_the_inverse_cdf():
+    """Discrete: the smallest y with F(y) ≥ q, F summed from torch's own pmf; continuous:
+    F(quantile) = q. (scipy's negative binomial counts the other outcome: p is flipped.)"""
+    qs = (0.05, 0.5, 0.9, 0.99)
+    discrete = [D.Poisson(torch.tensor([0.3, 4.0, 40.0], dtype=torch.float64)),
+                D.NegativeBinomial(torch.tensor(3.0, dtype=torch.float64),
+                                   logits=torch.tensor([-1.0, 0.5, 2.0], dtype=torch.float64)),
+                D.Binomial(5, logits=torch.tensor([-2.0, 0.0, 1.5], dtype=torch.float64)),
+                D.Bernoulli(logits=torch.tensor([-1.0, 0.2, 3.0], dtype=torch.float64)),
+                D.Categorical(logits=torch.tensor([[0.0, 1.0, -1.0, 2.0]] * 3,
+                                                  dtype=torch.float64))]
+    grid = torch.arange(0, 400, dtype=torch.float64)[:, None]
+    for dist in discrete:
+        cdf = (dist.log_prob(grid.long() if isinstance(dist, D.Categorical) else grid)
+               if not isinstance(dist, (D.Categorical, D.Bernoulli, D.Binomial)) else None)
+        if isinstance(dist, D.Categorical):
+            cdf = dist.probs.cumsum(-1).T
+        elif isinstance(dist, (D.Bernoulli, D.Binomial)):
+            top = 2 if isinstance(dist, D.Bernoulli) else 6
+            cdf = dist.log_prob(grid[:top].expand(top, 3)).exp().cumsum(0)
+        else:
+            cdf = cdf.exp().cumsum(0)
+        for q in qs:
+            want = (cdf < q - 1e-12).sum(0).double()
+            assert torch.equal(quantile(dist, q), want), (type(dist).__name__, q)
+    for dist in (D.Normal(torch.tensor([0.0, 3.0]), torch.tensor([1.0, 0.2])),
+                 D.Gamma(torch.tensor([0.5, 4.0], dtype=torch.float64),
+                         torch.tensor([2.0, 0.3], dtype=torch.float64))):
+        for q in qs:
+            assert torch.allclose(dist.cdf(quantile(dist, q).to(dist.mean.dtype)).double(),
+                                  torch.full((2,), q, dtype=torch.float64), atol=1e-6)
+    with pytest.raises(ValueError, match="level must be a number strictly between 0 and 1"):
+        interval(discrete[0], 1.0)
+    with pytest.raises(ValueError, match="q must be"):
+        quantile(discrete[0], -0.1)
+
+
+def test_a_teachers_intervals_cover_its_own_data_at_the_nominal_level(teacher_and_data):
+    """On data drawn from the teacher, its 50 % and 90 % central intervals cover within two
+    points of nominal (continuous families), and at least nominally (discrete: an interval
+    of whole values holds at least the level)."""
+    teacher, data = teacher_and_data
+    for level in (0.5, 0.9):
+        for name in VALUES:
+            frame = predictive_frame(teacher, data, name, level=level)
+            assert len(frame) == int(data.predicted(name).sum())
+            cover = frame["covered"].mean()
+            if name in ("temp", "size"):
+                assert abs(cover - level) <= 0.02, (name, level, cover)
+            else:
+                assert cover >= level - 0.02, (name, level, cover)
+
+
+def test_predictive_frame_rows(teacher_and_data):
+    teacher, data = teacher_and_data
+    frame = predictive_frame(teacher, data, "temp", level=0.8, batch_size=500)
+    lls = efa.log_likelihoods(teacher, data)["temp"]
+    at = data.predicted("temp")
+    np.testing.assert_allclose(frame["surprisal"], -lls[at].numpy(), atol=1e-9)
+    np.testing.assert_allclose(frame["residual"], (frame["observed"] - frame["mean"])
+                               / frame["sd"])
+    assert (frame["sequence"].to_numpy() == at.nonzero()[:, 0].numpy()).all()
+    assert list(frame.columns) == ["sequence", "position", "observed", "mean", "sd", "lower",
+                                   "upper", "covered", "residual", "surprisal"]
+    items = predictive_frame(teacher, data, "item")
+    assert {"predicted", "probability"} <= set(items.columns) and "mean" not in items
+    assert (items["probability"] <= 1).all()
+
+
+def test_a_shifted_family_gives_the_distribution_of_y_itself():
+    """Ratings 1 + Poisson (README's example): log_prob, mean, samples and quantiles of y."""
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig([efa.Category("m", 5), efa.Value("r", Poisson(shift=1))],
+                                  max_len=4)).double()
+    data = efa.Sequences({"m": torch.randint(0, 5, (30, 4)), "r": torch.randint(1, 5, (30, 4))},
+                         torch.full((30,), 4))
+    dist = model.predictive(data, "r")
+    at = data.predicted("r")
+    torch.testing.assert_close(dist.log_prob(data.fields["r"][at].double()),
+                               efa.log_likelihoods(model, data)["r"][at], atol=1e-9, rtol=0)
+    assert (dist.sample() >= 1).all() and (quantile(dist, 0.01) >= 1).all()
+    torch.testing.assert_close(dist.mean, dist.base.mean + 1)
+    frame = predictive_frame(model, data, "r")
+    assert (frame["lower"] >= 1).all() and np.isfinite(frame["surprisal"]).all()
+
+
+def test_bad_requests_are_refused(teacher_and_data):
+    teacher, data = teacher_and_data
+    with pytest.raises(KeyError, match="no field 'nope'"):
+        teacher.predictive(data, "nope")
+    with pytest.raises(ValueError, match="is not predicted"):
+        efa.EFA(efa.EFAConfig([efa.Category("x", 3), efa.Category("c", 2, target=False)],
+                              max_len=2)).predictive(
+            efa.Sequences({"x": torch.zeros(1, 2, dtype=torch.long),
+                           "c": torch.zeros(1, 2, dtype=torch.long)}, torch.full((1,), 2)), "c")
+    with pytest.raises(ValueError, match="level must be"):
+        predictive_frame(teacher, data, "temp", level=0)
