@@ -47,6 +47,7 @@ _EXPORTS = {
     "predictive_frame": "efa.training.predictive",
     "calibration": "efa.training.calibration",
     "seed_everything": "efa.training.train",
+    "sample": "efa.sampling",
 }
 # Folders are layers (docs/design.md): core/ is the model, training/ fits, scores and stores
 # it, everything else in efa/ is built on those two.
@@ -60,6 +61,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on 
     from efa.core.fields import Attribute, Category, Value
     from efa.core.kernels import KERNELS, Kernel, register_kernel
     from efa.core.model import EFA, EFAConfig
+    from efa.sampling import sample
     from efa.tabular import AttentionTableClassifier
     from efa.training.calibration import calibration
     from efa.training.predictive import predictive_frame
@@ -96,6 +98,7 @@ __all__ = [
     "predictions",
     "predictive_frame",
     "register_kernel",
+    "sample",
     "save",
     "seed_everything",
     "spatial",

@@ -1,0 +1,167 @@
+"""Sampling (efa.sample): ancestral draws of a unidirectional model follow its joint exactly;
+Gibbs sweeps of a bidirectional model whose conditionals are those of a known joint reach
+that joint, from any start; a context's observed values are kept and its gaps filled."""
+
+import itertools
+
+import pytest
+import torch
+from scipy import stats
+
+import efa
+from efa.core.conditional import ConditionalModel
+from efa.core.families import Bernoulli
+from efa.generators import attention_teacher
+
+
+def _joint(teacher):
+    """Every sequence of 3 positions of (item in 0..2, flag in 0..1) and its probability."""
+    combos = list(itertools.product(range(3), range(2), repeat=3))
+    x = torch.tensor([c[0::2] for c in combos])
+    y = torch.tensor([c[1::2] for c in combos])
+    table = efa.Sequences({"item": x, "flag": y}, torch.full((len(combos),), 3))
+    lls = efa.log_likelihoods(teacher, table)
+    return x, y, (lls["item"] + lls["flag"]).sum(1).exp()
+
+
+def _agree(draws: torch.Tensor, probs: torch.Tensor, n: int) -> float:
+    """χ² p-value of draws (codes) against exact cell probabilities (cells with E ≥ 5)."""
+    counts = torch.bincount(draws, minlength=len(probs)).double()
+    keep = probs * n >= 5
+    obs, exp = counts[keep], probs[keep] * n
+    if not keep.all():  # the rare cells pooled into one
+        obs = torch.cat([obs, counts[~keep].sum().reshape(1)])
+        exp = torch.cat([exp, (probs[~keep] * n).sum().reshape(1)])
+    return float(stats.chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()
+                                 ).pvalue)
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    return attention_teacher([efa.Category("item", 3), efa.Value("flag", Bernoulli())],
+                             max_len=3, num_layers=2, seed=4)
+
+
+def test_ancestral_draws_follow_the_models_joint(teacher):
+    """20,000 draws against the enumerated joint: each position's (item, flag) marginal and
+    each pair of positions' items, χ² at α = 10⁻³ per table (stated test)."""
+    x, y, p = _joint(teacher)
+    n = 20_000
+    draws = efa.sample(teacher, n, seed=7)
+    dx, dy = draws.fields["item"], draws.fields["flag"]
+    for i in range(3):
+        cell = x[:, i] * 2 + y[:, i]
+        probs = torch.zeros(6, dtype=torch.float64).index_add_(0, cell, p)
+        assert _agree(dx[:, i] * 2 + dy[:, i], probs, n) > 1e-3, i
+    for i, j in ((0, 1), (1, 2), (0, 2)):
+        probs = torch.zeros(9, dtype=torch.float64).index_add_(0, x[:, i] * 3 + x[:, j], p)
+        assert _agree(dx[:, i] * 3 + dx[:, j], probs, n) > 1e-3, (i, j)
+    again = efa.sample(teacher, n, seed=7)
+    assert torch.equal(again.fields["item"], dx)  # seeded
+
+
+class ExactConditionals(ConditionalModel):
+    """A bidirectional model whose conditionals are exactly those of the teacher's joint:
+    p(v at i | rest) ∝ joint(sequence with v at i), by enumeration."""
+
+    def __init__(self, teacher):
+        super().__init__()
+        self.fields = [efa.Category("item", 3), efa.Value("flag", Bernoulli())]
+        self.max_len, self.direction = 3, "bidirectional"
+        self.x, self.y, p = _joint(teacher)
+        self.logp = p.log()
+        self.unused = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+
+    def natural_params_at(self, data, at):
+        (name, m), = at.items()
+        b, i = m.nonzero(as_tuple=True)
+        xs, ys = data.fields["item"][b], data.fields["flag"][b]
+        size = 3 if name == "item" else 2
+        out = []
+        for v in range(size):
+            xv, yv = xs.clone(), ys.clone()
+            (xv if name == "item" else yv)[torch.arange(len(b)), i] = v
+            code = ((xv * 2 + yv) * torch.tensor([36, 6, 1])).sum(1)
+            out.append(self.logp[code])
+        logits = torch.stack(out, -1)
+        return {name: logits if name == "item" else (logits[:, 1:] - logits[:, :1])}
+
+
+def test_gibbs_reaches_the_joint_whose_conditionals_it_is_given(teacher):
+    """Two chains from opposite starts (all item 0 / all item 2 in the context's gaps) end
+    at the same frequencies: those of the joint (χ² at α = 10⁻³)."""
+    model = ExactConditionals(teacher)
+    # (the code of a sequence in _joint's order: base-6 digits (item · 2 + flag))
+    assert torch.equal(((model.x * 2 + model.y) * torch.tensor([36, 6, 1])).sum(1),
+                       torch.arange(216))
+    x, y, p = _joint(teacher)
+    n = 6000
+    for start in (0, 2):
+        context = efa.Sequences({"item": torch.full((n, 3), start),
+                                 "flag": torch.zeros(n, 3, dtype=torch.long)},
+                                torch.full((n,), 3),
+                                {"item": torch.zeros(n, 3, dtype=torch.bool),
+                                 "flag": torch.zeros(n, 3, dtype=torch.bool)})
+        draws = efa.sample(model, context=context, sweeps=10, seed=start)
+        dx = draws.fields["item"]
+        for i in range(3):
+            probs = torch.zeros(3, dtype=torch.float64).index_add_(0, x[:, i], p)
+            assert _agree(dx[:, i], probs, n) > 1e-3, (start, i)
+
+
+def test_a_context_is_kept_continued_and_filled(teacher):
+    data = efa.generators.sample(teacher, 50, seed=1)
+    short = data[torch.arange(50)]
+    short = efa.Sequences({k: v[:, :2] for k, v in data.fields.items()}, torch.full((50,), 2))
+    longer = efa.sample(teacher, context=short, length=3, seed=2)
+    assert longer.max_len == 3
+    assert all(torch.equal(longer.fields[k][:, :2], short.fields[k]) for k in short.fields)
+    gaps = {"item": torch.rand(50, 3, generator=torch.Generator().manual_seed(0)) > 0.5}
+    holes = efa.Sequences(data.fields, data.lengths, gaps)
+    filled = efa.sample(teacher, context=holes, seed=3)
+    kept = gaps["item"]
+    assert torch.equal(filled.fields["item"][kept], data.fields["item"][kept])
+    assert torch.equal(filled.fields["flag"], data.fields["flag"])  # fully observed: kept
+
+
+def test_bad_requests_are_refused(teacher):
+    with pytest.raises(ValueError, match="n must be a positive integer"):
+        efa.sample(teacher, 0)
+    with pytest.raises(ValueError, match="not both"):
+        efa.sample(teacher, 5, context=efa.generators.sample(teacher, 2))
+    with pytest.raises(ValueError, match="length must be between"):
+        efa.sample(teacher, context=efa.generators.sample(teacher, 2), length=9)
+    with pytest.raises(ValueError, match="sweeps must be"):
+        efa.sample(teacher, 3, sweeps=-1)
+    covariate = efa.EFA(efa.EFAConfig([efa.Category("x", 3), efa.Attribute("t", size=1)],
+                                      max_len=2))
+    with pytest.raises(ValueError, match="attribute field"):
+        efa.sample(covariate, 4)
+
+
+@pytest.mark.slow
+def test_a_fitted_models_samples_match_its_teachers():
+    """#35's target: 10⁴ sequences sampled from a model fitted (efa's defaults) to a
+    unidirectional teacher against 10⁴ from the teacher. Stated test: a two-sample χ²
+    contingency test of each position's item frequencies and of each pair of positions'
+    joint frequencies (5 + 10 tables), Bonferroni-corrected to a family-wise α of 10⁻³."""
+    import warnings
+
+    from efa.generators import sample as teacher_sample
+
+    teacher = attention_teacher([efa.Category("item", 6)], max_len=5, seed=1)
+    train, val = teacher_sample(teacher, 20000, seed=1), teacher_sample(teacher, 4000, seed=2)
+    torch.manual_seed(0)
+    student = efa.EFA(efa.EFAConfig([efa.Category("item", 6)], max_len=5,
+                                    direction="unidirectional"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        efa.fit(student, train, val, progress=False)
+    a = teacher_sample(teacher, 10_000, seed=3).fields["item"]
+    b = efa.sample(student, 10_000, seed=4).fields["item"]
+    tables = [(a[:, i], b[:, i], 6) for i in range(5)]
+    tables += [(a[:, i] * 6 + a[:, j], b[:, i] * 6 + b[:, j], 36)
+               for i, j in itertools.combinations(range(5), 2)]
+    for u, v, k in tables:
+        t = torch.stack([torch.bincount(u, minlength=k), torch.bincount(v, minlength=k)])
+        assert stats.chi2_contingency(t[:, t.sum(0) > 0].numpy())[1] > 1e-3 / len(tables)
