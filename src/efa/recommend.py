@@ -1,0 +1,94 @@
+"""Recommendations from a fitted model: the k most probable items at a new position after each
+sequence (the next item for a unidirectional model; a masked slot at the end for a
+bidirectional one), or at positions the caller asks for; and the full-ranking HR@k / NDCG@k
+of held-out items (:func:`efa.baselines.recsys.ranking_metrics`, re-exported here)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from efa.baselines.recsys import ranking_metrics
+from efa.core.conditional import ConditionalModel, context_items
+from efa.core.data import Sequences
+from efa.core.fields import Category
+from efa.training.scoring import scoring_mode
+
+__all__ = ["ranking_metrics", "recommend"]
+
+
+def _with_next_slot(model: ConditionalModel, data: Sequences) -> tuple[Sequences, Tensor]:
+    """``data`` with one more position after each sequence's end, every field unobserved there,
+    and the mask of those positions."""
+    if model.max_len is not None and int(data.lengths.max()) >= model.max_len:
+        b = int((data.lengths >= model.max_len).nonzero()[0, 0])
+        raise ValueError(f"sequence {b} already has the model's max_len of {model.max_len} "
+                         "positions: there is no next position to recommend for")
+    width = int(data.lengths.max()) + 1
+    pad = width - data.max_len
+    fields = {k: F.pad(v[:, :width], (0, 0) * (v.dim() - 2) + (0, max(pad, 0)))
+              for k, v in data.fields.items()}
+    at = torch.zeros(len(data), width, dtype=torch.bool)
+    at[torch.arange(len(data)), data.lengths] = True
+    observed = {}
+    for f in model.fields:
+        if f.target:
+            own = data.observed.get(f.name, data.valid())[:, :width]
+            own = F.pad(own, (0, max(pad, 0))) & ~at
+            observed[f.name] = own
+    return Sequences(fields, data.lengths + 1, observed), at
+
+
+@torch.no_grad()
+def recommend(model: ConditionalModel, data: Sequences, k: int = 10, *,
+              field: str | None = None, exclude_seen: bool = True,
+              at: Tensor | None = None) -> pd.DataFrame:
+    """The ``k`` most probable items of the category ``field`` (default: the first target) for
+    each sequence: at a new position after its end (``at=None``), or at the positions of the
+    bool mask ``at`` [N, I]. ``exclude_seen`` leaves out the items in the sequence's context
+    (a ``distinct`` field never proposes them anyway); probabilities are the model's, not
+    renormalised over what is left. Returns one row per (sequence, rank): sequence, position,
+    rank (1 = best), item, probability, and label where the field has labels; ties are broken
+    by the smaller item id."""
+    f = model.target(field)
+    if not isinstance(f, Category):
+        raise ValueError(f"field {f.name!r} is not a category: recommendations rank items")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= f.num_categories:
+        raise ValueError(f"k must be an integer between 1 and the catalogue's "
+                         f"{f.num_categories} items, got {k!r}")
+    model.check(data)
+    if at is None:
+        attributes = [g.name for g in model.fields if not g.target and g.kind == "attribute"]
+        if attributes:
+            raise ValueError(f"the model reads attribute field(s) {attributes}, unknown at a new "
+                             "position: add the position to data (its items marked missing) "
+                             "and pass at=")
+        data, at = _with_next_slot(model, data)
+    elif not isinstance(at, Tensor) or at.dtype != torch.bool or at.shape != data.valid().shape:
+        raise ValueError(f"at must be a bool tensor of shape {list(data.valid().shape)}")
+    with scoring_mode(model, data):
+        eta = model.natural_params_at(data.to(model.device), {f.name: at.to(model.device)})
+    logp = torch.log_softmax(eta[f.name].double().cpu(), -1)
+    if exclude_seen:
+        seen = context_items(data, f.name, f.num_categories, "bidirectional", at)
+        logp = logp.masked_fill(seen, -torch.inf)
+    left = torch.isfinite(logp).sum(-1)
+    if (left < k).any():
+        r = int((left < k).nonzero()[0, 0])
+        b, i = (int(v) for v in at.nonzero()[r])
+        raise ValueError(f"sequence {b}, position {i}: only {int(left[r])} items are left to "
+                         f"recommend (seen ones excluded), fewer than k={k}")
+    # a stable sort of (−log p) breaks ties by the smaller item id
+    order = torch.sort(-logp, dim=-1, stable=True).indices[:, :k]
+    rows, pos = at.nonzero(as_tuple=True)
+    frame = pd.DataFrame({
+        "sequence": rows.repeat_interleave(k).numpy(),
+        "position": pos.repeat_interleave(k).numpy(),
+        "rank": torch.arange(1, k + 1).repeat(len(rows)).numpy(),
+        "item": order.reshape(-1).numpy(),
+        "probability": logp.gather(1, order).exp().reshape(-1).numpy()})
+    if f.labels is not None:
+        frame["label"] = [f.labels[i] for i in frame["item"]]
+    return frame
