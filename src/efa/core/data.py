@@ -26,6 +26,7 @@ from torch import Tensor
 if TYPE_CHECKING:  # for annotations only
     import pandas as pd
 
+    from efa.core.events import Events
     from efa.core.fields import Field
 
 
@@ -314,6 +315,21 @@ class Sequences:
             values = [v.astype(np.int64) if integer else v for v in values]
             lists[name] = [v[:, 0] if len(cs) == 1 else v for v in values]
         return cls.from_lists(lists, observed or None)
+
+    @classmethod
+    def from_events(cls, frame: pd.DataFrame, sequence: str, order: str, fields: Mapping,
+                    max_len: int | None = None, long: str = "last",
+                    categories: Sequence[str] = (), missing: bool = False) -> Events:
+        """One sequence per ``sequence`` key of a long table of events, in ``order``; a column
+        that is not numeric (or named in ``categories``) is coded 0..K−1. Longer than
+        ``max_len``: ``long="last"`` keeps the latest events, ``"first"`` the earliest,
+        ``"windows"`` cuts consecutive windows, ``"error"`` refuses. Returns
+        :class:`efa.core.events.Events`; :func:`efa.core.events.split_by_sequence` splits."""
+        from efa.core.events import Events, prepare
+
+        out, key, vocab, keys, dropped = prepare(frame, sequence, order, fields, max_len, long,
+                                                 categories)
+        return Events(cls.from_frame(out, key, fields, missing=missing), vocab, keys, dropped)
 
     @classmethod
     def from_lists(

@@ -1,0 +1,120 @@
+"""Long tables of events (user, timestamp, item, rating, …) made ready for
+:meth:`efa.Sequences.from_events`: category columns coded 0..K−1 with their vocabularies, and
+sequences longer than ``max_len`` handled by a stated policy. Pure pandas: the caller builds the
+``Sequences`` (this module imports nothing of efa, so ``core/data.py`` can call it)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+POLICIES = ("last", "first", "windows", "error")
+
+
+class Events(NamedTuple):
+    """What :meth:`efa.Sequences.from_events` returns: the sequences, each category field's
+    vocabulary (``vocabularies[name][k]`` is the value coded k), each sequence's key (with the
+    window index under ``long="windows"``) and the number of events left out (``long="last"``
+    or ``"first"``)."""
+
+    data: Any  # efa.Sequences
+    vocabularies: dict[str, list]
+    keys: list
+    dropped: int
+
+
+def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str, Any],
+            max_len: int | None, long: str, categories: Sequence[str]
+            ) -> tuple[pd.DataFrame, str, dict[str, list], list, int]:
+    """(the frame to read one sequence per key from, its key column, vocabularies, keys,
+    events dropped)."""
+    import pandas as pd
+
+    if not isinstance(frame, pd.DataFrame) or frame.empty:
+        raise ValueError("from_events needs a non-empty pandas DataFrame")
+    if long not in POLICIES:
+        raise ValueError(f"long must be one of {POLICIES}, got {long!r}")
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
+                                or max_len < 1):
+        raise ValueError(f"max_len must be None or a positive integer, got {max_len!r}")
+    columns = [c for cs in fields.values() for c in (cs if isinstance(cs, list | tuple) else [cs])]
+    absent = [c for c in [sequence, order, *columns] if c not in frame]
+    if absent:
+        raise KeyError(f"columns {absent} are not in the table (it has {list(frame)})")
+    unknown = [c for c in categories if c not in fields]
+    if unknown:
+        raise KeyError(f"categories {unknown} name no field (fields: {list(fields)})")
+    for what, col in (("sequence key", sequence), ("order", order)):
+        if frame[col].isna().any():
+            row = _plain(frame.index[frame[col].isna().to_numpy()][0])
+            raise ValueError(f"column {col!r} (the {what}) is missing at row {row!r}: that "
+                             "event belongs nowhere; drop or fill it")
+    out = frame.sort_values([sequence, order], kind="stable").copy()
+    vocabularies: dict[str, list] = {}
+    for name, col in fields.items():
+        if isinstance(col, list | tuple):
+            continue
+        values = out[col]
+        coded = name in categories or not (pd.api.types.is_numeric_dtype(values)
+                                            or pd.api.types.is_bool_dtype(values))
+        if coded:
+            if values.isna().any():
+                row = _plain(out.index[values.isna().to_numpy()][0])
+                raise ValueError(f"field {name!r}: column {col!r} is missing at row {row!r}; a "
+                                 "category needs a value (or leave it out of the events)")
+            levels = (list(values.cat.categories) if isinstance(values.dtype, pd.CategoricalDtype)
+                      else sorted(values.unique(), key=_sort_key))
+            vocabularies[name] = [_plain(v) for v in levels]
+            out[col] = pd.Categorical(values, categories=levels).codes.astype(np.int64)
+    position = out.groupby(sequence, sort=True).cumcount()
+    size = out.groupby(sequence, sort=True)[sequence].transform("size")
+    dropped, key = 0, sequence
+    if max_len is not None and int(size.max()) > max_len:
+        if long == "error":
+            k = out.loc[size > max_len, sequence].iloc[0]
+            raise ValueError(f"sequence {sequence}={k!r} has {int(size[size > max_len].iloc[0])} "
+                             f"events, more than max_len={max_len}; choose long='last', "
+                             "'first' or 'windows'")
+        if long == "windows":
+            key = "__window"
+            out[key] = list(zip(out[sequence], position // max_len, strict=True))
+        else:
+            keep = position >= size - max_len if long == "last" else position < max_len
+            dropped = int((~keep).sum())
+            out = out[keep.to_numpy()]
+    keys = [tuple(_plain(v) for v in k) if isinstance(k, tuple) else _plain(k)
+            for k in dict.fromkeys(out[key])]
+    return out, key, vocabularies, keys, dropped
+
+
+def _plain(v: Any) -> Any:
+    """A numpy scalar as the Python value it holds (for messages and returned labels)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _sort_key(v: Hashable) -> tuple[int, float, str]:
+    """Numbers in order, then anything else by its text (a column may mix them)."""
+    return (0, float(v), "") if isinstance(v, int | float) else (1, 0.0, str(v))
+
+
+def split_by_sequence(data: Any, fractions: Sequence[float] = (0.8, 0.1, 0.1),
+                      seed: int = 0) -> list:
+    """Whole sequences into parts of the given ``fractions`` (summing to 1), by a seeded
+    permutation: no sequence is in two parts."""
+    f = np.asarray(fractions, dtype=float)
+    if f.ndim != 1 or len(f) < 2 or (f <= 0).any() or abs(f.sum() - 1) > 1e-9:
+        raise ValueError(f"fractions must be two or more positive numbers summing to 1, got "
+                         f"{fractions!r}")
+    n = len(data)
+    bounds = np.round(np.cumsum(f) * n).astype(int)
+    if (np.diff(np.concatenate([[0], bounds])) < 1).any():
+        raise ValueError(f"{n} sequences cannot give every part of {list(fractions)} at least one")
+    order = np.random.default_rng(seed).permutation(n)
+    import torch
+
+    return [data[torch.as_tensor(np.sort(part))] for part in np.split(order, bounds[:-1])]
