@@ -40,3 +40,25 @@ def test_missing_value_sentinels():
         spatial.sites_to_sequences(df, **kw)
     data = spatial.sites_to_sequences(df, missing=-99, **kw)
     assert not data.observed["value"][0, 1] and data.observed["value"].sum() == 5
+
+
+def test_spatial_efa_learns_its_noise_by_default():
+    """The default reads out a mean and a scale per prediction (a likelihood with meaning);
+    "learned" has one σ, initialised at the values' standard deviation; "fixed" is the paper's."""
+    from efa.core.families import Gaussian, HeteroscedasticGaussian, LearnedGaussian
+
+    df = pd.DataFrame({"site": [0, 1, 2] * 4, "time": np.repeat(range(4), 3),
+                       "lat": [1.0, 2.0, 3.0] * 4, "lon": [3.0, 4.0, 5.0] * 4,
+                       "t": np.arange(12.0)})
+    data = spatial.sites_to_sequences(df, site="site", time="time", lat="lat", lon="lon",
+                                      value="t")
+    kinds = {noise: type(spatial.spatial_efa(data, num_layers=1, noise=noise).field(
+        "value").family) for noise in ("heteroscedastic", "learned", "fixed")}
+    assert kinds == {"heteroscedastic": HeteroscedasticGaussian, "learned": LearnedGaussian,
+                     "fixed": Gaussian}
+    assert type(spatial.spatial_efa(data, num_layers=1).field("value").family) is \
+        HeteroscedasticGaussian
+    learned = spatial.spatial_efa(data, num_layers=1, noise="learned").field("value").family
+    assert float(learned.sigma) == pytest.approx(float(data.fields["value"].std()), rel=1e-6)
+    with pytest.raises(ValueError, match="noise must be"):
+        spatial.spatial_efa(data, noise="none")

@@ -220,16 +220,20 @@ def test_gaussian_conditional_matches_direct_formula():
         mu = y.mean(0)
         s = np.cov(y, rowvar=False, bias=True)
         s = (1 - alpha) * s + alpha * np.trace(s) / p * np.eye(p)
-        pred = g.predict(test)
+        pred, sd = g.predict_mean_sd(test)
         for r in range(5):
             for i in range(p):
                 if not obs[r, i]:
-                    assert np.isnan(pred[r, i])
+                    assert np.isnan(pred[r, i]) and np.isnan(sd[r, i])
                     continue
                 rest = [j for j in range(p) if j != i and obs[r, j]]
                 s12, s22 = s[i, rest], s[np.ix_(rest, rest)]
                 expected = mu[i] + s12 @ np.linalg.solve(s22, test_y[r, rest] - mu[rest])
                 assert pred[r, i] == pytest.approx(expected, rel=1e-10)
+                # the conditional variance: the Schur complement s11 − s12 s22⁻¹ s21
+                var = s[i, i] - s12 @ np.linalg.solve(s22, s12)
+                assert sd[r, i] == pytest.approx(np.sqrt(var), rel=1e-10)
+        assert np.array_equal(g.predict(test), pred, equal_nan=True)
     chosen, curve = select_shrinkage(data, test, "value", grid=(0.0, 0.5))
     assert chosen.alpha == min(curve, key=curve.get)
 

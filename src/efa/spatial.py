@@ -27,7 +27,7 @@ from torch import Tensor
 
 from efa.baselines.fm import KNNFM
 from efa.core.data import Sequences
-from efa.core.families import Gaussian
+from efa.core.families import Family, Gaussian, HeteroscedasticGaussian, LearnedGaussian
 from efa.core.fields import Attribute, Category, Value
 from efa.core.model import EFA, EFAConfig
 from efa.deprecation import renamed
@@ -265,6 +265,7 @@ def spatial_efa(
     name: str = "value",
     sigma: float = 1.0,
     dim: int = 32,
+    noise: str = "heteroscedastic",
     **config: Any,
 ) -> EFA:
     """The paper's spatial EFA (App. H.4), standardised on ``train``.
@@ -272,16 +273,22 @@ def spatial_efa(
     Tokens: g(standardised lat, lon) = MLP(2→128→32), λ₁(standardised value) = MLP(1→128→32)
     with a learned [MASK] vector, and with lags a 32-d lag embedding; concatenated and mixed by
     MLP(→64→32). ``num_layers`` post-LN transformer blocks (2 heads × 16, FFN 64), no positions,
-    bidirectional, no attention mask. λ₂ = MLP(32→128→16→1) gives the Gaussian mean in the
-    value's units (σ fixed at ``sigma``: maximum likelihood = least squares). ``config``
-    overrides any :class:`EFAConfig` entry.
+    bidirectional, no attention mask. λ₂ = MLP(32→128→16→k) gives the Gaussian in the value's
+    units: ``noise="heteroscedastic"`` (the default) reads out the mean and a scale per
+    prediction (k = 2), ``"learned"`` one σ learned for all, ``"fixed"`` σ = ``sigma`` (the
+    paper's: maximum likelihood = least squares, so its likelihood and intervals mean nothing).
+    ``config`` overrides any :class:`EFAConfig` entry.
     """
+    if noise not in ("heteroscedastic", "learned", "fixed"):
+        raise ValueError(f"noise must be 'heteroscedastic', 'learned' or 'fixed', got {noise!r}")
     c_loc, c_scale, y_loc, y_scale = _moments(train, name)
+    family: Family = (HeteroscedasticGaussian() if noise == "heteroscedastic" else
+                      LearnedGaussian(y_scale) if noise == "learned" else Gaussian(sigma))
     fields = [
         Attribute(COORDS, size=2, dim=dim, hidden=128, loc=c_loc, scale=c_scale),
         Value(
             name,
-            Gaussian(sigma),
+            family,
             dim=dim,
             hidden=128,
             readout_hidden=(128, 16),

@@ -87,9 +87,14 @@ class GaussianConditional:
 
     def predict(self, data: Sequences) -> np.ndarray:
         """[N, P] conditional means of the stacked vector (NaN at missing entries)."""
+        return self.predict_mean_sd(data)[0]
+
+    def predict_mean_sd(self, data: Sequences) -> tuple[np.ndarray, np.ndarray]:
+        """[N, P] conditional means and standard deviations of each entry given the others:
+        the normal's own conditional, with variance 1 / P_ii (NaN at missing entries)."""
         y, _ = sequence_matrix(data, self.name)
         sigma = self.covariance_
-        out = np.full_like(y, np.nan)
+        out, sd = np.full_like(y, np.nan), np.full_like(y, np.nan)
         obs = np.isfinite(y)
         patterns, inverse = np.unique(obs, axis=0, return_inverse=True)
         for p, pattern in enumerate(patterns):
@@ -99,7 +104,8 @@ class GaussianConditional:
             d = y[np.ix_(rows, o)] - self.mean_[o]
             # μ_i − (1/P_ii) Σ_{j≠i} P_ij d_j = μ_i + d_i − (P d)_i / P_ii
             out[np.ix_(rows, o)] = self.mean_[o] + d - (d @ prec) / np.diag(prec)
-        return out
+            sd[np.ix_(rows, o)] = 1 / np.sqrt(np.diag(prec))
+        return out, sd
 
     def mse(self, data: Sequences) -> float:
         return _mse(self.predict(data), data, self.name)
