@@ -35,6 +35,8 @@ NAME = "temp"
 METRIC = "test MSE (°F²)"
 NLL = "test NLL (nats per prediction)"
 COVER = {0.5: "50 % interval coverage (test)", 0.9: "90 % interval coverage (test)"}
+SHIFT, SHARE = 10.0, 0.02  # the injected anomalies: ±10 °F at 2 % of the test values
+AUC = f"anomaly AUC (±{SHIFT:g} °F at {SHARE:.0%} of test values)"
 K_VALUES = (1, 2, 3, 4, 5, 10, 15, 20, 25, 30, 35, 40)
 _NUMBERS = paper_numbers(__file__, "temperature")
 PAPER = by_key(_NUMBERS["test_mse"], 2)
@@ -174,25 +176,49 @@ def _efa_result(model, hist, lags, layers, spec) -> dict:
     }
 
 
+def inject(test: Sequences) -> tuple[Sequences, np.ndarray]:
+    """The test days with ±SHIFT °F added to SHARE of the observed values (a fixed draw, the
+    same for every model and seed), and which values (in the order of ``predicted``)."""
+    y = test.fields[NAME].clone()
+    at = test.predicted(NAME)
+    rng = np.random.default_rng(20171001)
+    hit = rng.random(int(at.sum())) < SHARE
+    sign = np.where(rng.random(int(at.sum())) < 0.5, -1.0, 1.0)
+    y[at] += torch.as_tensor(hit * sign * SHIFT, dtype=y.dtype)
+    return Sequences({**test.fields, NAME: y}, test.lengths, test.observed, test.scored), hit
+
+
 def _probabilistic(model, test: Sequences) -> dict:
-    """Test NLL (nats per prediction, the temperature's own density) and the coverage of the
-    50 % and 90 % central intervals of the model's predictive."""
+    """Test NLL (nats per prediction, the temperature's own density), the coverage of the
+    50 % and 90 % central intervals of the model's predictive, and how well its standardised
+    residuals |y − mean| / sd find injected anomalies (ROC AUC)."""
+    from sklearn.metrics import roc_auc_score
+
     out = {}
     for level in COVER:
         frame = predictive_frame(model, test, NAME, level=level)
         out[f"cover{level:g}"] = float(frame["covered"].mean())
         out["nll"] = float(frame["surprisal"].mean())
+    shifted, hit = inject(test)
+    residual = predictive_frame(model, shifted, NAME)["residual"].abs().to_numpy()
+    out["auc"] = float(roc_auc_score(hit, residual))
     return out
 
 
 def _gaussian_probabilistic(gauss, test: Sequences) -> dict:
     """The same for the Gaussian conditional: its own conditional normal (variance 1 / P_ii)."""
     from scipy import stats
+    from sklearn.metrics import roc_auc_score
 
     mean, sd = gauss.predict_mean_sd(test)
     y, m = sequence_matrix(test, NAME)
     z = np.abs(y[m] - mean[m]) / sd[m]
-    return {"nll": float(-stats.norm.logpdf(y[m], mean[m], sd[m]).mean())} | {
+    shifted, hit = inject(test)
+    ys, ms = sequence_matrix(shifted, NAME)
+    mean_s, sd_s = gauss.predict_mean_sd(shifted)
+    assert (ms == m).all()  # the same values, in the same (row-major) order as ``predicted``
+    return {"nll": float(-stats.norm.logpdf(y[m], mean[m], sd[m]).mean()),
+            "auc": float(roc_auc_score(hit, np.abs(ys[ms] - mean_s[ms]) / sd_s[ms]))} | {
         f"cover{level:g}": float((z <= stats.norm.ppf((1 + level) / 2)).mean())
         for level in COVER}
 
@@ -295,7 +321,8 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
 
     # The predictive distributions: test NLL and interval coverage (the FM and climatology
     # give a mean only).
-    for what, key in [(NLL, "nll")] + [(COVER[level], f"cover{level:g}") for level in COVER]:
+    for what, key in ([(NLL, "nll")] + [(COVER[level], f"cover{level:g}") for level in COVER]
+                      + [(AUC, "auc")]):
         for layers in spec.layers:
             report.add("same day", f"EFA ℓ={layers}", what, per_seed((0, layers), key))
         for lags in (1, 2):
