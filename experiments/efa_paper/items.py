@@ -18,6 +18,7 @@ from efa.baselines.recsys import RECBOLE, BERT4Rec, SASRec, ranking_metrics
 from efa.core.data import Sequences
 from efa.core.fields import Category
 from efa.core.model import EFA, EFAConfig
+from efa.training.calibration import calibration
 from efa.training.scoring import evaluate, log_likelihoods
 from efa.training.train import TrainConfig, fit
 from experiments.harness.evaluate import standard_error, table
@@ -25,6 +26,7 @@ from experiments.harness.evaluate import standard_error, table
 DISTINCT = " + distinct"
 BAG = "EFA + bag"
 HR, NDCG = "HR@10 (last item, full ranking)", "NDCG@10 (last item, full ranking)"
+ECE = "ECE of the item probabilities (test, 15 bins of top-1 probability)"
 
 
 QUICK_CONVEX = {"l2_grid": (1e-2, 1e-3), "design_ratios": (1.0,)}
@@ -140,6 +142,7 @@ def fit_and_score(model, base: str, train, val, test, spec, seed: int,
     if model.target_fields[0].kind == "category":
         ranks = ranking_metrics(model, test, k=10)
         out["hr10"], out["ndcg10"] = ranks["HR@10"], ranks["NDCG@10"]
+        out["ece"] = calibration(model, test, model.target_fields[0].name, bins=15).ece
         if keep_lls:
             name = model.target_fields[0].name
             lls = log_likelihoods(model, test)[name]
@@ -167,7 +170,7 @@ def replicate(results: list[dict], seeds: int) -> list[dict]:
 
 def add_rows(report, results, protocols, directions, models, paper, seeds, metric="test CE"):
     by = {(r["protocol"], r["direction"], r["model"], r["seed"]): r for r in results}
-    for what, key in ((metric, "test"), (HR, "hr10"), (NDCG, "ndcg10")):
+    for what, key in ((metric, "test"), (HR, "hr10"), (NDCG, "ndcg10"), (ECE, "ece")):
         for p in protocols:
             for d in directions:
                 for m in models:
