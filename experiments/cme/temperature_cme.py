@@ -69,6 +69,7 @@ def task(job: dict) -> dict:
     out = {"kernel": job["kernel"], "layers": job["layers"], "seed": seed,
            "val": mean_squared_error(model, val, tx.NAME),
            "test": mean_squared_error(model, test, tx.NAME),
+           **tx.probabilistic(model, test),  # NLL, interval coverage, anomaly AUC
            "epochs": hist.epochs_run, "best_epoch": hist.best_epoch,
            "seconds": time.perf_counter() - t0}
     if job["kernel"] == "cme":
@@ -137,6 +138,15 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     gp = gp_peer(spec)
     report.add("same day", "GP on (lat, lon) (RBF, γ and λ on validation)", METRIC,
                [gp["test"]] * seeds)
+    if all("nll" in r for r in results):  # the predictive distributions (learned σ)
+        probabilistic = tx.gaussian_probabilistic(gauss, test)
+        for what, key in ([(tx.NLL, "nll")] + [(tx.COVER[q], f"cover{q:g}") for q in tx.COVER]
+                          + [(tx.AUC, "auc")]):
+            for layers in spec.layers:
+                for kernel in spec.kernels:
+                    report.add("same day", f"EFA {kernel} ℓ={layers}", what,
+                               per_seed(kernel, layers, key))
+            report.add("same day", "Gaussian conditional", what, [probabilistic[key]] * seeds)
     for layers in spec.layers:
         for kernel in spec.kernels:
             report.add("same day", f"EFA {kernel} ℓ={layers}", "validation MSE (°F²)",
