@@ -118,19 +118,7 @@ def fit(
     the last completed epoch with identical results; the checkpoint is tied to the model, the
     data and the settings, and anything else is refused (``resume=False`` starts over).
     """
-    if config is not None and not isinstance(config, TrainConfig):
-        raise TypeError(
-            f"fit's fourth argument is a TrainConfig, got {config!r}; pass settings as keywords, "
-            "e.g. fit(model, train, val, max_epochs=30)"
-        )
-    known = {f.name for f in fields(TrainConfig)}
-    unknown = set(overrides) - known
-    if unknown:
-        raise TypeError(f"fit got unknown settings {sorted(unknown)}; TrainConfig has "
-                        f"{sorted(known)}")
-    cfg = config or TrainConfig()
-    if overrides:
-        cfg = TrainConfig(**{**asdict(cfg), **overrides})
+    cfg = _settings(config, overrides)
     if cfg.monitor is not None:
         check_targets(model, cfg.monitor)
     generic = [what for what, on in (("positions=m", cfg.positions is not None),
@@ -191,7 +179,7 @@ def fit_glm_first(model: ConditionalModel, train: Sequences, val: Sequences | No
     if not params:
         raise ValueError(f"{type(model).__name__} contains no GLM to fit first (an EFA needs a "
                          "Category(bag=True) target field)")
-    cfg = TrainConfig(**{**asdict(config or TrainConfig()), **overrides})
+    cfg = _settings(config, overrides)
     stages = [cfg, cfg]
     if cfg.checkpoint_dir:
         stages = [TrainConfig(**{**asdict(cfg), "checkpoint_dir": str(Path(cfg.checkpoint_dir)
@@ -210,6 +198,22 @@ def fit_glm_first(model: ConditionalModel, train: Sequences, val: Sequences | No
         for p in frozen:
             p.requires_grad_(True)
     return first, fit(model, train, val, stages[1])
+
+
+def _settings(config: TrainConfig | None, overrides: dict[str, Any]) -> TrainConfig:
+    """``config`` (default settings if None) with the keyword ``overrides``, checked by name."""
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(
+            f"fit's fourth argument is a TrainConfig, got {config!r}; pass settings as keywords, "
+            "e.g. fit(model, train, val, max_epochs=30)"
+        )
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise TypeError(f"fit got unknown settings {sorted(unknown)}; TrainConfig has "
+                        f"{sorted(known)}")
+    cfg = config or TrainConfig()
+    return TrainConfig(**{**asdict(cfg), **overrides}) if overrides else cfg
 
 
 def check_device(device: str | torch.device) -> None:
