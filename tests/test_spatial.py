@@ -43,8 +43,9 @@ def test_missing_value_sentinels():
 
 
 def test_spatial_efa_learns_its_noise_by_default():
-    """The default reads out a mean and a scale per prediction (a likelihood with meaning);
-    "learned" has one σ, initialised at the values' standard deviation; "fixed" is the paper's."""
+    """The default learns one σ (a likelihood with meaning), initialised at the values'
+    standard deviation; "heteroscedastic" reads out a scale per prediction; "fixed" is the
+    paper's."""
     from efa.core.families import Gaussian, HeteroscedasticGaussian, LearnedGaussian
 
     df = pd.DataFrame({"site": [0, 1, 2] * 4, "time": np.repeat(range(4), 3),
@@ -57,7 +58,7 @@ def test_spatial_efa_learns_its_noise_by_default():
     assert kinds == {"heteroscedastic": HeteroscedasticGaussian, "learned": LearnedGaussian,
                      "fixed": Gaussian}
     assert type(spatial.spatial_efa(data, num_layers=1).field("value").family) is \
-        HeteroscedasticGaussian
+        LearnedGaussian
     learned = spatial.spatial_efa(data, num_layers=1, noise="learned").field("value").family
     assert float(learned.sigma) == pytest.approx(float(data.fields["value"].std()), rel=1e-6)
     with pytest.raises(ValueError, match="noise must be"):
