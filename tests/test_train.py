@@ -417,3 +417,18 @@ def test_fit_glm_first_starts_at_the_bag_logit_and_never_ends_worse(monkeypatch)
     assert second.best_val <= second.start_val
     with pytest.raises(ValueError, match="contains no GLM to fit first"):
         train_mod.fit_glm_first(_model(), _data(), None, max_epochs=1, progress=False)
+
+
+def test_a_model_with_a_scalar_parameter_fits_and_checkpoints(tmp_path):
+    """A learned σ is a 0-dim parameter: fingerprinting the weights (every fit does) and
+    checkpointing them used to fail on it ("self.dim() cannot be 0 to view Float as Byte")."""
+    from efa.core.families import LearnedGaussian
+
+    g = torch.Generator().manual_seed(0)
+    data = efa.Sequences({"y": torch.randn(30, 4, generator=g)}, torch.full((30,), 4))
+    model = efa.EFA(efa.EFAConfig([efa.Value("y", LearnedGaussian(2.0))], max_len=4))
+    hist = efa.fit(model, data, data, max_epochs=2, progress=False,
+                   checkpoint_dir=str(tmp_path / "ck"))
+    assert hist.epochs_run == 2 and float(model.field("y").family.sigma) != 2.0
+    assert checkpoint_mod.weights_fingerprint({"s": torch.tensor(1.0)}) != \
+        checkpoint_mod.weights_fingerprint({"s": torch.tensor(2.0)})

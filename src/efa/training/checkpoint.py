@@ -51,7 +51,8 @@ def _hash_tensors(h, parts) -> None:
     for name, t in parts:
         t = t.detach().cpu().contiguous()
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        # reshape(-1): a 0-dim tensor (a scalar parameter, e.g. a learned σ) has no byte view
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
 
 
 def weights_fingerprint(state: dict[str, torch.Tensor]) -> str:
