@@ -18,7 +18,7 @@ from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.core.families.base import Shifted
 from efa.core.fields import Category
-from efa.training.predictive import check_level, interval
+from efa.training.predictive import check_level, interval, scipy_law
 from efa.training.scoring import in_batches, scoring_mode
 
 __all__ = ["Calibration", "calibration", "cdf"]
@@ -28,27 +28,12 @@ def cdf(dist: D.Distribution, y: torch.Tensor) -> torch.Tensor:
     """P(Y ≤ y) of each distribution in the batch at its own y (float64)."""
     if isinstance(dist, Shifted):
         return cdf(dist.base, y - dist.shift)
-    yn = y.detach().double().cpu().numpy()
-    as_np = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
-    if isinstance(dist, D.Normal):
-        out = stats.norm.cdf(yn, as_np(dist.loc), as_np(dist.scale))
-    elif isinstance(dist, D.Gamma):
-        out = stats.gamma.cdf(yn, as_np(dist.concentration), scale=1 / as_np(dist.rate))
-    elif isinstance(dist, D.Poisson):
-        out = stats.poisson.cdf(yn, as_np(dist.rate))
-    elif isinstance(dist, D.Binomial):
-        out = stats.binom.cdf(yn, as_np(dist.total_count), as_np(dist.probs))
-    elif isinstance(dist, D.Bernoulli):
-        out = stats.binom.cdf(yn, 1, as_np(dist.probs))
-    elif isinstance(dist, D.NegativeBinomial):  # scipy's p is 1 − torch's (see quantile)
-        out = stats.nbinom.cdf(yn, as_np(dist.total_count), 1 - as_np(dist.probs))
-    elif isinstance(dist, D.Categorical):
+    if isinstance(dist, D.Categorical):
         c = dist.probs.detach().double().cpu().cumsum(-1)
-        k = torch.as_tensor(yn).long()
+        k = y.detach().cpu().long()
         out = torch.where(k < 0, 0.0, c.gather(-1, k.clamp(0, c.shape[-1] - 1)[..., None])[..., 0])
-        out = torch.where(k >= c.shape[-1], 1.0, out).numpy()
-    else:
-        raise TypeError(f"no CDF for {type(dist).__name__}")
+        return torch.where(k >= c.shape[-1], 1.0, out)
+    out = scipy_law(dist).cdf(y.detach().double().cpu().numpy())
     return torch.as_tensor(np.asarray(out, dtype=np.float64))
 
 

@@ -4,7 +4,7 @@ table per predicted position (mean, standard deviation, interval, surprisal, res
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,27 @@ def check_level(name: str, q: float) -> float:
     return float(q)
 
 
+def scipy_law(dist: D.Distribution) -> Any:
+    """The same law as a frozen scipy distribution (batched), for its exact CDF and inverse:
+    normal, gamma, Poisson, binomial, Bernoulli, negative binomial."""
+    as_np = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
+    if isinstance(dist, D.Normal):
+        return stats.norm(as_np(dist.loc), as_np(dist.scale))
+    if isinstance(dist, D.Gamma):
+        return stats.gamma(as_np(dist.concentration), scale=1 / as_np(dist.rate))
+    if isinstance(dist, D.Poisson):
+        return stats.poisson(as_np(dist.rate))
+    if isinstance(dist, D.Binomial):
+        return stats.binom(as_np(dist.total_count), as_np(dist.probs))
+    if isinstance(dist, D.Bernoulli):
+        return stats.binom(1, as_np(dist.probs))
+    if isinstance(dist, D.NegativeBinomial):
+        # torch counts successes (probability p) before total_count failures; scipy counts
+        # failures before n successes: the same law with scipy's p = 1 − torch's.
+        return stats.nbinom(as_np(dist.total_count), 1 - as_np(dist.probs))
+    raise TypeError(f"no scipy law for {type(dist).__name__}")
+
+
 def quantile(dist: D.Distribution, q: float) -> torch.Tensor:
     """The q-quantile of each distribution in the batch (the smallest y with F(y) ≥ q for
     discrete ones). Normal, gamma, (shifted) Poisson, binomial, negative binomial, Bernoulli; a
@@ -34,27 +55,10 @@ def quantile(dist: D.Distribution, q: float) -> torch.Tensor:
     q = check_level("q", q)
     if isinstance(dist, Shifted):
         return quantile(dist.base, q) + dist.shift
-    as_np = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
-    if isinstance(dist, D.Normal):
-        out = stats.norm.ppf(q, as_np(dist.loc), as_np(dist.scale))
-    elif isinstance(dist, D.Gamma):
-        out = stats.gamma.ppf(q, as_np(dist.concentration), scale=1 / as_np(dist.rate))
-    elif isinstance(dist, D.Poisson):
-        out = stats.poisson.ppf(q, as_np(dist.rate))
-    elif isinstance(dist, D.Binomial):
-        out = stats.binom.ppf(q, as_np(dist.total_count), as_np(dist.probs))
-    elif isinstance(dist, D.Bernoulli):
-        out = stats.binom.ppf(q, 1, as_np(dist.probs))
-    elif isinstance(dist, D.NegativeBinomial):
-        # torch counts successes (probability p) before total_count failures; scipy counts
-        # failures before n successes: the same law with scipy's p = 1 − torch's.
-        out = stats.nbinom.ppf(q, as_np(dist.total_count), 1 - as_np(dist.probs))
-    elif isinstance(dist, D.Categorical):
+    if isinstance(dist, D.Categorical):
         cdf = dist.probs.detach().double().cumsum(-1).cpu()
-        out = (cdf < q - 1e-12).sum(-1).clamp(max=cdf.shape[-1] - 1).numpy()
-    else:
-        raise TypeError(f"no quantiles for {type(dist).__name__}")
-    return torch.as_tensor(np.asarray(out, dtype=np.float64))
+        return (cdf < q - 1e-12).sum(-1).clamp(max=cdf.shape[-1] - 1).double()
+    return torch.as_tensor(np.asarray(scipy_law(dist).ppf(q), dtype=np.float64))
 
 
 def _moments(dist: D.Distribution) -> tuple[torch.Tensor, torch.Tensor]:
