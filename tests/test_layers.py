@@ -148,3 +148,13 @@ def test_no_library_module_is_over_500_lines():
     long = {p.relative_to(ROOT).as_posix(): n for p in ROOT.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 500}
     assert long == {}
+
+
+def test_no_exported_name_is_also_a_module_of_efa():
+    """``efa.recommend`` was both a function and the module ``efa/recommend.py``: once anything
+    imported the module, the attribute became the module and ``efa.recommend(...)`` failed with
+    "'module' object is not callable". Exported names and module names stay apart."""
+    import efa
+
+    modules = {p.stem for p in ROOT.glob("*.py")} | {p.name for p in ROOT.iterdir() if p.is_dir()}
+    assert set(efa._EXPORTS) & modules == set()

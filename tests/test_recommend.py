@@ -1,4 +1,4 @@
-"""Recommendations (efa.recommend): the top k of the model's own conditional at the next
+"""Recommendations (efa.recommendation): the top k of the model's own conditional at the next
 position, the same ranking that HR@k / NDCG@k score, seen items left out on request."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import efa
-from efa.recommend import ranking_metrics, recommend
+from efa.recommendation import ranking_metrics, recommend
 
 
 def _data(n=40, length=6, k=30, seed=0):

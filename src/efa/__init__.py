@@ -48,8 +48,8 @@ _EXPORTS = {
     "calibration": "efa.training.calibration",
     "seed_everything": "efa.training.train",
     "sample": "efa.sampling",
-    "recommend": "efa.recommend",
-    "ranking_metrics": "efa.recommend",
+    "recommend": "efa.recommendation",
+    "ranking_metrics": "efa.recommendation",
 }
 # Folders are layers (docs/design.md): core/ is the model, training/ fits, scores and stores
 # it, everything else in efa/ is built on those two.
@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on 
     from efa.core.fields import Attribute, Category, Value
     from efa.core.kernels import KERNELS, Kernel, register_kernel
     from efa.core.model import EFA, EFAConfig
-    from efa.recommend import ranking_metrics, recommend
+    from efa.recommendation import ranking_metrics, recommend
     from efa.sampling import sample
     from efa.tabular import AttentionTableClassifier
     from efa.training.calibration import calibration
