@@ -4,6 +4,7 @@ NLL over the exact Bayes limit, with wall time, epochs and the sizes the default
     python benchmarks/defaults.py --role development  # -> results/defaults/development.json
     python benchmarks/defaults.py --role evaluation   # -> results/defaults/evaluation.json
     python benchmarks/defaults.py --quick             # two small development teachers, printed
+    python benchmarks/defaults.py --role development --seeds 107 108   # some teachers only
 
 The teachers are :mod:`efa.generators.suite`'s (development seeds choose defaults, evaluation
 seeds judge them and choose nothing). Each student is what a user would write, naming the
@@ -85,8 +86,14 @@ def main() -> None:
     p.add_argument("--role", choices=("development", "evaluation"), default="development")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--fresh", action="store_true", help="start over instead of resuming")
+    p.add_argument("--seeds", type=int, nargs="+", help="only these teachers of the role")
     args = p.parse_args()
     specs = suite(args.role)
+    if args.seeds:
+        unknown = sorted(set(args.seeds) - {s.seed for s in specs})
+        if unknown:
+            p.error(f"seeds {unknown} are not {args.role} teachers")
+        specs = [s for s in specs if s.seed in args.seeds]
     if args.quick:  # the same code path on two small teachers: printed, never written
         specs = [replace(s, n_train=300, length=min(s.length, 8)) for s in specs[:2]]
     command = "python benchmarks/defaults.py --role " + args.role + " --quick" * args.quick
