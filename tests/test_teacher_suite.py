@@ -117,3 +117,29 @@ def test_unbounded_values_cannot_feed_an_explosion():
     assert all(float(v.abs().max()) < 1000 for v in data.fields.values())
     loud = attention_teacher(spec.fields(), spec.length, num_layers=2, num_heads=4, seed=912)
     assert loud.config.block == "residual"  # the default keeps efa's teacher as it was
+
+
+def test_the_masked_limit_is_exact_with_an_attribute_too():
+    """The same check with a covariate that every position reads: per sequence, the joint of
+    all 216 (item, flag) sequences under that sequence's own attributes."""
+    teacher = attention_teacher([efa.Category("item", 3), efa.Value("flag", Bernoulli()),
+                                 efa.Attribute("cov", size=2)], max_len=3, num_layers=2, seed=4)
+    data = efa.generators.sample(teacher, 6, seed=1)
+    combos = list(itertools.product(range(3), range(2), repeat=3))
+    index = {c: k for k, c in enumerate(combos)}
+    x = torch.tensor([c[0::2] for c in combos])
+    y = torch.tensor([c[1::2] for c in combos])
+    want = {"item": 0.0, "flag": 0.0}
+    for n in range(6):
+        cov = data.fields["cov"][n : n + 1].expand(len(combos), -1, -1)
+        lls = efa.log_likelihoods(teacher, efa.Sequences({"item": x, "flag": y, "cov": cov},
+                                                         torch.full((len(combos),), 3)))
+        joint = (lls["item"] + lls["flag"]).sum(1)
+        seq = [int(v) for pair in zip(data.fields["item"][n], data.fields["flag"][n],
+                                      strict=True) for v in pair]
+        for slot in range(6):
+            name, size = ("item", 3) if slot % 2 == 0 else ("flag", 2)
+            alts = [joint[index[tuple(seq[:slot] + [v] + seq[slot + 1:])]] for v in range(size)]
+            want[name] -= float(joint[index[tuple(seq)]] - torch.logsumexp(torch.stack(alts), 0)
+                                ) / 18
+    assert masked_bayes_nll(teacher, data) == pytest.approx(want, abs=1e-10)
