@@ -194,11 +194,9 @@ def probabilistic(model, test: Sequences) -> dict:
     residuals |y − mean| / sd find injected anomalies (ROC AUC)."""
     from sklearn.metrics import roc_auc_score
 
-    out = {}
-    for level in COVER:
-        frame = predictive_frame(model, test, NAME, level=level)
-        out[f"cover{level:g}"] = float(frame["covered"].mean())
-        out["nll"] = float(frame["surprisal"].mean())
+    frames = {level: predictive_frame(model, test, NAME, level=level) for level in COVER}
+    out = {f"cover{level:g}": float(f["covered"].mean()) for level, f in frames.items()}
+    out["nll"] = float(next(iter(frames.values()))["surprisal"].mean())
     shifted, hit = inject(test)
     residual = predictive_frame(model, shifted, NAME)["residual"].abs().to_numpy()
     out["auc"] = float(roc_auc_score(hit, residual))

@@ -277,9 +277,9 @@ def spatial_efa(
     units: ``noise="learned"`` (the default) one σ learned for all predictions (k = 1,
     initialised at the values' standard deviation), ``"heteroscedastic"`` a mean and a scale
     per prediction (k = 2), ``"fixed"`` σ = ``sigma`` (the paper's: maximum likelihood = least
-    squares, so its likelihood and intervals mean nothing). Chosen on validation data: the
-    heteroscedastic read-out cost validation MSE (CME attention, ℓ = 1: 7.63 against 7.44 °F²
-    with σ fixed, docs/temperature.md); one learned σ leaves the mean's fit as it was.
+    squares, so its likelihood and intervals mean nothing). One learned σ is the default: the
+    heteroscedastic read-out cost validation MSE at one layer (docs/temperature.md), while one
+    σ leaves what the mean is fitted to unchanged.
     ``config`` overrides any :class:`EFAConfig` entry.
     """
     if noise not in ("heteroscedastic", "learned", "fixed"):
