@@ -299,3 +299,22 @@ def test_sampled_softmax_is_the_corrected_softmax_over_the_samples_and_trains():
     before = -efa.evaluate(model, data)["item"]
     efa.fit(model, data, None, max_epochs=30, lr=3e-2, sampled_softmax=8, progress=False)
     assert -efa.evaluate(model, data)["item"] < before and not hasattr(model, "sampling")
+
+
+@pytest.mark.slow
+def test_the_device_parity_benchmark_runs_quick_and_writes_nothing():
+    """benchmarks/device_parity.py --quick (the CPU against itself): every output it compares
+    on a GPU is computed, each difference is zero, and no result file is written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    before = sorted((root / "results" / "scale").iterdir())
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "device_parity.py"),
+                          "--quick"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("{'output'")]
+    assert len(rows) == 11
+    assert all("difference': 0.0" in r or "differing': 0.0" in r for r in rows), rows
+    assert sorted((root / "results" / "scale").iterdir()) == before
