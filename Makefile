@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 LOCK_VENV := .lock-venv
 
-.PHONY: demo test lint install lock clean
+.PHONY: demo test lint install lock clean docs
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,14 +28,21 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest
 
-# Resolve pyproject's ranges (with the dev and experiments extras) afresh to the newest
+# The documentation site: user guide, theory, reproductions, API reference and the gallery
+# (examples/, each executed), into docs/_build/html; any Sphinx warning is an error.
+docs: $(STAMP)
+	rm -rf docs/_build docs/api/generated docs/auto_examples docs/sg_execution_times.rst
+	MPLBACKEND=Agg $(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	$(BIN)/python docs/check_site.py docs/_build/html
+
+# Resolve pyproject's ranges (with the dev, experiments and docs extras) afresh to the newest
 # versions and write them, with their hashes, to requirements.lock.
 lock:
 	test -x $(LOCK_VENV)/bin/python || $(PY) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/pip install --quiet --disable-pip-version-check pip-tools==7.6.2
 	$(LOCK_VENV)/bin/pip-compile --quiet --upgrade --generate-hashes --allow-unsafe \
-		--strip-extras --extra dev --extra experiments --no-emit-index-url \
+		--strip-extras --extra dev --extra experiments --extra docs --no-emit-index-url \
 		--no-emit-find-links --output-file requirements.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) $(LOCK_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(LOCK_VENV) runs .pytest_cache docs/_build docs/api/generated docs/auto_examples

@@ -1,5 +1,7 @@
-"""README tables generated from the committed ``results/*/results.json`` files: per experiment,
-its headline metric (the first row's) as settings × models, paper numbers in brackets."""
+"""Tables generated from the committed ``results/*/results.json`` files: README's headline table
+(each work's headline number beside the paper's and the best peer's) and, in
+``docs/reproductions.md``, per experiment its headline metric (the first row's) as settings ×
+models, paper numbers in brackets, with the scaling and defaults benchmarks."""
 
 from __future__ import annotations
 
@@ -12,6 +14,40 @@ from experiments.harness.report import fmt
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 SCALE_START, SCALE_END = "<!-- scale:start -->", "<!-- scale:end -->"
 DEFAULTS_START, DEFAULTS_END = "<!-- defaults:start -->", "<!-- defaults:end -->"
+HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
+REPRODUCTIONS = Path("docs") / "reproductions.md"  # beside README: the full tables
+
+# README's headline table: (work, experiment, setting, what is measured, efa's row, the peers
+# compared, whether lower is better). The paper's number is the one stored on efa's row, or on
+# the row named after "|" (the paper's own model) when efa's row is a new variant.
+HEADLINES = [
+    ("EFA", "synthetic", "bidirectional", "synthetic ratings: test MSE", "EFA",
+     ("FM", "per-movie mean"), True),
+    ("EFA", "movielens-sequence", "paper: bidirectional", "MovieLens next movie: test CE",
+     "EFA + distinct", ("Unigram + distinct", "Logit + distinct", "FM + distinct",
+                        "BERT4Rec + distinct"), True),
+    ("EFA", "instacart", "bidirectional", "Instacart basket item: test CE",
+     "EFA + bag + distinct|EFA + distinct", ("Unigram + distinct", "Logit + distinct", "FM",
+                                             "BERT4Rec + distinct"), True),
+    ("EFA", "temperature", "same day", "US temperatures, same day: test MSE (°F²)", "EFA ℓ=4",
+     ("FM (k=4, picked on validation)", "Gaussian conditional"), True),
+    ("CBOW experts", "car", "car", "car evaluations (levels as numbers): test accuracy",
+     "efa (linear block, ordinal GLM, numbers)", ("LR (numbers)", "CatBoost (numbers)",
+                                                  "TabM (numbers)", "FT-Transformer (numbers)",
+                                                  "Ordered logit (numbers)"), False),
+    ("CBOW experts", "auto-mpg", "auto-mpg", "auto-mpg (levels as numbers): test accuracy",
+     "efa (linear block, ordinal GLM, numbers)", ("LR (numbers)", "CatBoost (numbers)",
+                                                  "TabM (numbers)", "FT-Transformer (numbers)",
+                                                  "Ordered logit (numbers)"), False),
+    ("Fenchel duality", "attention-kernels", "temperature: same day ℓ=1",
+     "temperatures ℓ=1: test log-likelihood", "generalized + context", ("softmax",), False),
+    ("Exchangeability", "temperature-cme", "same day", "temperatures ℓ=1: test MSE (°F²)",
+     "EFA cme ℓ=1", ("EFA softmax ℓ=1", "Gaussian conditional",
+                     "GP on (lat, lon) (RBF, γ and λ on validation)"), True),
+    ("In-context regression", "in-context-regression", "UNN data + noise sd 0.1",
+     "GP functions: NLL per point", "EFA (GP attention)",
+     ("TNP-D", "Nadaraya–Watson", "note's model (exact)", "GP fitted per sequence"), True),
+]
 
 
 def table(doc: dict) -> list[str]:
@@ -180,6 +216,29 @@ def defaults_tables(results: Path) -> str:
     return "\n".join(parts).strip() or "(no results yet)"
 
 
+def headline_table(results: Path) -> str:
+    """README's table: per work, efa's headline number, the paper's and the best peer's."""
+    from experiments.harness.report import Report
+
+    lines = ["| work | data and metric | efa | paper | best peer |", "|---|---|---|---|---|"]
+    for work, name, setting, what, efa_model, peers, lower in HEADLINES:
+        doc = json.loads((Path(results) / name / "results.json").read_text())
+        report = Report.from_json(doc, name)
+        metric = doc["rows"][0]["metric"]
+        cell = {r["model"]: row for r, row in zip(doc["rows"], report.rows, strict=True)
+                if r["setting"] == setting and r["metric"] == metric}
+        ours, _, paper_model = efa_model.partition("|")
+        missing = [m for m in (ours, paper_model or ours, *peers) if m not in cell]
+        if missing:
+            raise ValueError(f"results/{name}: no {missing} row in setting {setting!r}")
+        paper = cell[paper_model or ours].paper
+        best = min(peers, key=lambda m: cell[m].mean if lower else -cell[m].mean)
+        lines.append(f"| {work} | {what} | {fmt(cell[ours].mean, cell[ours].std)} | "
+                     f"{'—' if paper is None else f'{paper:.3f}'} | "
+                     f"{best}: {fmt(cell[best].mean, cell[best].std)} |")
+    return "\n".join(lines)
+
+
 def _replace(text: str, start: str, end: str, body: str, readme) -> str:
     if start not in text or end not in text:
         raise ValueError(f"{readme} has no {start} ... {end} block")
@@ -188,8 +247,9 @@ def _replace(text: str, start: str, end: str, body: str, readme) -> str:
 
 
 def update_readme(readme: Path, results: Path) -> bool:
-    """Rewrite the blocks between the results markers, and each results.md from its
-    results.json (so each shows its environment); True if README changed."""
+    """Rewrite README's headline block and the blocks of ``docs/reproductions.md`` beside it,
+    and each results.md from its results.json (so each shows its environment); True if a page
+    changed."""
     from experiments.harness.report import Report
 
     if not Path(readme).is_file():
@@ -204,12 +264,18 @@ def update_readme(readme: Path, results: Path) -> bool:
         text = Report.read(path.parent).markdown()
         if not md.exists() or md.read_text() != text:
             md.write_text(text)
-    text = Path(readme).read_text()
-    new = _replace(text, START, END, tables(results), readme)
-    if SCALE_START in new:
-        new = _replace(new, SCALE_START, SCALE_END, scale_tables(results), readme)
-    if DEFAULTS_START in new:
-        new = _replace(new, DEFAULTS_START, DEFAULTS_END, defaults_tables(results), readme)
-    if new != text:
-        Path(readme).write_text(new)
-    return new != text
+    blocks = {HEADLINE_START: (HEADLINE_END, headline_table), START: (END, tables),
+              SCALE_START: (SCALE_END, scale_tables), DEFAULTS_START: (DEFAULTS_END,
+                                                                       defaults_tables)}
+    changed = False
+    for page in (Path(readme), Path(readme).parent / REPRODUCTIONS):
+        if not page.is_file():
+            continue
+        text = new = page.read_text()
+        for start, (end, make) in blocks.items():
+            if start in new:
+                new = _replace(new, start, end, make(results), page)
+        if new != text:
+            page.write_text(new)
+            changed = True
+    return changed

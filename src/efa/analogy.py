@@ -114,7 +114,7 @@ def vocabulary_index(vocab: Sequence[str], lowercase: bool = True) -> dict[str, 
 
 
 def _in_range(x: np.ndarray) -> np.ndarray:
-    """``x`` divided by its largest |entry| when that is so large or small that squared norms
+    """``x`` divided by its largest absolute entry when that is so large or small that squared norms
     would overflow or underflow: cosines and 3CosAdd's argmax do not change with a common
     scale. Matrices of ordinary scale are returned as they are (the same bits as before)."""
     m = float(np.abs(x).max()) if x.size else 0.0

@@ -306,6 +306,7 @@ class CBOWMoE(ConditionalModel):
         return pi, f
 
     def gates(self, data: Sequences) -> Tensor:
+        """The mixture weights π of each expert at every position."""
         return self.gates_and_experts(data, experts=False)[0]
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:

@@ -45,13 +45,36 @@ def _with_next_slot(model: ConditionalModel, data: Sequences) -> tuple[Sequences
 def recommend(model: ConditionalModel, data: Sequences, k: int = 10, *,
               field: str | None = None, exclude_seen: bool = True,
               at: Tensor | None = None) -> pd.DataFrame:
-    """The ``k`` most probable items of the category ``field`` (default: the first target) for
-    each sequence: at a new position after its end (``at=None``), or at the positions of the
-    bool mask ``at`` [N, I]. ``exclude_seen`` leaves out the items in the sequence's context
-    (a ``distinct`` field never proposes them anyway); probabilities are the model's, not
-    renormalised over what is left. Returns one row per (sequence, rank): sequence, position,
-    rank (1 = best), item, probability, and label where the field has labels; ties are broken
-    by the smaller item id."""
+    """The ``k`` most probable items for each sequence.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A fitted model with a category target.
+    data : Sequences
+        The sequences to recommend for.
+    k : int
+        Items per sequence, at most the catalogue's size.
+    field : str, optional
+        The category field (default: the first target).
+    exclude_seen : bool
+        Leave out the items in the sequence's context (a ``distinct`` field never proposes
+        them anyway). Probabilities are the model's, not renormalised over what is left.
+    at : Tensor, optional
+        A bool mask [N, I] of the positions to recommend at (default: a new position after each
+        sequence's end: the next item of a unidirectional model, a masked slot of a
+        bidirectional one).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (sequence, rank): sequence, position, rank (1 = best), item, probability,
+        and label where the field has labels. Ties are broken by the smaller item id.
+
+    Examples
+    --------
+    >>> efa.recommend(model, data, k=3)  # doctest: +SKIP
+    """
     f = model.target(field)
     if not isinstance(f, Category):
         raise ValueError(f"field {f.name!r} is not a category: recommendations rank items")

@@ -95,10 +95,39 @@ def _draw(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, T
 
 def sample(model: ConditionalModel, n: int | None = None, length: int | None = None, *,
            context: Sequences | None = None, sweeps: int = 20, seed: int = 0) -> Sequences:
-    """``n`` new sequences of ``length`` positions (default ``max_len``), or ``context``
-    completed (see the module's docstring). Unidirectional models: ancestral sampling.
-    Bidirectional ones: one pass drawing each value given those drawn or observed so far,
-    then ``sweeps`` Gibbs sweeps. Seeded: the same seed gives the same draws."""
+    """Draw sequences from a fitted model, or complete given ones.
+
+    Unidirectional models are sampled ancestrally (exact draws of their joint). Bidirectional
+    ones get one pass drawing each value given those drawn or observed so far, then ``sweeps``
+    Gibbs sweeps; their conditionals, fitted one by one, need not be those of any joint (see
+    the module's docstring).
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A fitted model.
+    n : int, optional
+        Number of new sequences (with ``context=None``).
+    length : int, optional
+        Positions per sequence (default: the model's ``max_len``); with ``context``, the
+        sequences are continued to this length.
+    context : Sequences, optional
+        Sequences to complete: observed values are kept, missing ones and the positions up to
+        ``length`` are drawn.
+    sweeps : int
+        Gibbs sweeps of a bidirectional model after the first pass.
+    seed : int
+        The same seed gives the same draws.
+
+    Returns
+    -------
+    Sequences
+        The drawn (or completed) sequences.
+
+    Examples
+    --------
+    >>> draws = efa.sample(model, 100, length=8, seed=0)  # doctest: +SKIP
+    """
     if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 0:
         raise ValueError(f"sweeps must be an integer >= 0, got {sweeps!r}")
     values, todo, lengths = _start(model, n, length, context)

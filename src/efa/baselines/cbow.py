@@ -1,5 +1,5 @@
 """Continuous bag of words with a window and a full softmax (no negative sampling), the model
-that Wibisono & Wang (UAI 2023) compare bidirectional attention with:
+that Wibisono & Wang (UAI 2023) compare bidirectional attention with::
 
     p(x_m = k | context) = softmax_k( w_kᵀ Σ_j ω(j, m) c_{x_j} / Σ_j ω(j, m) ),
     ω(j, m) = 1(1 ≤ |j − m| ≤ w)
@@ -30,7 +30,7 @@ class CBOW(ConditionalModel):
         nn.init.normal_(self.context.weight, std=0.1)
 
     def weights(self, data: Sequences) -> Tensor:
-        """ω [B, M, J]: 1 on the real positions j with 1 ≤ |j − m| ≤ w."""
+        """ω [B, M, J]: 1 on the real positions j with 1 ≤ ``|j − m|`` ≤ w."""
         n = data.max_len
         pos = torch.arange(n)
         gap = (pos[:, None] - pos[None, :]).abs()

@@ -42,7 +42,7 @@ def _check_options(direction: str, dim: int) -> None:
 
 
 def context_sum(e: Tensor, valid: Tensor, direction: str) -> tuple[Tensor, Tensor]:
-    """Σ_{j in c(i)} e_j and |c(i)| for every i; e [B, I, K], valid [B, I]."""
+    """Σ_{j in c(i)} e_j and ``|c(i)|`` for every i; e [B, I, K], valid [B, I]."""
     e = e * valid[..., None]
     count = valid.to(e.dtype)
     if direction == "bidirectional":
@@ -146,7 +146,7 @@ def knn_indices(coords: Tensor, available: Tensor, k: int) -> tuple[Tensor, Tens
 
 
 class KNNFM(ConditionalModel):
-    """Prop 2 with a k-nearest-neighbour context (the paper's FM baseline, Sec 6.4):
+    """Prop 2 with a k-nearest-neighbour context (the paper's FM baseline, Sec 6.4)::
 
         y_i | y_-i ~ N(loc + scale · h(τ_i)ᵀ Σ_{j ∈ kNN(i)} h(τ_j) z_j, σ²),
         z_j = (y_j − loc) / scale,  h = MLP(2 → 128 → 32) of the standardised (lat, lon),

@@ -43,14 +43,17 @@ class Climatology:
     """Predict each token (site × lag slot) by its training mean; one number per site."""
 
     def fit(self, train: Sequences, name: str) -> Climatology:
+        """Learn each site's mean of the field ``name`` from ``train``; returns self."""
         y, _ = sequence_matrix(train, name)
         self.name, self.mean_ = name, np.nanmean(y, axis=0)
         return self
 
     def predict(self, data: Sequences) -> np.ndarray:
+        """Each site's training mean at every position of ``data``."""
         return np.broadcast_to(self.mean_, (len(data), len(self.mean_))).copy()
 
     def mse(self, data: Sequences) -> float:
+        """Mean squared error of the site means on the predicted positions of ``data``."""
         return _mse(self.predict(data), data, self.name)
 
 
@@ -71,6 +74,7 @@ class GaussianConditional:
         self.alpha = alpha
 
     def fit(self, train: Sequences, name: str) -> GaussianConditional:
+        """Estimate the (shrunk) covariance of the sites from ``train``; returns self."""
         y, _ = sequence_matrix(train, name)
         complete = y[np.isfinite(y).all(axis=1)]
         if len(complete) < 2:
@@ -108,6 +112,7 @@ class GaussianConditional:
         return out, sd
 
     def mse(self, data: Sequences) -> float:
+        """Mean squared error of the conditional means on the predicted positions of ``data``."""
         return _mse(self.predict(data), data, self.name)
 
 

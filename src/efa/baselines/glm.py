@@ -139,6 +139,8 @@ class ContextLogit(ConditionalModel):
         return {self.fields[0].name: self.context_term(data) + self.design(data)}
 
     def penalised(self) -> dict[str, list[Tensor]]:
+        """The penalised parameters by group: the weights, and the position / length effects
+        (penalised at a smaller ratio, see ``select_l2``)."""
         return {"weights": [self.weight.weight], "design": self.design.penalised()}
 
     def objective(self, data: Sequences) -> Callable[[], Tensor]:
@@ -288,6 +290,8 @@ class RatingGLM(ConditionalModel):
         return loss
 
     def penalised(self) -> dict[str, list[Tensor]]:
+        """The penalised parameters by group: the context weights, and the position / length
+        effects (penalised at a smaller ratio, see ``select_l2``); none without context."""
         # The item effects play the intercept's part (one per item, many ratings each): free.
         if not self.context:
             return {}

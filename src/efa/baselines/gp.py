@@ -81,6 +81,7 @@ class GPOracle(ConditionalModel):
         self.spec, self.fields = spec, fields
 
     def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
+        """Predictive mean and standard deviation of every scored point of ``data``."""
         x, k = data.fields["x"][..., 0].double(), data.fields["channel"]
         return causal_gaussian(covariance(self.spec, x, k), data.fields["y"].double(),
                                data.valid())
@@ -231,6 +232,7 @@ class FittedGP(ConditionalModel):
         self.fits: list[list[dict]] = []  # per sequence: fitted hyper-parameters per refit
 
     def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
+        """Predictive mean and standard deviation of every scored point of ``data``."""
         x = data.fields["x"][..., 0].double().numpy()
         k = data.fields["channel"].double().numpy()
         y = data.fields["y"].double().numpy()

@@ -35,6 +35,7 @@ class NadarayaWatson(ConditionalModel):
         self.prior_mean, self.prior_var = prior_mean, prior_var
 
     def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
+        """Predictive mean and standard deviation of every scored point of ``data``."""
         x = data.fields["x"][..., 0].double()
         y = data.fields["y"].double()
         k = data.fields["channel"]

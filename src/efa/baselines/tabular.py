@@ -119,7 +119,7 @@ def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
                     names: Iterable[str] = ("LR", "RF", "GB", "MLP"), target: str = "y",
                     grids: dict | None = None) -> dict[str, dict]:
     """Fit the reference peers on ``train`` and score them on ``test`` (and on ``train``):
-    per peer the metrics of :func:`class_metrics` with ``train `` prefixes, the CV-selected
+    per peer the metrics of :func:`class_metrics` with ``train`` prefixes, the CV-selected
     parameters and the wall time."""
     features = [c for c in train if c != target]
     xtr, xte = one_hot(train, test, features)
@@ -242,6 +242,7 @@ class OrderedLogit(ClassifierMixin, BaseEstimator):
         return np.concatenate(cols, 1)
 
     def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
+        """Fit the proportional-odds model to the table ``X`` and ordered labels ``y``."""
         import warnings
 
         X = _frame(X)
@@ -267,9 +268,11 @@ class OrderedLogit(ClassifierMixin, BaseEstimator):
         return self
 
     def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
+        """Class probabilities of each row of ``X``."""
         return np.asarray(self.model_.predict(self.result_.params, exog=self._design(X)))
 
     def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
+        """The most probable class of each row of ``X``."""
         return self.classes_[self.predict_proba(X).argmax(1)]
 
 
@@ -309,6 +312,7 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
         return X
 
     def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
+        """Fit CatBoost to the table ``X`` and labels ``y`` (text columns as categories)."""
         from catboost import CatBoostClassifier
 
         self.numeric_ = _numeric(_frame(X))
@@ -328,9 +332,11 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
         return self
 
     def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
+        """Class probabilities of each row of ``X``."""
         return self.model_.predict_proba(self._prepare(X))
 
     def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
+        """The most probable class of each row of ``X``."""
         return self.classes_[self.predict_proba(X).argmax(1)]
 
 
@@ -423,6 +429,7 @@ class TabMTable(_TorchTable):
         self.validation, self.random_state = validation, random_state
 
     def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
+        """Fit TabM to the table ``X`` and labels ``y``."""
         import tabm
         import torch
 
@@ -442,6 +449,7 @@ class TabMTable(_TorchTable):
         return self
 
     def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
+        """Class probabilities of each row of ``X``."""
         import torch
 
         with torch.no_grad():
@@ -461,6 +469,7 @@ class FTTransformerTable(_TorchTable):
         self.validation, self.random_state = validation, random_state
 
     def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
+        """Fit the FT-Transformer to the table ``X`` and labels ``y``."""
         import rtdl_revisiting_models as rtdl
         import torch
 
@@ -478,6 +487,7 @@ class FTTransformerTable(_TorchTable):
         return self
 
     def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
+        """Class probabilities of each row of ``X``."""
         import torch
 
         with torch.no_grad():

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # for annotations only
 
 
 def build_mlp(dim_in: int, dim_hid: int, dim_out: int, depth: int) -> nn.Sequential:
+    """``depth`` linear layers ``dim_in → dim_hid → … → dim_out`` with ReLU between them."""
     modules: list[nn.Module] = [nn.Linear(dim_in, dim_hid), nn.ReLU()]
     for _ in range(depth - 2):
         modules += [nn.Linear(dim_hid, dim_hid), nn.ReLU()]

@@ -65,6 +65,7 @@ class MultiHeadAttention(nn.Module):
         self.kernel = KERNELS[spec["kernel"]](num_heads, head_dim, factor, causal, **options)
 
     def split(self, x: Tensor) -> Tensor:
+        """[B, I, H·d] → [B, H, I, d]: one slice per head."""
         b, i, _ = x.shape
         return x.view(b, i, self.num_heads, self.head_dim).transpose(1, 2)
 

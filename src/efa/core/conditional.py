@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # for annotations only
 
 
 def refuse_sampling(model: nn.Module, sampling: softmax.Sampling | None) -> None:
+    """Refuse the sampled softmax for a model whose loss cannot take it (only efa.EFA's
+    category targets can)."""
     if sampling is not None:
         raise ValueError(f"{type(model).__name__} cannot train by the sampled softmax (efa.EFA's "
                          "category targets can): train it without sampled_softmax")
@@ -67,6 +69,7 @@ class ConditionalModel(nn.Module):
         return [f for f in self.fields if f.target]
 
     def field(self, name: str) -> Field:
+        """The field called ``name`` (an error naming the model's fields otherwise)."""
         for f in self.fields:
             if f.name == name:
                 return f
@@ -142,6 +145,8 @@ class ConditionalModel(nn.Module):
         return data, (None if at is None else at.to(device))
 
     def check(self, data: Sequences) -> None:
+        """Check that ``data`` fits the model's fields (names, kinds, values, lengths); raises
+        naming the first problem."""
         dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
         check_sequences(data, self.fields, self.max_len, dtype)
 

@@ -30,7 +30,7 @@ class TableEncoder(nn.Module):
         return self.table(ids)
 
     def masked(self, shape: tuple[int, ...]) -> Tensor:
-        """[*shape, dim] of the [MASK] embedding (looked up, so that its gradient is summed
+        """``[*shape, dim]`` of the [MASK] embedding (looked up, so that its gradient is summed
         as when some values are hidden: the same numbers)."""
         return self.table(torch.full(shape, self.table.num_embeddings - 1,
                                      device=self.table.weight.device))
@@ -75,7 +75,7 @@ class MapEncoder(nn.Module):
         return e
 
     def masked(self, shape: tuple[int, ...]) -> Tensor:
-        """[*shape, dim] of a value field's [MASK] vector (the map is not run)."""
+        """``[*shape, dim]`` of a value field's [MASK] vector (the map is not run)."""
         return self.mask.expand(*shape, -1)
 
 

@@ -87,6 +87,8 @@ class Field:
         raise NotImplementedError
 
     def config(self) -> dict:
+        """The field as a JSON-ready dict (what ``efa.save`` writes, ``field_from_config``
+        reads)."""
         return {"kind": self.kind, **asdict(self)}
 
 
@@ -380,6 +382,7 @@ class Attribute(Field):
 
 
 def field_from_config(d: dict) -> Field:
+    """The field a ``Field.config()`` dict describes."""
     if not isinstance(d, dict):
         raise ValueError(f"a field's config must be a dict with a 'kind', got {d!r}")
     d = dict(d)

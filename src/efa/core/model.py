@@ -123,6 +123,7 @@ class EFAConfig:
         return strategies.choose(self.mode, self.num_layers, self.causal, row_local)
 
     def to_dict(self) -> dict:
+        """The configuration as a JSON-ready dict (``EFAConfig.from_dict`` reads it back)."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "fields"}
         return {"fields": [f.config() for f in self.fields], **d}
 

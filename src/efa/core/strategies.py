@@ -63,6 +63,8 @@ def two_stream(blocks: nn.ModuleList, content: Tensor, query: Tensor, allowed: T
 def copies(blocks: nn.ModuleList, content: Tensor, query: Tensor, allowed: Tensor, at: Tensor,
            want_weights: bool = False, chunk: int = 4096,
            head: Callable[[Tensor], Tensor] = _identity) -> tuple[Tensor, Tensor | None]:
+    """Read-outs at the asked positions by in-model masked copies: exact for any depth,
+    direction and kernel."""
     if len(blocks) == 1 and own_is_copy(blocks[0]) and _dense(at):
         return _own_form_copies(blocks[0], content, query, allowed, at, want_weights, chunk, head)
     b_idx, i_idx = at.nonzero(as_tuple=True)

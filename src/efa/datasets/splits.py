@@ -18,4 +18,5 @@ class Splits:
     test: pd.DataFrame
 
     def as_dict(self) -> dict[str, pd.DataFrame]:
+        """The splits as a dict of name → data."""
         return {"train": self.train, "val": self.val, "test": self.test}

@@ -77,8 +77,6 @@ class BayesPrediction:
     mean_se: Tensor | None = None
 
 
-# --------------------------------------------------------------------------- shared pieces
-
 
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(seed))
@@ -137,8 +135,7 @@ def _given_covariates(covariates, n: int, length: int, dim: int) -> Tensor:
 
 
 def _pack(c, y, signal, lengths, y_dtype=torch.float32):
-    """Zero the padding of covariates, responses and signal; the Sequences of (c, y) and the
-    padded signal."""
+    """The Sequences of (c, y) and the signal, with their padding zeroed."""
     valid = torch.arange(y.shape[1]) < lengths[:, None]
     y, signal = torch.where(valid, y, 0.0), torch.where(valid, signal, 0.0)
     c = torch.where(valid[..., None], c, 0.0)
@@ -208,8 +205,6 @@ def _nan_outside(values: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, values, torch.full_like(values, float("nan")))
 
 
-# --------------------------------------------------------------------------- Gaussian models
-
 
 def _gaussian_loo(cov: Tensor, y: Tensor, seen: Tensor, direction: str, noise_var: float):
     """Posterior predictive mean and variance [N, I] of every observed y_i given the other
@@ -240,8 +235,27 @@ def _gaussian_prediction(cov, y, data: Sequences, direction: str, noise_var) -> 
     return BayesPrediction(_nan_outside(mean, pred), _nan_outside(logp, pred))
 
 
+class _GaussianLatent:
+    """What the Gaussian-response generators share: their fields and Bayes predictor."""
+
+    dim: int
+    noise_var: float
+
+    def fields(self, dim: int = 16, hidden: int = 32) -> list[Field]:
+        """efa fields for the generated sequences (covariate c, response y), at width ``dim``."""
+        return [Attribute("c", size=self.dim, dim=dim, hidden=hidden),
+                Value("y", Gaussian(math.sqrt(self.noise_var)), dim=dim, hidden=hidden,
+                      loc=0.0, scale=1.0)]
+
+    def bayes(self, data: Sequences, direction: str = "bidirectional") -> BayesPrediction:
+        """The Bayes-optimal prediction of every token of ``data`` from the others."""
+        c, y = _check_data(data, self.dim)
+        cov = self.covariance(c)  # type: ignore[attr-defined]  # each subclass's kernel
+        return _gaussian_prediction(cov, y, data, direction, self.noise_var)
+
+
 @dataclass(frozen=True)
-class LinearGaussian:
+class LinearGaussian(_GaussianLatent):
     """y = z·c + ε with z ~ N(0, prior_var·I_dim) per sequence and ε ~ N(0, noise_var)
     (Sec. 3.1, eq. 3.4, one response). The Bayes predictor of y at covariate c given the
     context (C, y) is Bayesian linear regression, z̄·c with z̄ = Cᵀ(CCᵀ + (σ²/τ²)I)⁻¹y: CME
@@ -261,11 +275,6 @@ class LinearGaussian:
         """The CME ridge λ = σ²/τ² of the Bayes predictor (linear similarity, bandwidth 1)."""
         return self.noise_var / self.prior_var
 
-    def fields(self, dim: int = 16, hidden: int = 32) -> list[Field]:
-        return [Attribute("c", size=self.dim, dim=dim, hidden=hidden),
-                Value("y", Gaussian(math.sqrt(self.noise_var)), dim=dim, hidden=hidden,
-                      loc=0.0, scale=1.0)]
-
     def sample(self, n: int, length: int, seed: int = 0, min_length: int | None = None,
                covariates: Tensor | None = None) -> LatentSample:
         """``n`` sequences of ``length`` tokens (lengths uniform in min_length..length when
@@ -281,10 +290,6 @@ class LinearGaussian:
         """Cov(f(c_i), f(c_j)) = τ² c_i·c_j [..., I, I]."""
         return self.prior_var * c @ c.transpose(-1, -2)
 
-    def bayes(self, data: Sequences, direction: str = "bidirectional") -> BayesPrediction:
-        c, y = _check_data(data, self.dim)
-        return _gaussian_prediction(self.covariance(c), y, data, direction, self.noise_var)
-
     def posterior_mean(self, c: Tensor, y: Tensor) -> Tensor:
         """E[z | C, y] [..., dim] for one context (C [..., L, dim], y [..., L]): the paper's
         z̄(X) = yᵀ(CCᵀ + λI)⁻¹C, λ = σ²/τ² (Sec. 3.1)."""
@@ -294,7 +299,7 @@ class LinearGaussian:
 
 
 @dataclass(frozen=True)
-class GPLatent:
+class GPLatent(_GaussianLatent):
     """y = f(c) + ε with f ~ GP(0, signal_var·exp(−‖c − c'‖²/(2·lengthscale²))) per sequence
     and ε ~ N(0, noise_var) (eq. 4.1, App. B.1). The Bayes predictor is the GP posterior mean,
     i.e. CME attention with the RBF similarity, bandwidth γ = lengthscale² and ridge
@@ -319,17 +324,14 @@ class GPLatent:
     def bandwidth(self) -> float:
         return self.lengthscale**2
 
-    def fields(self, dim: int = 16, hidden: int = 32) -> list[Field]:
-        return [Attribute("c", size=self.dim, dim=dim, hidden=hidden),
-                Value("y", Gaussian(math.sqrt(self.noise_var)), dim=dim, hidden=hidden,
-                      loc=0.0, scale=1.0)]
-
     def covariance(self, c: Tensor) -> Tensor:
+        """Cov(f(c_i), f(c_j)) [..., I, I] of the GP at the inputs ``c`` [..., I, dim]."""
         sq = ((c[..., :, None, :] - c[..., None, :, :]) ** 2).sum(-1)
         return self.signal_var * torch.exp(-sq / (2 * self.lengthscale**2))
 
     def sample(self, n: int, length: int, seed: int = 0, min_length: int | None = None,
                covariates: Tensor | None = None) -> LatentSample:
+        """``n`` sequences of ``length`` points, each from its own draw of f (seeded)."""
         lo = _check_size(n, length, min_length)
         g = _generator(seed)
         c = _covariates(self.covariates, n, length, self.dim, g)
@@ -345,12 +347,6 @@ class GPLatent:
         data, f = _pack(c, y, f, lengths)
         return LatentSample(data, f, f, self)
 
-    def bayes(self, data: Sequences, direction: str = "bidirectional") -> BayesPrediction:
-        c, y = _check_data(data, self.dim)
-        return _gaussian_prediction(self.covariance(c), y, data, direction, self.noise_var)
-
-
-# --------------------------------------------------------------------------- exp.-family emissions
 
 
 @dataclass(frozen=True)
@@ -379,17 +375,20 @@ class ExpFamilyLatent:
             raise ValueError(f"samples must be an integer >= 10, got {self.samples!r}")
 
     def efa_family(self) -> Bernoulli | Poisson:
+        """The efa family of the emissions."""
         return Bernoulli() if self.family == "bernoulli" else Poisson()
 
     def fields(self, dim: int = 16, hidden: int = 32) -> list[Field]:
+        """efa fields for the generated sequences, at width ``dim``."""
         return [Attribute("c", size=self.dim, dim=dim, hidden=hidden),
                 Value("y", self.efa_family(), dim=dim, hidden=hidden, loc=0.0, scale=1.0)]
 
-    # -- the emission: mean, log-density and its derivatives in η --------------------------
     def mean(self, eta: Tensor) -> Tensor:
+        """The emissions' mean given the latent natural parameter."""
         return torch.sigmoid(eta) if self.family == "bernoulli" else torch.exp(eta)
 
     def log_density(self, y: Tensor, eta: Tensor) -> Tensor:
+        """log p(y | latent) of the emissions."""
         if self.family == "bernoulli":
             return y * eta - torch.nn.functional.softplus(eta)
         return y * eta - torch.exp(eta) - torch.lgamma(y + 1)
@@ -400,6 +399,7 @@ class ExpFamilyLatent:
 
     def sample(self, n: int, length: int, seed: int = 0, min_length: int | None = None,
                covariates: Tensor | None = None) -> LatentSample:
+        """``n`` sequences of ``length`` tokens, one latent per sequence (seeded)."""
         g, z, c, lengths = _draw_linear(self, n, length, seed, min_length, covariates)
         eta = (c * z[:, None, :]).sum(-1) + self.offset
         signal = self.mean(eta)

@@ -47,6 +47,7 @@ FAMILIES = ("poisson", "gaussian", "bernoulli", "negative_binomial", "gamma")
 
 
 def family(name: str) -> Family:
+    """The efa family called ``name`` in the suite's specs."""
     makers: dict[str, Callable[[], Family]] = {
         "poisson": Poisson, "gaussian": Gaussian, "bernoulli": Bernoulli,
         "negative_binomial": lambda: NegativeBinomial(5.0), "gamma": Gamma}
@@ -80,12 +81,14 @@ class TeacherSpec:
         return 500 if self.direction == "bidirectional" else 2000
 
     def fields(self) -> list[Field]:
+        """The teacher's fields, as its spec declares them."""
         out: list[Field] = [Category(f"item{k}", d) for k, d in enumerate(self.categories)]
         out += [Value(f"{name}{k}", family(name)) for k, name in enumerate(self.values)]
         out += [Attribute(f"covariate{k}", size=2) for k in range(self.attributes)]
         return out
 
     def teacher(self) -> EFA:
+        """The teacher this spec describes (weights drawn from its seed)."""
         return attention_teacher(self.fields(), self.length, num_layers=self.num_layers,
                                  num_heads=self.num_heads, unbounded_feeds=("q", "k"),
                                  seed=self.seed)

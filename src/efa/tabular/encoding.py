@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # for annotations only
 
 
 def as_1d(y: npt.ArrayLike) -> np.ndarray:
+    """``y`` as a 1-d array (an error naming the shape otherwise)."""
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
         from sklearn.exceptions import DataConversionWarning
@@ -36,6 +37,8 @@ def as_1d(y: npt.ArrayLike) -> np.ndarray:
 
 
 def lookup(levels: Iterable[Any]) -> dict:
+    """Level → code (its position in ``levels``); a NumPy scalar level is also found as its
+    Python value."""
     out = {}
     for k, v in enumerate(levels):
         out[v] = k
@@ -66,6 +69,7 @@ def bin_edges(v: np.ndarray, n_bins: int, column: Hashable) -> np.ndarray:
 
 
 def check_scalars(values: pd.Series, column: Hashable) -> None:
+    """Check that a column holds scalars only; raises naming the column."""
     for v in values:
         if not isinstance(v, str | numbers.Number | bool | np.generic):
             raise TypeError(f"column {column!r}: argument must be a string or a number, got "
@@ -91,6 +95,7 @@ def split_rows(y_codes: np.ndarray, fraction: float, seed: int) -> tuple[np.ndar
 
 
 def as_frame(X: pd.DataFrame | npt.ArrayLike) -> pd.DataFrame:
+    """``X`` as a pandas DataFrame with string column names."""
     if isinstance(X, pd.DataFrame):
         return X
     if hasattr(X, "toarray") or hasattr(X, "tocsr"):
@@ -134,12 +139,15 @@ def column_kinds(est: AttentionTableClassifier, X: pd.DataFrame) -> list[str]:
 
 
 def nan_error(col: Hashable, rows: Sequence[int] | np.ndarray) -> ValueError:
+    """The error for a missing value in a column, naming the column and the row."""
     return ValueError(
         f"column {col!r} has NaN or inf in {len(rows)} row(s) (first: row {rows[0]}); pass "
         "missing='mask' to treat missing cells as unobserved")
 
 
 def learn_columns(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
+    """Learn each column's kind and its levels, bin edges or moments from the training table
+    ``X`` onto the estimator's fitted attributes."""
     est.kinds_ = column_kinds(est, X)
     est.levels_, est.bins_, est.stats_, est.bin_values_ = {}, {}, {}, {}
     for c, kind in zip(X.columns, est.kinds_, strict=True):

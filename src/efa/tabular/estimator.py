@@ -382,8 +382,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         return self._column_proba(sequences(self, X), self.n_positions_ - 1, self._target)
 
     def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
-        proba = self.predict_proba(X)
-        return self.classes_[proba.argmax(1)]
+        """The most probable class of each row of ``X``."""
+        return self.classes_[self.predict_proba(X).argmax(1)]
 
     def predict_column_proba(self, X: pd.DataFrame | npt.ArrayLike, column: Hashable | None,
                              y: npt.ArrayLike | None = None) -> pd.DataFrame:

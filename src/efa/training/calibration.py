@@ -49,7 +49,7 @@ class Calibration:
     counts in ``bins`` equal bins of [0, 1]) and the p-value of a χ² test of its uniformity.
     Categories: the reliability curve (per bin of top-1 probability: mean ``confidence``,
     ``accuracy``, ``count``; a tie for the top counts as 1/k of a hit) and the expected
-    calibration error ``ece`` (the count-weighted mean |accuracy − confidence|)."""
+    calibration error ``ece`` (the count-weighted mean of ``|accuracy − confidence|``)."""
 
     field: str
     kind: str  # "value" or "category"
@@ -64,6 +64,7 @@ class Calibration:
     ece: float | None = None
 
     def frame(self) -> pd.DataFrame:
+        """The measurements as a DataFrame: coverage per level, or the reliability curve."""
         if self.kind == "value":
             return pd.DataFrame({"level": self.levels, "coverage": self.coverage})
         return pd.DataFrame({"confidence": self.confidence, "accuracy": self.accuracy,
@@ -100,8 +101,31 @@ class Calibration:
 def calibration(model: ConditionalModel, data: Sequences, field: str,
                 levels: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95), bins: int = 10,
                 seed: int = 0, batch_size: int = 1024) -> Calibration:
-    """Calibration of ``model``'s predictive of ``field`` at every predicted position of
-    ``data`` (see :class:`Calibration`). ``seed`` draws the randomisation of discrete PITs."""
+    """How well calibrated ``model``'s predictive of ``field`` is on ``data``.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A fitted model.
+    data : Sequences
+        Held-out data; every predicted position of ``field`` is used.
+    field : str
+        A target field: a value field gets interval coverage and the PIT histogram, a category
+        the reliability curve and the expected calibration error.
+    levels : tuple of float
+        Central interval levels, each in (0, 1).
+    bins : int
+        Bins of the PIT histogram or of the reliability curve.
+    seed : int
+        Draws the randomisation of discrete PITs (uniform exactly under calibration).
+    batch_size : int
+        Sequences per batch.
+
+    Returns
+    -------
+    Calibration
+        The measurements, with ``frame()`` and ``plot(path)``.
+    """
     levels = tuple(check_level("level", q) for q in levels)
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
         raise ValueError(f"bins must be an integer >= 2, got {bins!r}")

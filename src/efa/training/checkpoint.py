@@ -74,6 +74,7 @@ def model_fingerprint(model: nn.Module) -> dict:
 
 
 def save(folder: Path, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
+    """Write a training state to ``folder`` (safetensors + JSON; never a pickle)."""
     from safetensors.torch import save_file
 
     folder = Path(folder)

@@ -52,6 +52,7 @@ def all_sum(values: list[float], device: torch.device | None = None) -> list[flo
 
 
 def barrier() -> None:
+    """Wait for every rank (a no-op in a single process)."""
     if world()[1] > 1:
         dist.barrier()
 

@@ -22,6 +22,7 @@ __all__ = ["interval", "predictive_frame", "quantile"]
 
 
 def check_level(name: str, q: float) -> float:
+    """Check an interval level or quantile: a float in (0, 1)."""
     if isinstance(q, bool) or not isinstance(q, int | float) or not 0 < q < 1:
         raise ValueError(f"{name} must be a number strictly between 0 and 1, got {q!r}")
     return float(q)
@@ -81,11 +82,30 @@ def interval(dist: D.Distribution, level: float = 0.9) -> tuple[torch.Tensor, to
 @torch.no_grad()
 def predictive_frame(model: ConditionalModel, data: Sequences, field: str, level: float = 0.9,
                      batch_size: int = 1024) -> pd.DataFrame:
-    """One row per predicted position of ``field`` (``data.predicted``): sequence, position,
-    the observed value, the predictive mean and standard deviation, the central ``level``
-    interval, whether it covers the observation, the surprisal −log p(y_i | context) (nats,
-    efa's log-likelihood) and the standardised residual (y − mean) / sd. For a category, mean
-    and sd are left out and the most probable label and its probability are given instead."""
+    """The predictive distribution at every predicted position of ``field``, as a table.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A fitted model.
+    data : Sequences
+        The data; its predicted positions (``data.predicted(field)``) are tabulated.
+    field : str
+        A target field.
+    level : float
+        The central interval's level, in (0, 1).
+    batch_size : int
+        Sequences per batch.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per predicted position: sequence, position, the observed value, the predictive
+        mean and standard deviation, the central ``level`` interval, whether it covers the
+        observation, the surprisal −log p(y_i | context) (nats, efa's log-likelihood) and the
+        standardised residual (y − mean) / sd. For a category, mean and sd are left out and
+        the most probable label and its probability are given instead.
+    """
     level = check_level("level", level)
     f = model.target(field)
     categorical = isinstance(f, Category)

@@ -27,44 +27,82 @@ class StartKept(UserWarning):
 
 @dataclass
 class TrainConfig:
-    """Training settings.
+    """Training settings of :func:`efa.fit` (each may also be passed to ``fit`` by name).
 
     The defaults (AdamW 6e-3, batches of 256 sequences, the learning rate halved after every
     validation epoch that does not improve on the best by ``min_delta`` = 1e-4 nats, stop
     after ``patience`` = 3 such epochs in a row, best epoch restored) fit efa's own teacher
     data to within 0.01 nats of the Bayes limit in about 17 epochs (``efa reproduce
-    teacher``, docs/peers.md).
-    schedule: "anneal" (halve the rate on every stalled validation epoch), "plateau" (halve it
-      after ``max(1, patience // 3) + 1`` stalled epochs in a row, PyTorch's relative threshold
-      of 1e-4; the earlier default), "cosine" (per step, over ``max_epochs``, after
-      ``warmup_steps``), "constant". Without validation data "anneal" and "plateau" keep the
-      rate constant.
-    threads: torch CPU threads during ``fit`` (None: leave torch's setting). Results depend on
-      the thread count; on a shared or small machine 1 thread is often fastest (no
-      oversubscription). resume: with ``checkpoint_dir``, continue from a checkpoint written by
-      the same model, data and settings (False: start over, replacing it).
-    device: where to train ("cuda", "cuda:1", "cpu"; None: where the model is, or the
-      default set by ``efa reproduce --device``); batches are moved there one at a time.
-    autocast: "bf16" or "fp16" mixed precision for the forward pass (None: off).
-    positions: m > 0 samples m scored positions per sequence per step (uniformly, with weights
-      that keep the objective unbiased) instead of all of them — the cheap stochastic masked
-      pseudo-likelihood for long sequences in copies mode; evaluation stays exact.
-    drop_last: skip a last partial batch (needed when a data-parallel world size does not
-      divide the data).
-    sampled_softmax: k > 0 trains category read-outs by the sampled softmax with k negatives
-      per batch from the ``proposal`` ("unigram": training frequencies, or "uniform"), with
-      the log-Q correction (large vocabularies; evaluation stays exact).
-    monitor: the target fields whose summed validation log-likelihood decides early stopping
-      and the schedule (None: every target field), e.g. only the response of a classifier
-      trained on the joint pseudo-likelihood; training still fits every field.
-    time_limit: seconds of training (wall clock, counted over a resumed run's parts too): no
-      epoch starts that would, at the pace of the epochs so far, end after it; the first epoch
-      always runs. The best epoch is restored and a ``TimeLimitReached`` warning says so.
-      Not part of a checkpoint's settings: a resumed run may have another budget.
+    teacher``, docs/peers.md). With validation data, the starting weights are scored before
+    the first epoch and count as a candidate: a fit never ends worse on validation than where
+    it started (a warm start, a GLM stage), and a ``StartKept`` warning says when no epoch beat
+    them.
 
-    With validation data, the starting weights are scored before the first epoch and count as
-    a candidate: a fit never ends worse on validation than where it started (a warm start, a
-    GLM stage), and a ``StartKept`` warning says when no epoch beat them.
+    Parameters
+    ----------
+    lr : float
+        AdamW's learning rate.
+    weight_decay : float
+        AdamW's decoupled weight decay.
+    batch_size : int
+        Sequences per step.
+    max_epochs : int
+        At most this many passes over the training data.
+    patience : int
+        Stop after this many validation epochs in a row without an improvement of
+        ``min_delta``.
+    schedule : {"anneal", "plateau", "cosine", "constant"}
+        "anneal" halves the rate on every stalled validation epoch; "plateau" halves it after
+        ``max(1, patience // 3) + 1`` stalled epochs in a row (PyTorch's relative threshold of
+        1e-4; the earlier default); "cosine" decays it per step over ``max_epochs`` after
+        ``warmup_steps``. Without validation data "anneal" and "plateau" keep it constant.
+    min_delta : float
+        A smaller validation improvement (nats) counts as a stalled epoch.
+    warmup_steps : int
+        Linear warm-up steps of the cosine schedule.
+    grad_clip : float or None
+        Clip the gradient's norm to this value (None: no clipping).
+    seed : int
+        Seeds the shuffling and every random draw of the fit.
+    eval_batch_size : int
+        Sequences per batch when scoring validation data.
+    progress : bool
+        Show a progress bar (on terminals).
+    checkpoint_dir : str or None
+        Save the full state after every epoch there; a killed run resumes from it.
+    threads : int or None
+        Torch CPU threads during the fit (None: leave torch's setting). Results depend on the
+        thread count; on a shared or small machine 1 thread is often fastest.
+    resume : bool
+        With ``checkpoint_dir``, continue from a checkpoint written by the same model, data and
+        settings (False: start over, replacing it).
+    device : str or None
+        Where to train ("cuda", "cuda:1", "cpu"; None: where the model is, or the default set
+        by ``efa reproduce --device``); batches are moved there one at a time.
+    autocast : {"bf16", "fp16"} or None
+        Mixed precision for the forward pass (None: off).
+    positions : int or None
+        m > 0 samples m scored positions per sequence per step (uniformly, with weights that
+        keep the objective unbiased) instead of all of them: the cheap stochastic masked
+        pseudo-likelihood for long sequences in copies mode; evaluation stays exact.
+    drop_last : bool
+        Skip a last partial batch (needed when a data-parallel world size does not divide the
+        data).
+    sampled_softmax : int or None
+        k > 0 trains category read-outs by the sampled softmax with k negatives per batch from
+        the ``proposal``, with the log-Q correction (large vocabularies; evaluation stays
+        exact).
+    proposal : {"unigram", "uniform"}
+        The sampled softmax's proposal: training frequencies or uniform.
+    monitor : tuple of str or None
+        The target fields whose summed validation log-likelihood decides early stopping and
+        the schedule (None: every target field), e.g. only the response of a classifier
+        trained on the joint pseudo-likelihood; training still fits every field.
+    time_limit : float or None
+        Seconds of training (wall clock, counted over a resumed run's parts too): no epoch
+        starts that would, at the pace of the epochs so far, end after it; the first epoch
+        always runs. The best epoch is restored and a ``TimeLimitReached`` warning says so.
+        Not part of a checkpoint's settings: a resumed run may have another budget.
     """
 
     lr: float = 6e-3

@@ -81,6 +81,7 @@ def save(model: EFA, path: str | Path, overwrite: bool = False,
 
 
 def load(path: str | Path) -> EFA:
+    """A model saved by :func:`efa.save` from ``path`` (safetensors + JSON, never unpickled)."""
     from safetensors.torch import load_file
 
     path = Path(path)

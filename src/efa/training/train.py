@@ -217,6 +217,7 @@ def _settings(config: TrainConfig | None, overrides: dict[str, Any]) -> TrainCon
 
 
 def check_device(device: str | torch.device) -> None:
+    """Refuse a device that does not exist on this machine (the CPU always does)."""
     d = torch.device(device)
     if d.type == "cpu":
         return

@@ -112,9 +112,11 @@ class Family(nn.Module):
         return _as_real(y).unsqueeze(-1)
 
     def log_partition(self, eta: Tensor) -> Tensor:
+        """A(η), the log-partition function, elementwise over the natural parameters."""
         raise NotImplementedError
 
     def log_base_measure(self, y: Tensor) -> Tensor:
+        """log h(y), the log base measure, elementwise over the values."""
         raise NotImplementedError
 
     def log_prob(self, y: Tensor, eta: Tensor, base_measure: bool = True) -> Tensor:

@@ -111,6 +111,7 @@ class Ordinal(Family):
         return self.base.to(dtype)[y.long()]
 
     def probabilities(self, eta: Tensor) -> Tensor:
+        """p(y = k) for every class k: softmax over k of η·s_k + b_k."""
         return torch.softmax(self.logits(eta), dim=-1)
 
     def mean(self, eta: Tensor) -> Tensor:

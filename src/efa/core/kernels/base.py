@@ -111,6 +111,7 @@ class Kernel(nn.Module):
         return out, w
 
     def options(self) -> dict[str, Any]:
+        """The kernel's settings as a JSON-ready dict (its config round-trip)."""
         return {}
 
     @classmethod

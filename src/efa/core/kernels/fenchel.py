@@ -314,6 +314,7 @@ def tilt_weights(lam: Tensor, t: Tensor, log_u: Tensor, own: Tensor | None = Non
 
 
 def check_tol(tol: object, where: str) -> None:
+    """Check a solver tolerance: a finite float > 0."""
     if tol is not None and not (isinstance(tol, int | float) and not isinstance(tol, bool)
                                 and 0 < tol < 1):
         raise ValueError(f"{where}tol must be a number in (0, 1) or null, got {tol!r}")
@@ -352,6 +353,7 @@ class Fenchel(PreferenceKernel):
 
     def templates(self, q: Tensor, k: Tensor,
                   k_own: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """The templates t the dual is solved over (the scaled keys)."""
         return k * self.scale, None if k_own is None else k_own * self.scale
 
     def tilt(self, q: Tensor, k: Tensor, log_u: Tensor, k_own: Tensor | None,

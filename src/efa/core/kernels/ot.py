@@ -18,7 +18,7 @@ Functions take the whole template space: templates t [..., m, d], a prior log u 
 (−inf where u = 0: such templates can still receive weight through M), costs M [..., m, m].
 In the ``ot`` kernel the template space of query q is the set of keys it may see (the mask
 removes templates from the space altogether, so they get exactly zero weight) and M is
-``cost``: "sqeuclidean" (scale·cost_scale·‖k_i − k_j‖²), "positions" (cost_scale·|i − j|),
+``cost``: "sqeuclidean" (cost_scale·scale²·‖k_i − k_j‖²), "positions" (cost_scale·``|i − j|``),
 or a symmetric non-negative matrix over positions given as a list of lists.
 """
 
@@ -201,6 +201,7 @@ class OT(PreferenceKernel):
                                  persistent=False)
 
     def gamma(self) -> Tensor:
+        """The entropic regularisation γ of each head (learned, > 0)."""
         return self.log_gamma.exp()
 
     def base_costs(self, t: Tensor, k_pos: Tensor) -> Tensor:
