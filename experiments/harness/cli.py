@@ -124,7 +124,8 @@ def summary(
         changed = update_readme(readme, results)
     except Exception as err:  # one line for the user; the traceback with --debug
         fail(err)
-    typer.echo(f"{readme}: {'updated' if changed else 'already up to date'}")
+    typer.echo(f"{readme} and docs/reproductions.md: "
+               f"{'updated' if changed else 'already up to date'}")
 
 
 @app.command("list")

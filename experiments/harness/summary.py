@@ -110,8 +110,17 @@ def tables(results: Path) -> str:
             "",
             *headline(doc),
             "",
+            *_figures(path.parent),
         ]
     return "\n".join(parts).strip() or "(no results yet)"
+
+
+def _figures(folder: Path) -> list[str]:
+    """The experiment's plots, as Markdown images relative to ``docs/reproductions.md``."""
+    pngs = sorted(folder.glob("*.png"))
+    if not pngs:
+        return []
+    return [" ".join(f"![{p.stem}](../results/{folder.name}/{p.name})" for p in pngs), ""]
 
 
 def scale_tables(results: Path) -> str:
