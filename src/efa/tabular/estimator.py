@@ -383,7 +383,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         """The most probable class of each row of ``X``."""
-        return self.classes_[self.predict_proba(X).argmax(1)]
+        proba = self.predict_proba(X)  # first: it refuses an unfitted estimator
+        return self.classes_[proba.argmax(1)]
 
     def predict_column_proba(self, X: pd.DataFrame | npt.ArrayLike, column: Hashable | None,
                              y: npt.ArrayLike | None = None) -> pd.DataFrame:
@@ -459,10 +460,9 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     @torch.no_grad()
     def experts(self, X: pd.DataFrame | npt.ArrayLike,
                 column: Hashable | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The mixture of experts of the masked ``column`` (default: the response) for the
-        ``linear`` backbone: gates π [n, heads, columns + 1] and expert logits
-        [n, heads, columns + 1, levels] over the column's levels; Σ π·f is the column's logits
-        (efa.moe, Theorem 2)."""
+        """The mixture of experts of the masked ``column`` (default: the response), ``linear``
+        backbone: gates π [n, heads, columns + 1], expert logits [n, heads, columns + 1,
+        levels] over the column's levels; Σ π·f is the column's logits (efa.moe, Theorem 2)."""
         from efa.moe import mixture
 
         X = self._check_X(X)
