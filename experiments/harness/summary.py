@@ -211,16 +211,25 @@ def defaults_tables(results: Path) -> str:
                   f"field) pairs within 0.01, worst {s['worst_excess']:.3f}, slowest fit "
                   f"{s['slowest_fit_seconds']:.0f} s ({s['teachers']} teachers).", "",
                   "| seed | direction | layers × heads | fields | sequences × length | "
-                  "excess NLL per field (nats) | fit s | epochs (stopped by) |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "excess NLL per field (nats) | teacher's architecture, same fit | fit s | "
+                  "epochs (stopped by) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        if "median_over_reference" in s:
+            parts[-4] += (f" Over the teacher's own architecture fitted the same way "
+                          f"({s['reference_pairs']} pairs): median "
+                          f"{s['median_over_reference']:+.4f}, worst "
+                          f"{s['worst_over_reference']:+.4f} nats.")
         for r in doc["rows"]:
             sp = r["spec"]
             fields = ", ".join([f"D={d}" for d in sp["categories"]] + list(sp["values"])
                                + ["attribute"] * sp["attributes"])
             excess = ", ".join(f"{k} {v:+.4f}" for k, v in r["excess"].items())
+            ref = ", ".join(f"{k} {v:+.4f}" for k, v in r["reference"]["excess"].items()
+                            ) if "reference" in r else ""
             parts.append(f"| {sp['seed']} | {sp['direction'][:3]} | {sp['num_layers']} × "
                          f"{sp['num_heads']} | {fields} | {sp['n_train']:,} × {sp['length']} | "
-                         f"{excess} | {r['fit_seconds']:.0f} | {r['epochs']} ({r['stopped']}) |")
+                         f"{excess} | {ref} | {r['fit_seconds']:.0f} | {r['epochs']} "
+                         f"({r['stopped']}) |")
         parts.append("")
     return "\n".join(parts).strip() or "(no results yet)"
 
