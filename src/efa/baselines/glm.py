@@ -303,6 +303,9 @@ class RatingGLM(ConditionalModel):
 
 @dataclass
 class ConvexFit:
+    """What :func:`fit_convex` reached: the penalty it used, the L-BFGS iterations, the
+    gradient's max-norm and the objective at the end, and whether it met the tolerance."""
+
     l2: float
     design_ratio: float
     iterations: int

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from efa.core import softmax
-from efa.core.data import Sequences, check_sequences
+from efa.core.checks import check_sequences
+from efa.core.data import Sequences
 from efa.core.families.base import Shifted
 from efa.core.fields import Field
 

@@ -7,7 +7,8 @@ Optional ``observed`` masks mark missing values (hidden from the model and not p
 today's cities when yesterday's temperatures are context. (Which *fields* are predicted is the
 fields' ``target`` flag.)
 
-Every check on what a user passes in lives in :func:`check_sequences`, called by the model.
+Every check on what a user passes in lives in :func:`efa.core.checks.check_sequences`, called
+by the model.
 """
 
 from __future__ import annotations
@@ -27,11 +28,30 @@ if TYPE_CHECKING:  # for annotations only
     import pandas as pd
 
     from efa.core.events import Events
-    from efa.core.fields import Field
 
 
 @dataclass
 class Sequences:
+    """Padded sequences (or sets) of tokens: one tensor per field, plus the lengths.
+
+    Build one from ragged Python lists (:meth:`from_lists`), a long table with one row per
+    token (:meth:`from_frame`) or a table of events (:meth:`from_events`); index it with a
+    tensor of sequence ids to split it.
+
+    Parameters
+    ----------
+    fields : dict of str to Tensor
+        Per field, an [N, I] tensor (categories: integer codes; values: numbers) or an
+        [N, I, size] tensor (attributes).
+    lengths : Tensor
+        [N] integers: the leading positions of each row that are real; the rest is padding.
+    observed : dict of str to Tensor, optional
+        Per field, an [N, I] bool mask; False marks a missing value, hidden from the model and
+        not predicted.
+    scored : Tensor, optional
+        [N, I] bool: the positions that enter the likelihood (default: every real position).
+    """
+
     fields: dict[str, Tensor]
     lengths: Tensor
     observed: dict[str, Tensor] = field(default_factory=dict)
@@ -340,11 +360,27 @@ class Sequences:
     ) -> Sequences:
         """Pad ragged per-sequence lists into tensors.
 
-        ``fields[name][n]`` is the list of values of sequence n (a list of vectors for an
-        attribute). Integer values become int64 tensors, so categories and counts keep their
-        integer type; real values keep numpy's precision: float64 (Python floats, float64
-        arrays) stays float64, float16/float32 arrays become float32. A model casts the values
-        to its own dtype and refuses one that does not fit it.
+        Parameters
+        ----------
+        fields : mapping of str to sequence
+            ``fields[name][n]`` is the list of values of sequence n (a list of vectors for an
+            attribute). Integer values become int64 tensors, so categories and counts keep
+            their integer type; real values keep NumPy's precision (float64 stays float64,
+            float16/float32 become float32). A model casts values to its own dtype and refuses
+            one that does not fit it.
+        observed : mapping of str to sequence, optional
+            Per field, lists of booleans: False marks a missing value.
+        scored : sequence, optional
+            Lists of booleans: the positions that enter the likelihood.
+
+        Returns
+        -------
+        Sequences
+
+        Examples
+        --------
+        >>> efa.Sequences.from_lists({"item": [[0, 3, 1], [2, 1]]}).lengths
+        tensor([3, 2])
         """
         if not fields:
             raise ValueError("from_lists needs at least one field")
@@ -446,52 +482,6 @@ def _pad(arrays: list[np.ndarray], width: int, name: str) -> Tensor:
             raise ValueError(f"field {name!r}, sequence {s}: item shape {a.shape[1:]} != {tail}")
         out[s, : len(a)] = a
     return torch.from_numpy(out)
-
-
-def check_sequences(data: Sequences, fields: Sequence[Field], max_len: int | None,
-                    dtype: torch.dtype | None = None) -> None:
-    """Raise a clear error if ``data`` does not fit the model's ``fields`` (and the model's
-    floating-point ``dtype``)."""
-    if not isinstance(data, Sequences):
-        raise TypeError(
-            f"expected efa.Sequences, got {type(data).__name__}; build one with "
-            "Sequences.from_lists or Sequences.from_frame"
-        )
-    if max_len is not None and data.max_len > max_len:
-        raise ValueError(
-            f"sequences of length {data.max_len} are longer than the positional table "
-            f"({max_len}); build the model with max_len >= {data.max_len}"
-        )
-    valid = data.valid()
-    for f in fields:
-        if f.name not in data.fields:
-            raise KeyError(f"field {f.name!r} is missing from the data (has {list(data.fields)})")
-        m = valid & data.observed.get(f.name, valid)
-        x = data.fields[f.name]
-        f.validate(x, m, f"field {f.name!r}")
-        if x.is_floating_point():
-            # Padding is never used, but a NaN there becomes NaN through the attention's zero
-            # weights (0 · NaN = NaN). (Missing values may hold anything: they are replaced.)
-            bad = ~torch.isfinite(x.reshape(*x.shape[:2], -1)).all(-1) & ~valid
-            if bad.any():
-                s, i = bad.nonzero()[0].tolist()
-                raise ValueError(
-                    f"field {f.name!r}: NaN/inf at sequence {s}, position {i}, which is padding "
-                    f"(the sequence has length {int(data.lengths[s])}): padding must hold finite "
-                    "numbers (efa pads with 0)"
-                )
-        if dtype is not None and x.is_floating_point() and dtype.itemsize < x.dtype.itemsize:
-            big = (x.abs() > torch.finfo(dtype).max) & torch.isfinite(x)
-            if big.any():
-                at = big.reshape(*x.shape[:2], -1).any(-1).nonzero()[0].tolist()
-                raise ValueError(
-                    f"field {f.name!r}: value {x[tuple(at)].tolist()} at sequence {at[0]}, "
-                    f"position {at[1]} does not fit the model's {dtype} (largest "
-                    f"{torch.finfo(dtype).max:.3g}); rescale it or use model.double()"
-                )
-    extra = set(data.fields) - {f.name for f in fields}
-    if extra:
-        raise KeyError(f"data has fields the model does not know: {sorted(extra)}")
 
 
 def _check_per_row(per_row) -> None:

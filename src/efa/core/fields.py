@@ -40,8 +40,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from efa.core.checks import check_distinct, validate_values
 from efa.core.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
-from efa.core.families import Categorical, Family, InvalidValues, family_from_config
+from efa.core.families import Categorical, Family, family_from_config
 from efa.core.registry import Registry
 
 ENCODERS = ("mlp", "linear", "identity", "table")
@@ -98,6 +99,37 @@ class Field:
 @register_field
 @dataclass
 class Category(Field):
+    """A categorical field: an item x in 0..K−1, embedded by a table and predicted by softmax.
+
+    Parameters
+    ----------
+    name : str
+        The field's name in the data.
+    num_categories : int
+        K, the vocabulary's size (≥ 2).
+    target : bool
+        Whether the field is predicted (False: context only).
+    dim : int
+        Embedding width.
+    readout_bias : bool
+        A bias per item in the read-out δ.
+    distinct : bool
+        Items cannot repeat within a sequence: the support at a position excludes the items of
+        its context (exact; the likelihood renormalises over what is left).
+    vocab_chunk : int, optional
+        Compute the log-softmax over the items in chunks of this size (large catalogues).
+    feeds : tuple of str
+        What the embedding feeds in the first layer: "q", "k", "v", "skip".
+    bag : bool
+        Add the multinomial logit's bag-of-context term b + Σ U[x_j] to the logits, so the
+        model contains that logit exactly (``efa.fit_glm_first`` fits it first).
+    bag_l2, bag_scale : float
+        A Gaussian prior (bag_l2/2)·‖U‖² on the bag term, and the factor U is stored divided
+        by (it then learns at the pace of the network's weights).
+    labels : tuple, optional
+        What each id stands for (saved with the model; used by ``efa.recommend``).
+    """
+
     name: str
     num_categories: int
     target: bool = True
@@ -182,9 +214,9 @@ class Category(Field):
         return LinearReadout(d_model, self.num_categories, self.readout_bias)
 
     def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
-        _validate_values(self.family, x, mask, where)
+        validate_values(self.family, x, mask, where)
         if self.distinct:
-            _check_distinct(x, mask, self.num_categories, where)
+            check_distinct(x, mask, self.num_categories, where)
 
     def restrict(self, eta: Tensor, seen: Tensor) -> Tensor:
         """The ``distinct`` support, p(x_i = k | c) ∝ exp(η_k)·1[k ∉ c]: ``eta`` [P, K] with
@@ -306,7 +338,7 @@ class Value(Field):
         return ValueReadout(self, d_model)
 
     def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
-        _validate_values(self.family, x, mask, where)
+        validate_values(self.family, x, mask, where)
         if self.encoder == "table":
             bad = mask & (x >= self._table_size())
             if bad.any():
@@ -393,55 +425,6 @@ def field_from_config(d: dict) -> Field:
 
 
 # --------------------------------------------------------------------------- checks
-
-
-def _validate_values(family: Family, x: Tensor, mask: Tensor, where: str) -> None:
-    """Check the values at the real, observed positions ``mask``; every error names the
-    (sequence, position) of the first bad value."""
-    if x.dim() != 2:
-        raise ValueError(f"{where}: expected shape [N, I], got {tuple(x.shape)}")
-    if family.is_discrete and x.is_floating_point():
-        _refuse_float_integers(family, x, mask, where)
-    try:
-        family.validate(x[mask], where)
-    except InvalidValues as err:
-        if err.index is None:
-            raise ValueError(f"{where}: {err}") from None
-        s, i = mask.nonzero()[err.index[0]].tolist()
-        message = str(err).split(" (first: ")[0]
-        raise ValueError(
-            f"{message} (first: {x[s, i].item()!r} at sequence {s}, position {i}); "
-            f"{family!r} expects {str(err).split(' expects ', 1)[-1]}"
-        ) from None
-
-
-def _refuse_float_integers(family: Family, x: Tensor, mask: Tensor, where: str) -> None:
-    """Counts and categories held as floats (pandas' int column with a NaN becomes float)."""
-    v = x[mask]
-    at = mask.nonzero()
-    hint = ("from pandas, an integer column with missing values becomes float: use the nullable "
-            "'Int64' dtype and mark the gaps with observed= (Sequences.from_frame(..., "
-            "missing=True) does both)")
-    for bad, problem in ((~torch.isfinite(v), "is NaN/inf"), (v != torch.round(v),
-                                                               "is not a whole number")):
-        if bad.any():
-            s, i = at[bad.nonzero()[0, 0]].tolist()
-            raise ValueError(f"{where}: value {x[s, i].item()!r} at sequence {s}, position {i} "
-                             f"{problem}; {family!r} expects integers; {hint}")
-    raise ValueError(f"{where}: {family!r} expects an integer tensor, got dtype {x.dtype} "
-                     f"(the values are whole numbers: convert with .long()); {hint}")
-
-
-def _check_distinct(x: Tensor, mask: Tensor, k: int, where: str) -> None:
-    counts = torch.zeros(x.shape[0], k, dtype=torch.long, device=x.device)
-    counts.scatter_add_(1, torch.where(mask, x, 0).long(), mask.long())
-    if (counts > 1).any():
-        s, item = (counts > 1).nonzero()[0].tolist()
-        at = (mask[s] & (x[s] == item)).nonzero().flatten().tolist()
-        raise ValueError(
-            f"{where} is distinct (items never repeat in a sequence), but sequence {s} has "
-            f"item {item} at positions {at}; use distinct=False for data with repeats"
-        )
 
 
 def _as_int(v):

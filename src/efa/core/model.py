@@ -36,25 +36,56 @@ DIRECTIONS = ("bidirectional", "unidirectional")
 class EFAConfig:
     """Sizes and switches of an EFA network (the fields say what a token is).
 
-    direction: ``bidirectional`` (pseudo-likelihood, Remark 4/5) or ``unidirectional`` (causal
-      mask, full likelihood). attention: an attention kernel, ``softmax``, ``linear`` (the
-      paper's softmax-free form of Props 2–3) or any registered in :mod:`efa.core.kernels`, as a
-      name or ``{"kernel": name, **options}``. scale: ``sqrt`` (1/√d_head, Vaswani) or
-      ``linear`` (1/d_head, the paper's 1/K). block: ``bare`` (Eq. 1 alone), ``residual``
-      (x + MHA(x), the paper's experiments), ``post_ln`` / ``pre_ln`` (transformer blocks),
-      ``residual_linear`` (residual attention, then z + W'z: the linear block whose masked
-      logits are a CBOW mixture of experts, efa.moe). dropout: rate on the attention and
-      feed-forward outputs (0: none).
-      d_model: token width after the optional mixing MLP (None keeps the concatenation of the
-      field embeddings). max_len: size of the learned positional table (None: no positions,
-      for sets). mode: how the exact masked pseudo-likelihood is computed (``two_stream``,
-      ``copies``, or ``auto``: two-stream wherever it is exact, see efa.core.strategies).
-      attend_self: whether position i attends to its own (masked) token. False is leave-one-out
-      attention (strictly causal when unidirectional, Eq. 14 of the UNN note): the masked token
-      then reaches the read-out only through the block's skip path (``concat``); a position
-      with no other position to attend to (the first one, causally) attends to its own masked
-      token alone, so its prediction is the model's prior given that token's other fields.
-      scale ``none`` leaves the scores unscaled (q·k).
+    Parameters
+    ----------
+    fields : list of Field
+        What a token is made of (``Category``, ``Value``, ``Attribute``), in factorisation
+        order.
+    num_layers, num_heads : int
+        Attention layers, and heads per layer.
+    head_dim : int, optional
+        Width of each head (default: the token width divided by ``num_heads``).
+    d_model : int, optional
+        Token width after the mixing network (None keeps the concatenation of the field
+        embeddings; another width needs ``mix``).
+    mix : {"none", "linear", "mlp"}
+        The network from the concatenated field embeddings to the token (``mix_hidden`` units
+        for "mlp").
+    max_len : int, optional
+        Size of the learned positional table (None: no positions, for sets).
+    direction : {"bidirectional", "unidirectional"}
+        Bidirectional: every other position is context (the masked pseudo-likelihood, Remarks
+        4–5). Unidirectional: a causal mask, the full likelihood.
+    attention : str or dict
+        An attention kernel: ``softmax``, ``linear`` (the paper's softmax-free form of Props
+        2–3) or any registered in :mod:`efa.core.kernels`, as a name or ``{"kernel": name,
+        **options}``.
+    scale : {"sqrt", "linear", "none"}
+        Score scaling: 1/√d_head (Vaswani), 1/d_head (the paper's 1/K) or none (q·k).
+    block : {"residual", "bare", "post_ln", "pre_ln", "residual_linear", "concat"}
+        The layer around attention: x + MHA(x) (the paper's experiments), Eq. 1 alone,
+        transformer blocks (with a feed-forward network of ``ffn_hidden`` units), residual
+        attention then z + W'z (the linear block whose masked logits are a CBOW mixture of
+        experts, :mod:`efa.moe`), or [x, MHA(x)] (the token kept beside the attended value,
+        Eq. 16 of the UNN note; it can leave a field out of what is carried past attention).
+    dropout : float
+        Rate on the attention and feed-forward outputs (0: none).
+    bias, out_proj : bool
+        Biases in the projections; an output projection W^O after the heads.
+    mode : {"auto", "two_stream", "copies"}
+        How the exact masked pseudo-likelihood is computed: two-stream (one pass) or in-model
+        masked copies; ``auto`` takes two-stream wherever it is exact
+        (:mod:`efa.core.strategies`).
+    chunk : int
+        Masked copies built at a time (memory against speed; the result is the same).
+    attend_self : bool
+        Whether position i attends to its own (masked) token. False is leave-one-out attention
+        (strictly causal when unidirectional, Eq. 14 of the UNN note): the masked token then
+        reaches the read-out only through the block's skip path (``concat``); a position with
+        no other position to attend to (the first one, causally) attends to its own masked
+        token alone, so its prediction is the model's prior given that token's other fields.
+    meta : dict
+        Free-form, saved with the model.
     """
 
     fields: list[Field]

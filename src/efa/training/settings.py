@@ -173,6 +173,11 @@ class TrainConfig:
 
 @dataclass
 class History:
+    """What :func:`efa.fit` did: the training and validation loss (mean NLL per predicted
+    position) and the learning rate after every epoch, the best epoch (restored; −1 when the
+    starting weights were kept) and its validation loss, epochs run, seconds, the torch
+    threads, the starting weights' validation loss and why training stopped."""
+
     train_loss: list[float] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
     lr: list[float] = field(default_factory=list)  # after each epoch's schedule step

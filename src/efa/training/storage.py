@@ -20,13 +20,25 @@ FILES = ("config.json", "model.safetensors")
 
 def save(model: EFA, path: str | Path, overwrite: bool = False,
          history: History | None = None) -> Path:
-    """Write ``path/config.json`` and ``path/model.safetensors``.
+    """Write ``path/config.json`` and ``path/model.safetensors`` (never a pickle).
 
-    Refuses to replace anything already there (a model, or any other ``config.json``) unless
-    ``overwrite=True``. Files are written whole (temporary file, then rename) and get the
-    permissions of any new file under the user's umask. The metadata (:func:`metadata`)
-    records the efa and torch versions and, given the ``history`` that ``fit`` returned, the
-    torch thread count the model was trained with (results depend on it).
+    Parameters
+    ----------
+    model : EFA
+        The model to save.
+    path : str or Path
+        A folder (created if needed).
+    overwrite : bool
+        Replace a model (or any other ``config.json``) already there; refused otherwise.
+    history : History, optional
+        What ``fit`` returned: its torch thread count is recorded (results depend on it).
+
+    Returns
+    -------
+    Path
+        The folder. Files are written whole (temporary file, then rename) with the permissions
+        of any new file under the user's umask; the metadata (:func:`metadata`) records the efa
+        and torch versions.
     """
     from safetensors.torch import save_file
 

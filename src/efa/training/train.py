@@ -113,10 +113,35 @@ def fit(
 ) -> History:
     """Maximise the (pseudo) log-likelihood of ``train``; stop early on ``val``.
 
-    Without ``val`` the model trains for ``max_epochs`` and keeps the last weights. With
-    ``checkpoint_dir`` the full state is saved after every epoch and a killed run resumes from
-    the last completed epoch with identical results; the checkpoint is tied to the model, the
-    data and the settings, and anything else is refused (``resume=False`` starts over).
+    Parameters
+    ----------
+    model : ConditionalModel
+        The model to train, in place (``efa.EFA`` or a peer).
+    train : Sequences
+        Training data; every ``Value`` whose ``loc``/``scale`` are unset is standardised to the
+        mean and standard deviation of its training values first.
+    val : Sequences, optional
+        Validation data for early stopping, the schedule and the best epoch (restored at the
+        end). Without it the model trains for ``max_epochs`` and keeps the last weights.
+    config : TrainConfig, optional
+        The settings (default ``TrainConfig()``).
+    **overrides
+        Any :class:`TrainConfig` field by name, e.g. ``lr=3e-3, threads=1``.
+
+    Returns
+    -------
+    History
+        Losses and learning rates per epoch, the best epoch and why training stopped.
+
+    Notes
+    -----
+    With ``checkpoint_dir`` the full state is saved after every epoch and a killed run resumes
+    from the last completed epoch with identical results; the checkpoint is tied to the model,
+    the data and the settings, and anything else is refused (``resume=False`` starts over).
+
+    Examples
+    --------
+    >>> history = efa.fit(model, train, val, threads=1, progress=False)  # doctest: +SKIP
     """
     cfg = _settings(config, overrides)
     if cfg.monitor is not None:

@@ -1,0 +1,112 @@
+"""Checks on what a user passes in: data against a model's fields, with errors that name the
+field, the sequence and the position."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from efa.core.data import Sequences
+from efa.core.families import Family, InvalidValues
+
+if TYPE_CHECKING:  # fields import their value checks from here
+    from efa.core.fields import Field
+
+
+def check_sequences(data: Sequences, fields: Sequence[Field], max_len: int | None,
+                    dtype: torch.dtype | None = None) -> None:
+    """Raise a clear error if ``data`` does not fit the model's ``fields`` (and the model's
+    floating-point ``dtype``)."""
+    if not isinstance(data, Sequences):
+        raise TypeError(
+            f"expected efa.Sequences, got {type(data).__name__}; build one with "
+            "Sequences.from_lists or Sequences.from_frame"
+        )
+    if max_len is not None and data.max_len > max_len:
+        raise ValueError(
+            f"sequences of length {data.max_len} are longer than the positional table "
+            f"({max_len}); build the model with max_len >= {data.max_len}"
+        )
+    valid = data.valid()
+    for f in fields:
+        if f.name not in data.fields:
+            raise KeyError(f"field {f.name!r} is missing from the data (has {list(data.fields)})")
+        m = valid & data.observed.get(f.name, valid)
+        x = data.fields[f.name]
+        f.validate(x, m, f"field {f.name!r}")
+        if x.is_floating_point():
+            # Padding is never used, but a NaN there becomes NaN through the attention's zero
+            # weights (0 · NaN = NaN). (Missing values may hold anything: they are replaced.)
+            bad = ~torch.isfinite(x.reshape(*x.shape[:2], -1)).all(-1) & ~valid
+            if bad.any():
+                s, i = bad.nonzero()[0].tolist()
+                raise ValueError(
+                    f"field {f.name!r}: NaN/inf at sequence {s}, position {i}, which is padding "
+                    f"(the sequence has length {int(data.lengths[s])}): padding must hold finite "
+                    "numbers (efa pads with 0)"
+                )
+        if dtype is not None and x.is_floating_point() and dtype.itemsize < x.dtype.itemsize:
+            big = (x.abs() > torch.finfo(dtype).max) & torch.isfinite(x)
+            if big.any():
+                at = big.reshape(*x.shape[:2], -1).any(-1).nonzero()[0].tolist()
+                raise ValueError(
+                    f"field {f.name!r}: value {x[tuple(at)].tolist()} at sequence {at[0]}, "
+                    f"position {at[1]} does not fit the model's {dtype} (largest "
+                    f"{torch.finfo(dtype).max:.3g}); rescale it or use model.double()"
+                )
+    extra = set(data.fields) - {f.name for f in fields}
+    if extra:
+        raise KeyError(f"data has fields the model does not know: {sorted(extra)}")
+
+
+def validate_values(family: Family, x: Tensor, mask: Tensor, where: str) -> None:
+    """Check the values at the real, observed positions ``mask``; every error names the
+    (sequence, position) of the first bad value."""
+    if x.dim() != 2:
+        raise ValueError(f"{where}: expected shape [N, I], got {tuple(x.shape)}")
+    if family.is_discrete and x.is_floating_point():
+        refuse_float_integers(family, x, mask, where)
+    try:
+        family.validate(x[mask], where)
+    except InvalidValues as err:
+        if err.index is None:
+            raise ValueError(f"{where}: {err}") from None
+        s, i = mask.nonzero()[err.index[0]].tolist()
+        message = str(err).split(" (first: ")[0]
+        raise ValueError(
+            f"{message} (first: {x[s, i].item()!r} at sequence {s}, position {i}); "
+            f"{family!r} expects {str(err).split(' expects ', 1)[-1]}"
+        ) from None
+
+
+def refuse_float_integers(family: Family, x: Tensor, mask: Tensor, where: str) -> None:
+    """Counts and categories held as floats (pandas' int column with a NaN becomes float)."""
+    v = x[mask]
+    at = mask.nonzero()
+    hint = ("from pandas, an integer column with missing values becomes float: use the nullable "
+            "'Int64' dtype and mark the gaps with observed= (Sequences.from_frame(..., "
+            "missing=True) does both)")
+    for bad, problem in ((~torch.isfinite(v), "is NaN/inf"), (v != torch.round(v),
+                                                               "is not a whole number")):
+        if bad.any():
+            s, i = at[bad.nonzero()[0, 0]].tolist()
+            raise ValueError(f"{where}: value {x[s, i].item()!r} at sequence {s}, position {i} "
+                             f"{problem}; {family!r} expects integers; {hint}")
+    raise ValueError(f"{where}: {family!r} expects an integer tensor, got dtype {x.dtype} "
+                     f"(the values are whole numbers: convert with .long()); {hint}")
+
+
+def check_distinct(x: Tensor, mask: Tensor, k: int, where: str) -> None:
+    """Refuse a repeated item within a sequence of a ``distinct`` category, naming where."""
+    counts = torch.zeros(x.shape[0], k, dtype=torch.long, device=x.device)
+    counts.scatter_add_(1, torch.where(mask, x, 0).long(), mask.long())
+    if (counts > 1).any():
+        s, item = (counts > 1).nonzero()[0].tolist()
+        at = (mask[s] & (x[s] == item)).nonzero().flatten().tolist()
+        raise ValueError(
+            f"{where} is distinct (items never repeat in a sequence), but sequence {s} has "
+            f"item {item} at positions {at}; use distinct=False for data with repeats"
+        )
