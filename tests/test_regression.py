@@ -247,8 +247,10 @@ def test_tnpd_attends_to_the_context_only():
 
 def test_gp_attention_holds_the_bayes_predictive():
     """With W^Q = W^K = I, channel embeddings √(offset variance)·e_k, γ = ℓ²/x_scale², λ =
-    noise² + jitter and W^V reading y, the CME head's two outputs are the oracle's predictive
-    mean (of the standardised y) and variance (less λ), at every point with a context."""
+    noise² + jitter and W^V reading y, the CME head's two outputs are the predictive mean and
+    variance (less λ) of the oracle's GP applied to the standardised y with a zero prior mean,
+    at every point with a context (the standardised Bayes mean when the training mean of y is
+    0; docs/in-context-regression.md)."""
     gp = replace(NOISY, length=12)
     data = sample_note(gp, 5, seed=2)
     model = gp_attention(data).double()

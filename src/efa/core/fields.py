@@ -228,13 +228,35 @@ class Category(Field):
 @register_field
 @dataclass
 class Value(Field):
-    """An exponential-family field.
+    """An exponential-family field: a value y embedded by a map λ₁ and predicted through a
+    read-out λ₂ giving the family's natural parameter.
 
-    ``loc``/``scale`` standardise the value before λ₁ sees it and, for location-scale families
-    (Gaussians), map the read-out back (mean = loc + scale · z), so the network works in
-    standardised units while the likelihood stays in the data's own units. Left at None (the
-    default), ``efa.fit`` sets them to the mean and standard deviation of the observed training
-    values before it trains (``EFA.standardise``); until then the value is used as it is.
+    Parameters
+    ----------
+    name : str
+        The field's name in the data.
+    family : Family
+        An instance from :mod:`efa.core.families` (``Poisson()``, ``Gaussian()``, ...).
+    target : bool
+        Whether the field is predicted (False: context only).
+    dim : int
+        Embedding width.
+    encoder : {"mlp", "linear", "identity", "table"}
+        λ₁: an MLP of ``hidden`` units, a linear map, the value itself (``dim=1``), or a table
+        with one embedding per value 0..``num_values``−1 (discrete families).
+    hidden, num_values : int
+        The encoder's hidden width; the table encoder's number of values.
+    readout : {"mlp", "linear"}
+        λ₂: an MLP with ``readout_hidden`` widths and ``readout_activation``, or linear;
+        ``readout_bias`` adds biases.
+    loc, scale : float, optional
+        Standardise the value before λ₁ sees it and, for location-scale families (Gaussians),
+        map the read-out back (mean = loc + scale · z), so the network works in standardised
+        units while the likelihood stays in the data's own units. Left at None, ``efa.fit``
+        sets them to the mean and standard deviation of the observed training values before
+        it trains (``EFA.standardise``); until then the value is used as it is.
+    feeds : tuple of str
+        What the embedding feeds in the first layer: "q", "k", "v", "skip".
     """
 
     name: str
