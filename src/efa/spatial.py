@@ -270,6 +270,30 @@ def spatial_efa(
 ) -> EFA:
     """The paper's spatial EFA (App. H.4), standardised on ``train``.
 
+    Parameters
+    ----------
+    train : Sequences
+        Training data from :func:`sites_to_sequences` (coordinates and values are
+        standardised on it).
+    num_layers : int
+        Post-LN transformer blocks.
+    name : str
+        The value field.
+    sigma : float
+        σ of ``noise="fixed"``.
+    dim : int
+        Width of the coordinate and value embeddings.
+    noise : {"learned", "heteroscedastic", "fixed"}
+        How the Gaussian's σ is had (below).
+    **config
+        Any :class:`EFAConfig` entry, overriding the paper's.
+
+    Returns
+    -------
+    EFA
+
+    Notes
+    -----
     Tokens: g(standardised lat, lon) = MLP(2→128→32), λ₁(standardised value) = MLP(1→128→32)
     with a learned [MASK] vector, and with lags a 32-d lag embedding; concatenated and mixed by
     MLP(→64→32). ``num_layers`` post-LN transformer blocks (2 heads × 16, FFN 64), no positions,
@@ -280,7 +304,6 @@ def spatial_efa(
     squares, so its likelihood and intervals mean nothing). One learned σ is the default: the
     heteroscedastic read-out cost validation MSE at one layer (docs/temperature.md), while one
     σ leaves what the mean is fitted to unchanged.
-    ``config`` overrides any :class:`EFAConfig` entry.
     """
     if noise not in ("heteroscedastic", "learned", "fixed"):
         raise ValueError(f"noise must be 'heteroscedastic', 'learned' or 'fixed', got {noise!r}")

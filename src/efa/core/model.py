@@ -168,6 +168,25 @@ class EFAConfig:
 class EFA(ConditionalModel):
     """An exponential family attention model over any mix of fields.
 
+    Each token's fields are encoded and concatenated, attention layers weigh the context
+    (masking decides uni- or bidirectional), the state at a masked position is read out as each
+    field's natural parameter, and the field's family turns it into a likelihood.
+
+    Parameters
+    ----------
+    config : EFAConfig, optional
+        The fields and sizes; the model keeps its own copy.
+    **kwargs
+        Instead of ``config``: any :class:`EFAConfig` entry by name.
+
+    See Also
+    --------
+    efa.fit : train it.
+    efa.evaluate, efa.log_likelihoods : score it.
+    ConditionalModel.predictive : its predictive distributions.
+
+    Examples
+    --------
     >>> model = EFA(EFAConfig([Category("movie", 50, target=False),
     ...                        Value("rating", Poisson(shift=1))], max_len=44))
     """
