@@ -8,10 +8,11 @@ NLL over the exact Bayes limit, with wall time, epochs and the sizes the default
     python benchmarks/defaults.py --role development --reference  # + the teacher's architecture
 
 ``--reference`` also fits, for every teacher of the file that lacks it, the teacher's own
-architecture from fresh weights with the same ``fit`` defaults (bidirectional teachers: the same
-architecture, bidirectional). Its excess over Bayes is what a student of the right class reaches
-from this much data: the part of the defaults' excess that is estimation error, not a choice of
-size or schedule.
+architecture from fresh weights with the same ``fit`` defaults. For a unidirectional teacher
+that is the exact model class, so its excess over Bayes is what a student of the right class
+reaches from this much data: estimation error, not a choice of size or schedule. A
+bidirectional teacher's conditionals are those of a causal joint, which the same architecture
+made bidirectional need not contain: there the reference is a same-size student, not the class.
 
 The teachers are :mod:`efa.generators.suite`'s (development seeds choose defaults, evaluation
 seeds judge them and choose nothing). Each student is what a user would write, naming the
