@@ -127,10 +127,30 @@ def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int
                    y_dim: int = 16, channel_dim: int = 16, hidden: int = 64, ffn: int = 128,
                    readout_hidden: int = 64, min_scale: float = MIN_SCALE,
                    channels: int | list = 2) -> EFA:
-    """The efa model a user would pick: tokens [g(x); λ₁(y); channel] feeding the whole
-    attention, ``layers`` pre-LN transformer blocks, causal, no positions (the points of a
-    function are a set in random order), standardised on ``train``. ``channels``: their
-    number, or their labels (kept with the model, as in :func:`note_efa`)."""
+    """The efa model a user would pick for in-context regression.
+
+    Tokens [g(x); λ₁(y); channel] feed the whole attention; ``layers`` pre-LN transformer
+    blocks, causal, no positions (the points of a function are a set in random order),
+    standardised on ``train``; y is read out as a Gaussian with a learned mean and scale.
+
+    Parameters
+    ----------
+    train : Sequences
+        Training functions from :func:`functions_to_sequences`.
+    layers, heads : int
+        Transformer blocks and heads.
+    x_dim, y_dim, channel_dim, hidden, ffn, readout_hidden : int
+        Widths: the x, y and channel embeddings, the encoders' hidden layer, the feed-forward
+        layer and the read-out's hidden layer.
+    min_scale : float
+        The floor of the predicted scale.
+    channels : int or list
+        Their number, or their labels (kept with the model, as in :func:`note_efa`).
+
+    Returns
+    -------
+    EFA
+    """
     _need_fields(train, "train", ("x", "y"))
     every = ("q", "k", "v", "skip")
     fields = _fields(
@@ -194,12 +214,27 @@ def causal_predictive(model: ConditionalModel, data: Sequences) -> tuple[Tensor,
 def functions_to_sequences(frame: pd.DataFrame, function: str, x: str, y: str,
                        channel: str | None = None,
                        channels: list | None = None) -> tuple[Sequences, list]:
-    """One sequence per function id from a long table, its rows in table order (shuffle the
-    rows first for the note's random order). Returns (sequences, channel labels): channel
-    labels map to 0..K−1 in the order of ``channels`` (default: the sorted labels of the
-    table); a label outside ``channels`` is an error naming its function and row. NaN in x or
-    y is an error naming the function (use the rows you have: a missing point is simply
-    absent). The first point of each function is not scored: it has no context."""
+    """One sequence per function id from a long table, its rows in table order.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        One row per observed point (shuffle the rows first for the note's random order). NaN
+        in x or y is an error naming the function: a missing point is simply absent.
+    function, x, y : str
+        The columns of the function id, the input and the output.
+    channel : str, optional
+        A column of channel labels.
+    channels : list, optional
+        The labels, in the order they are coded 0..K−1 (default: the sorted labels of the
+        table); a label outside them is an error naming its function and row.
+
+    Returns
+    -------
+    (Sequences, list)
+        The sequences (the first point of each function is not scored: it has no context)
+        and the channel labels.
+    """
     import pandas as pd
 
     if not isinstance(frame, pd.DataFrame) or frame.empty:

@@ -67,27 +67,44 @@ def sites_to_sequences(
 ) -> Sequences | tuple[Sequences, pd.Index, pd.Index]:
     """A long table with one row per (site, time) → one :class:`Sequences` row per time.
 
-    ``missing``: a sentinel that marks a missing value in ``value`` (e.g. -99 in the Kaggle
-    temperature file); without it only NaN is missing, and a warning names a column holding a
-    common sentinel (-99, -999, -9999).
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        One row per (site, time); a site needs one (lat, lon), and a duplicated (site, time)
+        is an error.
+    site, time, lat, lon, value : str
+        The columns: site id, time, latitude and longitude (degrees), the value.
+    lags : int
+        With L > 0 the values at ``t − step``, …, ``t − L·step`` are added as context.
+    step : Timedelta or float, optional
+        The lag step (default: one day for datetime times, 1 otherwise).
+    target : str, optional
+        A bool column: only times where it is True get a sequence (other rows can still serve
+        as lag context).
+    name : str
+        The value field's name.
+    layout : {"tokens", "fields"}
+        How lags are laid out: "tokens" (the paper's) adds L more blocks of the same sites,
+        I = S·(L+1) tokens, with a ``lag`` category field (0 = today, l = l steps back; only
+        lag-0 tokens are targets); "fields" keeps S tokens, each carrying its own past values
+        in extra value fields ``{name}_lag1`` … ``{name}_lag{L}`` (context only).
+    sites : iterable, optional
+        The sites and their order (default: the sorted unique site ids).
+    return_index : bool
+        Also return the sites and the times.
+    missing : float, optional
+        A sentinel that marks a missing value (e.g. -99 in the Kaggle temperature file);
+        without it only NaN is missing, and a warning names a column holding a common sentinel
+        (-99, -999, -9999).
 
-    Sequence n holds the sites at time ``times[n]`` (in ``sites`` order: sorted unique site ids
-    unless given). Fields: ``coords`` [N, I, 2] (lat, lon in degrees) and ``name`` [N, I] (the
-    value). With ``lags=L`` the values at ``t − step``, …, ``t − L·step`` (``step`` defaults to
-    one day for datetime times and 1 otherwise) are added as context, in one of two layouts:
-
-    - ``layout="tokens"`` (the paper's): L more blocks of the same sites, I = S·(L+1) tokens, a
-      ``lag`` category field (0 = today, l = l steps back); only lag-0 tokens are targets.
-    - ``layout="fields"``: still S tokens, each carrying its own past values in extra value
-      fields ``{name}_lag1``, …, ``{name}_lag{L}`` (context only, never predicted).
-
-    Missing values -- NaN in ``value``, or no row for a (site, time) -- become
-    ``observed[name] = False``: the model sees [MASK] there and does not predict them (the
-    stored number is 0, never NaN). ``target`` names an optional bool column: only times where it
-    is True get a sequence (other rows can still serve as lag context). A site needs one
-    (lat, lon); a duplicated (site, time) is an error.
-
-    Returns the Sequences, or ``(sequences, sites, times)`` with ``return_index=True``.
+    Returns
+    -------
+    Sequences or (Sequences, pandas.Index, pandas.Index)
+        Sequence n holds the sites at time ``times[n]``: fields ``coords`` [N, I, 2] and
+        ``name`` [N, I]. Missing values (NaN, the sentinel, or no row for a (site, time))
+        become ``observed[name] = False``: the model sees [MASK] there and does not predict
+        them (the stored number is 0, never NaN). With ``return_index=True`` also the sites
+        and the times.
     """
     for col in (site, time, lat, lon, value, *([target] if target else [])):
         if col not in df.columns:
