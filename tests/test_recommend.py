@@ -65,3 +65,27 @@ def test_bad_requests_are_refused():
         recommend(efa.EFA(efa.EFAConfig([efa.Category("item", 6)], max_len=8)), crowded, k=2)
     with pytest.raises(KeyError, match="no field"):
         recommend(model, data, field="nope")
+
+
+def test_batches_give_the_same_table_and_context_fields_are_unknown_at_the_new_slot():
+    """Scoring in batches of 7 sequences gives the table of one batch; a context-only category
+    at the new slot is unknown (masked), not the padding's 0 read as observed; asked
+    positions in the padding are refused."""
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig([efa.Category("shop", 4, target=False),
+                                   efa.Category("item", 30)], max_len=8,
+                                  direction="unidirectional"))
+    data = _data()
+    data = efa.Sequences({**data.fields, "shop": data.fields["item"] % 4}, data.lengths)
+    one = recommend(model, data, k=5)
+    assert one.equals(recommend(model, data, k=5, batch_size=7))
+    slot = torch.zeros(len(data), 7, dtype=torch.bool)
+    slot[torch.arange(len(data)), data.lengths] = True
+    wide = {k: torch.nn.functional.pad(v, (0, 1)) for k, v in data.fields.items()}
+    masked = efa.Sequences(wide, data.lengths + 1,
+                           {"shop": ~slot, "item": ~slot})
+    assert one.equals(recommend(model, masked, k=5, at=slot))
+    with pytest.raises(ValueError, match="which is padding"):
+        recommend(model, data, k=5, at=~data.valid())
+    with pytest.raises(ValueError, match="asks for no position"):
+        recommend(model, data, k=5, at=torch.zeros_like(data.valid()))

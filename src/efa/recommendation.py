@@ -14,7 +14,7 @@ from efa.baselines.recsys import ranking_metrics
 from efa.core.conditional import ConditionalModel, context_items
 from efa.core.data import Sequences
 from efa.core.fields import Category
-from efa.training.scoring import scoring_mode
+from efa.training.scoring import in_batches, scoring_mode
 
 __all__ = ["ranking_metrics", "recommend"]
 
@@ -34,17 +34,42 @@ def _with_next_slot(model: ConditionalModel, data: Sequences) -> tuple[Sequences
     at[torch.arange(len(data)), data.lengths] = True
     observed = {}
     for f in model.fields:
-        if f.target:
+        if f.kind != "attribute":  # every value at the new slot is unknown, context fields too
             own = data.observed.get(f.name, data.valid())[:, :width]
-            own = F.pad(own, (0, max(pad, 0))) & ~at
-            observed[f.name] = own
+            observed[f.name] = F.pad(own, (0, max(pad, 0))) & ~at
     return Sequences(fields, data.lengths + 1, observed), at
+
+
+def _top_k(model: ConditionalModel, f: Category, batch: Sequences, here: Tensor, idx: Tensor,
+           k: int, exclude_seen: bool) -> pd.DataFrame:
+    """One batch's rows of :func:`recommend` (``idx``: the batch's sequence ids)."""
+    eta = model.natural_params_at(batch, {f.name: here})[f.name]
+    logp = torch.log_softmax(eta.double(), -1)
+    if exclude_seen:
+        seen = context_items(batch, f.name, f.num_categories, "bidirectional", here)
+        logp = logp.masked_fill(seen, -torch.inf)
+    logp = logp.cpu()
+    rows, pos = here.cpu().nonzero(as_tuple=True)
+    rows = idx.cpu()[rows]
+    left = torch.isfinite(logp).sum(-1)
+    if (left < k).any():
+        r = int((left < k).nonzero()[0, 0])
+        raise ValueError(f"sequence {int(rows[r])}, position {int(pos[r])}: only {int(left[r])} "
+                         f"items are left to recommend (seen ones excluded), fewer than k={k}")
+    # a stable sort of (−log p) breaks ties by the smaller item id
+    order = torch.sort(-logp, dim=-1, stable=True).indices[:, :k]
+    return pd.DataFrame({
+        "sequence": rows.repeat_interleave(k).numpy(),
+        "position": pos.repeat_interleave(k).numpy(),
+        "rank": torch.arange(1, k + 1).repeat(len(rows)).numpy(),
+        "item": order.reshape(-1).numpy(),
+        "probability": logp.gather(1, order).exp().reshape(-1).numpy()})
 
 
 @torch.no_grad()
 def recommend(model: ConditionalModel, data: Sequences, k: int = 10, *,
               field: str | None = None, exclude_seen: bool = True,
-              at: Tensor | None = None) -> pd.DataFrame:
+              at: Tensor | None = None, batch_size: int = 1024) -> pd.DataFrame:
     """The ``k`` most probable items for each sequence.
 
     Parameters
@@ -64,6 +89,8 @@ def recommend(model: ConditionalModel, data: Sequences, k: int = 10, *,
         A bool mask [N, I] of the positions to recommend at (default: a new position after each
         sequence's end: the next item of a unidirectional model, a masked slot of a
         bidirectional one).
+    batch_size : int
+        Sequences scored at a time (memory grows with it times the catalogue).
 
     Returns
     -------
@@ -91,27 +118,20 @@ def recommend(model: ConditionalModel, data: Sequences, k: int = 10, *,
         data, at = _with_next_slot(model, data)
     elif not isinstance(at, Tensor) or at.dtype != torch.bool or at.shape != data.valid().shape:
         raise ValueError(f"at must be a bool tensor of shape {list(data.valid().shape)}")
+    at = at.cpu()
+    if not at.any():
+        raise ValueError("at asks for no position: nothing to recommend")
+    if (at & ~data.valid()).any():
+        b, i = (int(v) for v in (at & ~data.valid()).nonzero()[0])
+        raise ValueError(f"at asks for sequence {b}, position {i}, which is padding (the "
+                         f"sequence has length {int(data.lengths[b])})")
+    frames = []
     with scoring_mode(model, data):
-        eta = model.natural_params_at(data.to(model.device), {f.name: at.to(model.device)})
-    logp = torch.log_softmax(eta[f.name].double().cpu(), -1)
-    if exclude_seen:
-        seen = context_items(data, f.name, f.num_categories, "bidirectional", at)
-        logp = logp.masked_fill(seen, -torch.inf)
-    left = torch.isfinite(logp).sum(-1)
-    if (left < k).any():
-        r = int((left < k).nonzero()[0, 0])
-        b, i = (int(v) for v in at.nonzero()[r])
-        raise ValueError(f"sequence {b}, position {i}: only {int(left[r])} items are left to "
-                         f"recommend (seen ones excluded), fewer than k={k}")
-    # a stable sort of (−log p) breaks ties by the smaller item id
-    order = torch.sort(-logp, dim=-1, stable=True).indices[:, :k]
-    rows, pos = at.nonzero(as_tuple=True)
-    frame = pd.DataFrame({
-        "sequence": rows.repeat_interleave(k).numpy(),
-        "position": pos.repeat_interleave(k).numpy(),
-        "rank": torch.arange(1, k + 1).repeat(len(rows)).numpy(),
-        "item": order.reshape(-1).numpy(),
-        "probability": logp.gather(1, order).exp().reshape(-1).numpy()})
+        for idx, batch in in_batches(data, batch_size, model.device):
+            here = at[idx][:, : batch.max_len].to(batch.device)
+            if here.any():
+                frames.append(_top_k(model, f, batch, here, idx, k, exclude_seen))
+    frame = pd.concat(frames, ignore_index=True)
     if f.labels is not None:
         frame["label"] = [f.labels[i] for i in frame["item"]]
     return frame
