@@ -49,12 +49,18 @@ from efa.generators.suite import TeacherSpec, suite  # noqa: E402
 TARGETS = {"median_excess": 0.005, "pair_excess": 0.01, "pair_share": 0.9, "seconds": 120.0}
 
 
-def run(spec: TeacherSpec) -> dict:
+def draw(spec: TeacherSpec) -> dict:
+    """The teacher, its training / validation / test data and the test data's Bayes NLL."""
     t0 = time.perf_counter()
     teacher = spec.teacher()
     train, val, test = spec.data(teacher)
-    bayes = spec.bayes_nll(teacher, test)
-    data_seconds = time.perf_counter() - t0
+    return {"teacher": teacher, "train": train, "val": val, "test": test,
+            "bayes": spec.bayes_nll(teacher, test), "seconds": time.perf_counter() - t0}
+
+
+def run(spec: TeacherSpec, drawn: dict) -> dict:
+    teacher, train, val, test, bayes = (drawn[k] for k in ("teacher", "train", "val", "test",
+                                                           "bayes"))
     torch.manual_seed(spec.seed)
     config = efa.EFAConfig(student_fields(teacher), max_len=spec.length, direction=spec.direction)
     student = efa.EFA(config)
@@ -73,14 +79,13 @@ def run(spec: TeacherSpec) -> dict:
             "sizes": {"d_model": config.d_model, "num_layers": config.num_layers,
                       "num_heads": config.num_heads, "parameters": sum(
                           p.numel() for p in student.parameters())},
-            "threads": hist.threads, "data_seconds": data_seconds}
+            "threads": hist.threads, "data_seconds": drawn["seconds"]}
 
 
-def reference(spec: TeacherSpec) -> dict:
+def reference(spec: TeacherSpec, drawn: dict) -> dict:
     """The teacher's own architecture, fresh weights, fitted like the student."""
-    teacher = spec.teacher()
-    train, val, test = spec.data(teacher)
-    bayes = spec.bayes_nll(teacher, test)
+    teacher, train, val, test, bayes = (drawn[k] for k in ("teacher", "train", "val", "test",
+                                                           "bayes"))
     torch.manual_seed(spec.seed)
     model = efa.EFA(replace(copy.deepcopy(teacher.config), direction=spec.direction))
     wall = time.perf_counter()
@@ -140,13 +145,14 @@ def main() -> None:
 
     for spec in specs:
         row = next((r for r in rows if r["spec"]["seed"] == spec.seed), None)
-        if row is None:
-            row = run(spec)
-            rows.append(row)
-        elif not args.reference or "reference" in row:
+        if row is not None and (not args.reference or "reference" in row):
             continue
+        drawn = draw(spec)  # once per teacher, for both fits
+        if row is None:
+            row = run(spec, drawn)
+            rows.append(row)
         if args.reference and "reference" not in row:
-            row["reference"] = reference(spec)
+            row["reference"] = reference(spec, drawn)
         print(json.dumps({k: row[k] for k in ("excess", "fit_seconds", "epochs")} |
                          {"seed": spec.seed, "reference": row.get("reference", {}).get("excess")}),
               flush=True)
