@@ -30,17 +30,13 @@ extensions = [
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 templates_path = ["_templates"]
-exclude_patterns = ["_build", "_templates", "auto_examples/*.ipynb", "auto_examples/*.py",
-                    "auto_examples/*.zip", "auto_examples/*.md5", "auto_examples/*.json"]
+exclude_patterns = ["_build", "_templates"]
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
-suppress_warnings: list[str] = []
 
 autosummary_generate = True
-autodoc_default_options: dict = {}
 autodoc_typehints = "none"  # numpydoc's Parameters sections carry the types
 numpydoc_show_class_members = False
-numpydoc_class_members_toctree = False
 
 sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples"),
@@ -69,4 +65,3 @@ def setup(app):
 
 html_theme = "furo"
 html_title = f"efa {release}"
-html_static_path: list[str] = []
