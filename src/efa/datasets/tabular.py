@@ -39,18 +39,28 @@ def simulation_seeds() -> tuple[int, ...]:
         np.random.set_state(state)
 
 
-def equicorrelated(rng: np.random.Generator, rho: float, n: int, d: int) -> np.ndarray:
+def equicorrelated(rng: np.random.RandomState | np.random.Generator, rho: float, n: int,
+                   d: int) -> np.ndarray:
     """``n`` rows of N(0, Σ) with Σ = (1 − ρ) I + ρ 11ᵀ (unit variances, correlation ``rho`` in
-    [0, 1]), as one shared standard normal times √ρ plus an independent one times √(1 − ρ).
+    [0, 1]): x = Σ^½ z for n × d standard normals z, with Σ's symmetric square root in closed
+    form, Σ^½ = a I + c 11ᵀ, a = √(1 − ρ), c = (√(1 − ρ + dρ) − a) / d.
 
     Why not ``multivariate_normal``: it factors Σ by SVD, and this Σ has one eigenvalue repeated
     d − 1 times, so the basis LAPACK returns inside that eigenspace is not unique and changes
-    with the BLAS kernel, and so did the data. This closed form is element-wise (no BLAS, no
-    reduction), so the same seed gives the same bits on every CPU."""
+    with the BLAS kernel, and so did the data. The symmetric square root is unique, and here it
+    is element-wise arithmetic with a fixed left-to-right row sum (no BLAS), so the same seed
+    gives the same bits on every CPU. It takes n × d normals from ``rng``, as
+    ``multivariate_normal`` does, so every later draw of a stream is the one it would have
+    been there."""
     if not 0.0 <= rho <= 1.0:
         raise ValueError(f"the correlation must be in [0, 1], got {rho!r}")
-    z = rng.standard_normal((n, d + 1))
-    return math.sqrt(rho) * z[:, :1] + math.sqrt(1.0 - rho) * z[:, 1:]
+    z = rng.standard_normal((n, d))
+    a = math.sqrt(1.0 - rho)
+    c = (math.sqrt(1.0 - rho + d * rho) - a) / d
+    total = z[:, 0]
+    for j in range(1, d):
+        total = total + z[:, j]
+    return a * z + c * total[:, None]
 
 
 def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: int = 5,
@@ -61,11 +71,15 @@ def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: i
     The model of the authors' generator: x ~ N(0, Σ) with correlation ``corr`` in training and
     1 − ``corr`` in test (the covariate shift), the first d//2 columns' signs flipped, features
     observed with noise, y = x[:, :n_c] @ coef + N(0, ``y_noise``²) with coef ~ U(0, 10), then
-    every column in ``n_cat`` quantile bins. Draws come from ``np.random.default_rng(seed)`` in
-    the reference order (train x, test x, train noise, test noise, coefficients, train y noise,
-    test y noise), by the closed form of :func:`equicorrelated` and element-wise arithmetic
-    only, so a seed gives the same table on every machine. It is not the authors' data: theirs
-    went through ``multivariate_normal``'s SVD, whose result depends on the CPU's BLAS kernel.
+    every column in ``n_cat`` quantile bins. Draws come from the authors' stream,
+    ``np.random.RandomState(seed)`` (their ``np.random.seed(seed)``), in their order (train x,
+    test x, train noise, test noise, coefficients, train y noise, test y noise), with the
+    covariates by the closed form of :func:`equicorrelated` and element-wise arithmetic only,
+    so a seed gives the same table on every machine. The coefficients and every noise are the
+    authors' draws; the covariates are not: theirs went through ``multivariate_normal``'s SVD,
+    whose result depends on the CPU's BLAS kernel, and ours are another, unique, factor of the
+    same Σ applied to the same normals. So a data set is a fresh draw of the authors' data
+    set with its coefficients, not that data set.
     """
     if variant not in ("code", "paper"):
         raise ValueError(f"variant must be 'code' (the authors' generator) or 'paper', got "
@@ -80,7 +94,7 @@ def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: i
     for name, x in (("noise", noise), ("y_noise", y_noise)):
         if not 0.0 <= x < math.inf:
             raise ValueError(f"{name} must be >= 0 and finite, got {x!r}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.RandomState(seed)  # the authors' np.random.seed(seed) stream
     flip = np.concatenate([-np.ones(d // 2), np.ones(d - d // 2)])
     train_true = equicorrelated(rng, corr, n, d) * flip
     test_true = equicorrelated(rng, 1.0 - corr if shift else corr, n, d)
