@@ -50,6 +50,34 @@ def test_every_public_name_has_a_docstring():
     assert not missing, f"public names without a docstring: {missing}"
 
 
+# numpydoc's own validator (numpydoc.validate), on the checks that make a docstring a reference
+# page: a summary line, every parameter of the signature in a Parameters section and none that
+# is not, a Returns (or Yields) section where the function returns a value.
+NUMPYDOC_CHECKS = {"GL08", "SS01", "PR01", "PR02", "RT01"}
+
+
+def numpydoc_problems(prefix: str = "efa") -> list[str]:
+    """Each public name under ``prefix`` that fails :data:`NUMPYDOC_CHECKS`, with its codes
+    (``numpydoc_problems("efa.core")`` lists a folder's while its docstrings are written)."""
+    from numpydoc.validate import validate
+
+    out = []
+    for module in _modules():
+        if not (module.__name__ == prefix or module.__name__.startswith(prefix + ".")):
+            continue
+        for name, _ in _public(module):
+            errors = validate(f"{module.__name__}.{name}")["errors"]
+            codes = sorted({code for code, _ in errors if code in NUMPYDOC_CHECKS})
+            if codes:
+                out.append(f"{module.__name__}.{name}: {', '.join(codes)}")
+    return out
+
+
+def test_every_public_name_follows_numpydoc():
+    problems = numpydoc_problems()
+    assert not problems, "docstrings that numpydoc finds incomplete:\n" + "\n".join(problems)
+
+
 def test_every_module_is_in_the_reference():
     reference = (ROOT / "docs" / "api" / "index.rst").read_text()
     tops = {m.__name__.split(".")[1] for m in _modules() if m.__name__.count(".") >= 1}
