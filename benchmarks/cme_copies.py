@@ -20,10 +20,11 @@ from pathlib import Path
 import torch
 
 from efa.core import strategies
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.families import Gaussian
 from efa.core.fields import Attribute, Value
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 
 
 def model(size: int) -> EFA:

@@ -105,7 +105,7 @@ def measure(kind: str, d: int, i: int, seconds: float, batch: int, device: str =
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(0, d, (batch, i), generator=gen).to(device)
     data = efa.Sequences({"item": x}, torch.full((batch,), i, device=device))
-    from efa.training.train import sample_positions
+    from efa.training.steps import sample_positions
 
     steps, predicted, t0, times = 0, 0, time.perf_counter(), []
     while steps < 3 or time.perf_counter() - t0 < seconds:

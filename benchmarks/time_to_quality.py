@@ -165,7 +165,7 @@ def train_for(kind: str, train: torch.Tensor, test: torch.Tensor, budget: float,
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     model = student(kind, device.type)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    from efa.training.train import sample_positions
+    from efa.training.steps import sample_positions
 
     curve, seconds, step, next_eval = [], 0.0, 0, 0.0
     order = torch.randperm(len(train), generator=gen)

@@ -15,8 +15,8 @@ from sklearn.gaussian_process.kernels import RBF
 from torch.func import functional_call
 
 from efa.core import strategies
+from efa.core.config import EFAConfig
 from efa.core.kernels.cme import CME, cme, cme_weights, similarity
-from efa.core.model import EFAConfig
 from efa.generators import LinearGaussian
 from tests.helpers import make_model, mixed_data, naive_natural_params
 

@@ -34,7 +34,8 @@ def model(heads=1, head_dim=3, layers=1, seed=0):
     torch.manual_seed(seed)
     m = appendix_b(V, S, P, num_heads=heads, head_dim=head_dim).double()
     if layers != 1:
-        from efa.core.model import EFA, EFAConfig
+        from efa.core.config import EFAConfig
+        from efa.core.model import EFA
 
         cfg = EFAConfig.from_dict({**m.config.to_dict(), "num_layers": layers})
         m = EFA(cfg).double()

@@ -101,7 +101,7 @@ def test_sampled_positions_are_an_unbiased_estimate_of_the_exact_objective():
     data = mixed_data(n=4, max_len=5)
     exact = float(model.loss(data))
     counts = {f.name: int(data.predicted(f.name).sum()) for f in model.target_fields}
-    from efa.training.train import sample_positions
+    from efa.training.steps import sample_positions
 
     g = torch.Generator().manual_seed(0)
     draws = []

@@ -539,7 +539,7 @@ def test_class_mse_of_ordered_labels_follows_their_order():
 
 
 def test_ordered_levels_as_numbers_are_numeric_for_every_model():
-    from efa.baselines.tabular import CatBoostTable, FTTransformerTable, TabMTable
+    from efa.baselines.tabular_tuned import CatBoostTable, FTTransformerTable, TabMTable
     from efa.datasets.tabular import CAR_LEVELS, as_numbers
 
     tr, te = car()

@@ -8,6 +8,7 @@ import torch
 
 import efa
 from efa.training import checkpoint as checkpoint_mod
+from efa.training import steps as steps_mod
 from efa.training import train as train_mod
 from tests.helpers import make_model, mixed_data
 
@@ -74,7 +75,7 @@ def test_plateau_keeps_its_rule():
     # "plateau" halves after max(1, patience // 3) + 1 stalled epochs in a row, PyTorch's
     # relative threshold of 1e-4 (the committed experiments that name it were made with it)
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    _, plateau = train_mod._scheduler(opt, efa.TrainConfig(schedule="plateau", patience=4), 1)
+    _, plateau = steps_mod.scheduler(opt, efa.TrainConfig(schedule="plateau", patience=4), 1)
     rates = []
     for v in (1.0, 0.99995, 0.99995, 0.5, 0.6, 0.7):
         plateau.step(v)

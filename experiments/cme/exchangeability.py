@@ -34,9 +34,10 @@ import numpy as np
 import torch
 
 from efa.baselines.flat import FlatMLP
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.kernels.cme import cme
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 from efa.generators import GPLatent, LinearGaussian
 from efa.training.scoring import mean_squared_error, predictions
 from efa.training.train import TrainConfig, fit, seed_everything

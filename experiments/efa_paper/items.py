@@ -13,11 +13,12 @@ import pandas as pd
 import torch
 
 from efa.baselines import CategoricalFM, ContextLogit, Unigram, select_l2
-from efa.baselines.glm import DESIGN_RATIOS, L2_GRID
+from efa.baselines.convex import DESIGN_RATIOS, L2_GRID
 from efa.baselines.recsys import RECBOLE, BERT4Rec, SASRec, ranking_metrics
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.fields import Category
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 from efa.training.calibration import calibration
 from efa.training.scoring import evaluate, log_likelihoods
 from efa.training.train import TrainConfig, fit

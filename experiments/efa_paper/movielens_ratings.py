@@ -24,10 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from efa.baselines import RatingGLM, ValueFM, select_l2
-from efa.baselines.glm import DESIGN_RATIOS, L2_GRID
+from efa.baselines.convex import DESIGN_RATIOS, L2_GRID
+from efa.core.config import EFAConfig
 from efa.core.families import Poisson
 from efa.core.fields import Category, Value
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 from efa.datasets import movielens as ml
 from efa.training.scoring import evaluate, predictions
 from efa.training.train import fit, seed_everything

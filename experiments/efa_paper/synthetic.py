@@ -18,10 +18,11 @@ import numpy as np
 import torch
 
 from efa.baselines import ValueFM
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.families import Gaussian
 from efa.core.fields import Category, Value
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 from efa.training.scoring import mean_squared_error
 from efa.training.train import TrainConfig, fit, seed_everything
 from experiments.harness.papers import by_key, paper_numbers

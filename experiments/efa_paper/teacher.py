@@ -24,9 +24,10 @@ from pathlib import Path
 
 import torch
 
+from efa.core.config import EFAConfig
 from efa.core.families import Poisson
 from efa.core.fields import Category, Value
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 from efa.generators import attention_teacher, bayes_nll, sample, student_fields
 from efa.training.scoring import evaluate
 from efa.training.train import TrainConfig, fit, seed_everything

@@ -30,9 +30,10 @@ import torch
 
 from efa import analogy
 from efa.baselines import CategoricalFM
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.fields import Category
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 from efa.datasets.text import lee_background, vocabulary, windows
 from efa.embeddings import (
     attention_embeddings,

@@ -29,9 +29,10 @@ import numpy as np
 import torch
 
 from efa.baselines import CategoricalFM
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.fields import Category
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 from efa.embeddings import (
     attention_embeddings,
     attention_statistics,

@@ -85,13 +85,8 @@ def jobs(spec: Spec, seeds: int) -> list[dict]:
 
 
 def _make(name: str, spec: Spec, seed: int, handle_unknown: str):
-    from efa.baselines.tabular import (
-        CatBoostTable,
-        FTTransformerTable,
-        OrderedLogit,
-        TabMTable,
-        numeric_lr,
-    )
+    from efa.baselines.tabular import OrderedLogit, numeric_lr
+    from efa.baselines.tabular_tuned import CatBoostTable, FTTransformerTable, TabMTable
     from efa.tabular import AttentionTableClassifier
 
     numbers = {numbers_name(m): m for m in spec.numbers}

@@ -22,7 +22,7 @@ install_moved_modules()
 
 _EXPORTS = {
     "EFA": "efa.core.model",
-    "EFAConfig": "efa.core.model",
+    "EFAConfig": "efa.core.config",
     "AttentionTableClassifier": "efa.tabular",
     "ConditionalModel": "efa.core.conditional",
     "Attribute": "efa.core.fields",
@@ -59,10 +59,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on 
     from efa import baselines, core, datasets, generators, spatial, training
     from efa.baselines import CategoricalFM, ValueFM
     from efa.core.conditional import ConditionalModel
+    from efa.core.config import EFAConfig
     from efa.core.data import Sequences
     from efa.core.fields import Attribute, Category, Value
     from efa.core.kernels import KERNELS, Kernel, register_kernel
-    from efa.core.model import EFA, EFAConfig
+    from efa.core.model import EFA
     from efa.recommendation import ranking_metrics, recommend
     from efa.sampling import sample
     from efa.tabular import AttentionTableClassifier

@@ -3,11 +3,11 @@
 The protocol of the mixture-of-experts paper (Wibisono & Wang, Sec 4.1 and App. F) and of its
 reference notebooks, made explicit as options:
 
-- :func:`load_questions` reads the Google analogy set (``questions-words.txt``: ``: category``
-  header lines, then one ``a b c d`` question a line), lower-cased; categories whose name starts
-  with ``gram`` are *syntactic*, the others *semantic*.
-- :func:`restrict` keeps the questions whose four words are in the vocabulary of every model
-  (the paper's intersection filter: each model is scored on the same questions).
+- :func:`~efa.questions.load_questions` reads the Google analogy set (``questions-words.txt``:
+  ``: category`` header lines, then one ``a b c d`` question a line), lower-cased; categories
+  whose name starts with ``gram`` are *syntactic*, the others *semantic*.
+- :func:`~efa.questions.restrict` keeps the questions whose four words are in the vocabulary of
+  every model (the paper's intersection filter: each model is scored on the same questions).
 - :func:`answer` ranks the candidate words d ∉ {a, b, c} by cos(x_d, x_b + x_c − x_a) and
   records, per question, the prediction, the rank of the correct d and cos(x_b + x_c − x_a,
   x_d). ``candidates`` is the candidate filter: ``"all"`` (every row, as the reference code
@@ -20,13 +20,16 @@ reference notebooks, made explicit as options:
 
 A vocabulary is a list of words, one per row of the matrix. With ``lowercase=True`` two rows
 that differ only in case map to the first one (gensim's and the reference code's rule).
+
+The questions' file and vocabulary functions live in :mod:`efa.questions` and are importable
+from here too (``efa.analogy.load_questions``, ``restrict``, ``coverage``, ``questions_path``,
+``vocabulary_index``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,83 +37,17 @@ import numpy.typing as npt
 import pandas as pd
 
 from efa.deprecation import renamed
+from efa.questions import GROUPS as GROUPS
+from efa.questions import coverage as coverage
+from efa.questions import load_questions as load_questions
+from efa.questions import questions_path as questions_path
+from efa.questions import restrict as restrict
+from efa.questions import vocabulary_index as vocabulary_index
 
 if TYPE_CHECKING:  # for annotations only
     from torch import Tensor
 
-GROUPS = ("semantic", "syntactic")
 WORD = re.compile(r"[^\W\d_]+")  # letters only: no digits, '_', '#', brackets or punctuation
-
-
-def questions_path() -> Path:
-    """``questions-words.txt`` as shipped in the gensim wheel (the ``experiments`` extra)."""
-    try:
-        from gensim.test.utils import datapath
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the analogy questions ship with gensim: pip install 'efa[experiments]' (or gensim), "
-            "or pass the path of a questions-words.txt file"
-        ) from err
-    return Path(datapath("questions-words.txt"))
-
-
-def load_questions(path: str | Path | None = None, lowercase: bool = True) -> pd.DataFrame:
-    """The questions of a ``questions-words.txt``-format file as a frame with columns
-    ``category, group, a, b, c, d, line`` (``line``: 1-based line number in the file).
-
-    Blank lines are skipped; anything else that is not a ``: name`` header or four
-    whitespace-separated words is an error naming the file, the line and what was expected.
-    """
-    path = questions_path() if path is None else Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"analogy question file {path} does not exist")
-    rows, category = [], None
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not a word
-    except UnicodeDecodeError as err:
-        line_no = path.read_bytes()[:err.start].count(b"\n") + 1
-        raise ValueError(f"{path}, line {line_no}: not UTF-8 (byte {err.object[err.start]:#04x}); "
-                         "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
-    for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith(":"):
-            category = line[1:].strip()
-            if not category or len(category.split()) != 1:
-                raise ValueError(
-                    f"{path}, line {number}: a category header must be ': name' with one "
-                    f"word as the name, got {line!r}"
-                )
-            continue
-        if category is None:
-            raise ValueError(
-                f"{path}, line {number}: question {line!r} comes before any ': category' "
-                "header line"
-            )
-        words = line.split()
-        if len(words) != 4:
-            raise ValueError(
-                f"{path}, line {number}: expected four words 'a b c d' (a is to b as c is "
-                f"to d), got {len(words)}: {line!r}"
-            )
-        if lowercase:
-            words = [w.lower() for w in words]
-        group = "syntactic" if category.startswith("gram") else "semantic"
-        rows.append((category, group, *words, number))
-    if not rows:
-        raise ValueError(f"{path} holds no analogy questions")
-    return pd.DataFrame(rows, columns=["category", "group", "a", "b", "c", "d", "line"])
-
-
-def vocabulary_index(vocab: Sequence[str], lowercase: bool = True) -> dict[str, int]:
-    """word → row; with ``lowercase`` the first of several case variants wins."""
-    index: dict[str, int] = {}
-    for row, word in enumerate(vocab):
-        if not isinstance(word, str) or not word:
-            raise ValueError(f"vocabulary entry {row} must be a non-empty string, got {word!r}")
-        index.setdefault(word.lower() if lowercase else word, row)
-    return index
 
 
 def _in_range(x: np.ndarray) -> np.ndarray:
@@ -123,7 +60,28 @@ def _in_range(x: np.ndarray) -> np.ndarray:
 
 def check_embeddings(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str],
                      name: str = "embeddings") -> np.ndarray:
-    """The matrix as float64 [V, p], after checking it matches ``vocab`` and is finite."""
+    """The embedding matrix as float64, after checking it matches ``vocab`` and is finite.
+
+    Parameters
+    ----------
+    vectors : array_like or torch.Tensor, shape (V, p)
+        Numeric; row k is the embedding of ``vocab[k]``.
+    vocab : sequence of str
+        The V words.
+    name : str, default "embeddings"
+        What to call the matrix in error messages.
+
+    Returns
+    -------
+    numpy.ndarray, shape (V, p)
+        The matrix as float64.
+
+    Raises
+    ------
+    ValueError
+        If ``vectors`` is not a numeric matrix, its rows do not match ``vocab`` or a row is not
+        finite.
+    """
     if hasattr(vectors, "detach"):  # a torch tensor
         vectors = vectors.detach().cpu().numpy()
     x = np.asarray(vectors)
@@ -142,31 +100,30 @@ def check_embeddings(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str],
     return x.astype(np.float64)
 
 
-def restrict(questions: pd.DataFrame, *vocabularies: Iterable[str],
-             lowercase: bool = True) -> pd.DataFrame:
-    """The questions whose four words are in every vocabulary (the paper's filter: 9,522 of
-    19,544 for BERT ∩ GloVe ∩ word2vec ∩ BART). Duplicate questions are kept."""
-    keep = np.ones(len(questions), dtype=bool)
-    for vocab in vocabularies:
-        words = set(vocabulary_index(list(vocab), lowercase))
-        for col in "abcd":
-            keep &= questions[col].isin(words).to_numpy()
-    return questions[keep].reset_index(drop=True)
-
-
-def coverage(questions: pd.DataFrame, kept: pd.DataFrame) -> dict[str, dict[str, int]]:
-    """Questions kept / all, per group and overall."""
-    out = {}
-    for group in (*GROUPS, "overall"):
-        sel: Callable[..., pd.DataFrame] = (
-            (lambda f: f) if group == "overall" else (lambda f, g=group: f[f.group == g]))
-        out[group] = {"kept": int(len(sel(kept))), "total": int(len(sel(questions)))}
-    return out
-
-
 def candidate_rows(vocab: Sequence[str], index: dict[str, int],
                    candidates: str | Callable[[str], bool] | Collection[str]) -> np.ndarray:
-    """Rows that may be answers: one per word of ``index`` (case variants folded), filtered."""
+    """Rows that may be answers: one per word of ``index`` (case variants folded), filtered.
+
+    Parameters
+    ----------
+    vocab : sequence of str
+        The vocabulary, one word per row (the rows themselves are read from ``index``).
+    index : dict of str to int
+        Word → row, as :func:`~efa.questions.vocabulary_index` gives it.
+    candidates : {"all", "words"}, callable or collection of str
+        ``"all"``: every word; ``"words"``: alphabetic words only (letters, no digits, ``_``
+        or punctuation); a predicate on the word; or the allowed words.
+
+    Returns
+    -------
+    numpy.ndarray of int64
+        The candidate rows, sorted.
+
+    Raises
+    ------
+    ValueError
+        If ``candidates`` is an unknown string or leaves no word.
+    """
     words = list(index)
     if isinstance(candidates, str):
         if candidates == "all":
@@ -189,11 +146,45 @@ def candidate_rows(vocab: Sequence[str], index: dict[str, int],
 def answer(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd.DataFrame,
            candidates: str | Callable[[str], bool] | Collection[str] = "all",
            normalize: bool = False, lowercase: bool = True, chunk: int = 512) -> pd.DataFrame:
-    """3CosAdd on every question: the questions frame with ``predicted``, ``correct``, ``rank``
-    (1 = the correct d scores strictly above every other candidate, ties count against it;
-    NaN if d is not a candidate) and ``cosine``
-    (cos(x_b + x_c − x_a, x_d)). Every question word must be in the vocabulary
-    (:func:`restrict` first)."""
+    """3CosAdd on every question: the best d ∉ {a, b, c} by cos(x_d, x_b + x_c − x_a).
+
+    Every question word must be in the vocabulary (:func:`~efa.questions.restrict` first).
+
+    Parameters
+    ----------
+    vectors : array_like or torch.Tensor, shape (V, p)
+        The embeddings, row k that of ``vocab[k]``.
+    vocab : sequence of str
+        The V words.
+    questions : pandas.DataFrame
+        Columns ``a, b, c, d`` (a is to b as c is to d), e.g. from
+        :func:`~efa.questions.load_questions`.
+    candidates : {"all", "words"}, callable or collection of str, default "all"
+        Which words may be answers (:func:`candidate_rows`).
+    normalize : bool, default False
+        Unit-normalise the vectors before the offset (gensim's ``most_similar``); the paper's
+        notebooks use the raw vectors.
+    lowercase : bool, default True
+        Fold case variants of the vocabulary (:func:`~efa.questions.vocabulary_index`).
+    chunk : int, default 512
+        Questions scored at once (memory: ``chunk`` × candidates scores).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The questions (index reset) with ``predicted`` (the best candidate), ``rank`` (of the
+        correct d: 1 when it scores strictly above every other candidate, ties count against
+        it; NaN if d is not a candidate), ``correct`` (``rank == 1``) and ``cosine``
+        (cos(x_b + x_c − x_a, x_d)).
+
+    Raises
+    ------
+    ValueError
+        If the embeddings or the questions are malformed, there is no question or ``chunk``
+        is not a positive integer.
+    KeyError
+        If a question word is not in the vocabulary.
+    """
     x = check_embeddings(vectors, vocab)
     index = vocabulary_index(vocab, lowercase)
     absent = [c for c in "abcd" if c not in questions]
@@ -252,10 +243,37 @@ def answer(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd.
 
 def cosines(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd.DataFrame,
             targets: Sequence[str], normalize: bool = False, lowercase: bool = True) -> np.ndarray:
-    """cos(x_b + x_c − x_a, x_t) for one target word t per question: with t = d it is the
-    ``cosine`` of :func:`answer`; with a random word it is the chance level of that mean cosine
-    for these embeddings (trained embeddings share a common direction, which makes every
-    cosine positive)."""
+    """cos(x_b + x_c − x_a, x_t) for one target word t per question.
+
+    With t = d it is the ``cosine`` of :func:`answer`; with a random word it is the chance
+    level of that mean cosine for these embeddings (trained embeddings share a common
+    direction, which makes every cosine positive).
+
+    Parameters
+    ----------
+    vectors : array_like or torch.Tensor, shape (V, p)
+        The embeddings, row k that of ``vocab[k]``.
+    vocab : sequence of str
+        The V words.
+    questions : pandas.DataFrame
+        Columns ``a, b, c``.
+    targets : sequence of str
+        One target word per question.
+    normalize, lowercase : bool
+        As in :func:`answer` (defaults False and True).
+
+    Returns
+    -------
+    numpy.ndarray, shape (len(questions),)
+        The cosines.
+
+    Raises
+    ------
+    ValueError
+        If there is not one target per question or the embeddings are malformed.
+    KeyError
+        If a word is not in the vocabulary.
+    """
     x = check_embeddings(vectors, vocab)
     index = vocabulary_index(vocab, lowercase)
     if len(targets) != len(questions):
@@ -276,8 +294,25 @@ def cosines(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd
 
 
 def summarise(answers: pd.DataFrame) -> pd.DataFrame:
-    """Accuracy and mean cosine per category, per group and overall (columns ``level``,
-    ``name``, ``n``, ``accuracy``, ``cosine``)."""
+    """Accuracy and mean cosine per category, per group and overall.
+
+    Parameters
+    ----------
+    answers : pandas.DataFrame
+        The output of :func:`answer` (columns ``category``, ``group``, ``correct``,
+        ``cosine``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``level`` (``"category"``, ``"group"`` or ``"overall"``), ``name``, ``n``,
+        ``accuracy`` and ``cosine``.
+
+    Raises
+    ------
+    ValueError
+        If ``answers`` is empty.
+    """
     if len(answers) == 0:
         raise ValueError("no answers to summarise: an empty set of questions has no accuracy")
     rows = []
@@ -291,8 +326,33 @@ def summarise(answers: pd.DataFrame) -> pd.DataFrame:
 
 def accuracy(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str],
              questions: pd.DataFrame | None = None, **options: Any) -> dict[str, dict[str, float]]:
-    """{semantic|syntactic|overall: {n, accuracy, cosine}} on the questions every word of which
-    is in ``vocab`` (all of ``questions-words.txt`` by default); options go to :func:`answer`."""
+    """Analogy accuracy and mean cosine of an embedding matrix, per group and overall.
+
+    Scored on the questions every word of which is in ``vocab``.
+
+    Parameters
+    ----------
+    vectors : array_like or torch.Tensor, shape (V, p)
+        The embeddings, row k that of ``vocab[k]``.
+    vocab : sequence of str
+        The V words.
+    questions : pandas.DataFrame, optional
+        The questions (default: all of ``questions-words.txt``, read by
+        :func:`~efa.questions.load_questions`).
+    **options
+        Passed to :func:`answer` (``candidates``, ``normalize``, ``lowercase``, ``chunk``).
+
+    Returns
+    -------
+    dict of str to dict
+        ``{"semantic" | "syntactic" | "overall": {"n", "accuracy", "cosine"}}`` (a group with
+        no question is absent).
+
+    Raises
+    ------
+    ValueError
+        If no question has all four words in the vocabulary.
+    """
     questions = load_questions() if questions is None else questions
     kept = restrict(questions, vocab, lowercase=options.get("lowercase", True))
     if len(kept) == 0:
@@ -301,7 +361,18 @@ def accuracy(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str],
 
 
 def groups(summary: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """The group and overall lines of a :func:`summarise` frame as a dict."""
+    """The group and overall lines of a :func:`summarise` frame as a dict.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        The output of :func:`summarise`.
+
+    Returns
+    -------
+    dict of str to dict
+        Per group name and ``"overall"``: ``{"n": int, "accuracy": float, "cosine": float}``.
+    """
     out = {}
     for _, r in summary[summary.level != "category"].iterrows():
         out[r["name"]] = {"n": int(r.n), "accuracy": float(r.accuracy), "cosine": float(r.cosine)}
@@ -309,9 +380,24 @@ def groups(summary: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def paper_tables(results: dict[str, dict[str, dict[str, float]]], digits: int = 3) -> str:
-    """Markdown in the layout of the paper's Table 3: an accuracy table and a cosine-similarity
-    table, rows Semantic / Syntactic / Overall, one column per model (``results[model]`` as
-    returned by :func:`accuracy`), and the number of questions per row."""
+    """Markdown in the layout of the paper's Table 3.
+
+    An accuracy table and a cosine-similarity table, rows Semantic / Syntactic / Overall, one
+    column per model, and the number of questions per row (one number when the models agree,
+    else one per model, separated by ``/``). A missing group is shown as ``—``.
+
+    Parameters
+    ----------
+    results : dict of str to dict
+        Per model name, its :func:`accuracy`.
+    digits : int, default 3
+        Decimals of each cell.
+
+    Returns
+    -------
+    str
+        The two markdown tables, separated by a blank line.
+    """
     models = list(results)
     out = []
     for metric, title in (("accuracy", "Accuracy"), ("cosine", "Cosine similarity")):

@@ -6,6 +6,7 @@ import functools
 import importlib
 import importlib.abc
 import importlib.util
+import inspect
 import sys
 import types
 import warnings
@@ -26,7 +27,11 @@ def renamed(func: F, old: str, new: str) -> F:
         return func(*args, **kwargs)
 
     alias.__name__ = alias.__qualname__ = old.rsplit(".", 1)[-1]
-    alias.__doc__ = f"Deprecated alias of :func:`{new}` (removed in efa 0.4)."
+    note = f"Deprecated alias of :func:`{new}` (removed in efa 0.4)."
+    # The alias takes the same arguments, so it documents them: the note, then the new
+    # name's docstring below its summary (None under python -OO).
+    doc = inspect.cleandoc(func.__doc__ or "").split("\n\n", 1)
+    alias.__doc__ = note + ("\n\n" + doc[1] if len(doc) > 1 else "")
     return alias  # type: ignore[return-value]
 
 

@@ -54,8 +54,28 @@ def _sentences(sentences, num_words: int) -> np.ndarray:
 
 
 def cooccurrence(sentences: npt.ArrayLike, num_words: int) -> np.ndarray:
-    """#(w_i, c_j) [V, V]: over sentences and ordered pairs of positions m ≠ j, the number of
-    times word i is at m (the center) and word j at j (a context word). Symmetric."""
+    """The co-occurrence counts #(w_i, c_j) of a corpus of sentences.
+
+    Over sentences and ordered pairs of positions m ≠ j, the number of times word i is at m
+    (the center) and word j at j (a context word).
+
+    Parameters
+    ----------
+    sentences : array_like of int, shape (N, S)
+        N sentences of the same length S ≥ 2, word ids in 0..V−1.
+    num_words : int
+        The vocabulary size V.
+
+    Returns
+    -------
+    numpy.ndarray, shape (V, V)
+        The counts (float64, symmetric).
+
+    Raises
+    ------
+    ValueError
+        If ``sentences`` is ragged, not an integer matrix with S ≥ 2, or has an id out of range.
+    """
     x = _sentences(sentences, num_words)
     counts = np.zeros((num_words, num_words))
     for m in range(x.shape[1]):
@@ -66,8 +86,20 @@ def cooccurrence(sentences: npt.ArrayLike, num_words: int) -> np.ndarray:
 
 
 def cbow_targets(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(p(w_i, c_j)/p(c_j) = p(w_i | c_j), M = log of it + log|V|, NaN where the pair never
-    occurs): the two targets of the paper's check of Prop 9."""
+    """The two targets of the paper's check of Prop 9.
+
+    Parameters
+    ----------
+    counts : numpy.ndarray, shape (V, V)
+        Co-occurrence counts #(w_i, c_j) (:func:`cooccurrence`).
+
+    Returns
+    -------
+    ratio : numpy.ndarray, shape (V, V)
+        p(w_i, c_j)/p(c_j) = p(w_i | c_j) (0 in a column of no count).
+    M : numpy.ndarray, shape (V, V)
+        log p(w_i | c_j) + log|V|, NaN where the pair never occurs.
+    """
     counts = np.asarray(counts, dtype=np.float64)
     col = counts.sum(0, keepdims=True)
     ratio = counts / np.where(col > 0, col, 1.0)
@@ -78,9 +110,26 @@ def cbow_targets(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def prop9_correlations(W: npt.ArrayLike, C: npt.ArrayLike,
                        counts: np.ndarray) -> dict[str, float]:
-    """The paper's two numbers: Spearman corr(w_iᵀc_j, p(w_i,c_j)/p(c_j)) over all pairs and
-    Pearson corr(w_iᵀc_j, log(p(w_i,c_j)/p(c_j)) + log|V|) over the pairs where it is
-    defined (the pair occurs)."""
+    """The paper's two numbers of its check of Prop 9.
+
+    Spearman corr(w_iᵀc_j, p(w_i,c_j)/p(c_j)) over all pairs and Pearson corr(w_iᵀc_j,
+    log(p(w_i,c_j)/p(c_j)) + log|V|) over the pairs where it is defined (the pair occurs).
+
+    Parameters
+    ----------
+    W : array_like, shape (V, K)
+        Center embeddings w_i.
+    C : array_like, shape (V, K)
+        Context embeddings c_j.
+    counts : numpy.ndarray, shape (V, V)
+        Co-occurrence counts (:func:`cooccurrence`).
+
+    Returns
+    -------
+    dict of str to float
+        ``"spearman"``, ``"pearson"``, and the numbers of ``"pairs"`` (V²) and of pairs where
+        the log target is ``"defined"`` (ints).
+    """
     s = np.asarray(W, dtype=np.float64) @ np.asarray(C, dtype=np.float64).T
     ratio, m = cbow_targets(counts)
     ok = np.isfinite(m)
@@ -94,7 +143,27 @@ def _numpy(t) -> np.ndarray:
 
 
 def cbow_embeddings(model: CategoricalFM) -> tuple[np.ndarray, np.ndarray]:
-    """(W center [V, K], C context [V, K]) of a ``CategoricalFM``: logits ∝ W Σ_j c_{x_j}."""
+    """The center and context embeddings of a ``CategoricalFM``: logits ∝ W Σ_j c_{x_j}.
+
+    Parameters
+    ----------
+    model : CategoricalFM
+        A model without intercept (the paper's CBOW without negative sampling).
+
+    Returns
+    -------
+    W : numpy.ndarray, shape (V, K)
+        The center embeddings (ρ), float64.
+    C : numpy.ndarray, shape (V, K)
+        The context embeddings (α), float64.
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is not a ``CategoricalFM``.
+    ValueError
+        If it has an intercept.
+    """
     from efa.baselines import CategoricalFM
 
     if not isinstance(model, CategoricalFM):
@@ -105,10 +174,32 @@ def cbow_embeddings(model: CategoricalFM) -> tuple[np.ndarray, np.ndarray]:
 
 
 def attention_embeddings(model: EFA) -> dict[str, np.ndarray]:
-    """W (center, [V, p]), C (token table, [V, p]), c_mask ([p]) and τ ([V + 1], the last for
-    [MASK]) of a one-layer, one-head bidirectional ``EFA`` over one ``Category`` field, in
-    the form of the paper's Eq. 1 (``block="bare"``, ``bias=False``, no positional table): the
-    masked slot's logits are exactly Σ_j γ_j W c_{a_j}, γ_j = τ_{a_j} / Σ_s τ_{a_s}."""
+    """The embeddings of a one-layer attention model in the form of the paper's Eq. 1.
+
+    The model is a one-layer, one-head bidirectional ``EFA`` over one ``Category`` field
+    (``block="bare"``, ``bias=False``, no positional table, softmax attention, no mix, no
+    read-out bias): the masked slot's logits are exactly Σ_j γ_j W c_{a_j},
+    γ_j = τ_{a_j} / Σ_s τ_{a_s}, with W = δ W^O W^V.
+
+    Parameters
+    ----------
+    model : EFA
+        The model.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        ``"W"`` (center embeddings, [V, p]), ``"C"`` (the token table without [MASK],
+        [V, p]), ``"c_mask"`` ([p]), ``"tau"`` ([V + 1], the last for [MASK]; up to a common
+        factor, which cancels in γ) and ``"log_tau"`` (the scores c_jᵀ W^KQ c_[MASK] / √d_w).
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is not an ``EFA``.
+    ValueError
+        Naming every setting that departs from Eq. 1.
+    """
     from efa.core.fields import Category
     from efa.core.model import EFA
 
@@ -146,17 +237,37 @@ def attention_embeddings(model: EFA) -> dict[str, np.ndarray]:
 
 def attention_statistics(tau: npt.ArrayLike, sentences: npt.ArrayLike,
                          num_words: int) -> dict[str, np.ndarray | float]:
-    """The quantities of Prop 14 from τ ([V + 1], [MASK] last) on a corpus of sentences [N, S]
-    of equal length S, each position masked in turn:
+    """The quantities of Prop 14 from τ on a corpus of sentences, each position masked in turn.
 
-    - ``gamma1`` / ``gamma2`` [V, V]: Σ_(i,j) γ and Σ_(i,j) γ² over corpus occurrences of center
-      i with context word j, γ = τ_j / Σ_s τ_{a_s} in the masked sentence;
-    - ``pbar`` (p̄(w_i, c_j), sums to 1), ``zeta`` [V] (ζ_j), ``scale`` [V] (S ζ_j: c̃_j =
-      scale_j c_j), ``predicted`` [V, V] (Eq. 2, what w_iᵀc_j should be), ``N`` [V, V]
-      (log(p̄(w_i,c_j)/p̄(c_j)) + log|V|, NaN where p̄ = 0);
-    - ``asymmetry``: ‖p̄ − p̄ᵀ‖_F / ‖p̄‖_F (0 for the symmetric CBOW p); ``zeta_cv``: the
-      coefficient of variation of ζ over the words that occur as context, weighted by their
-      frequency, and ``zeta_range`` = max/min (1 when ζ is constant: then c̃ ∝ c).
+    Parameters
+    ----------
+    tau : array_like, shape (V + 1,)
+        Positive finite τ of each word, [MASK] last (:func:`attention_embeddings`).
+    sentences : array_like of int, shape (N, S)
+        N sentences of the same length S ≥ 2, word ids in 0..V−1.
+    num_words : int
+        The vocabulary size V.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray or float
+        The entries:
+
+        - ``gamma1`` / ``gamma2`` [V, V]: Σ_(i,j) γ and Σ_(i,j) γ² over corpus occurrences
+          of center i with context word j, γ = τ_j / Σ_s τ_{a_s} in the masked sentence;
+        - ``pbar`` (p̄(w_i, c_j), sums to 1), ``zeta`` [V] (ζ_j, NaN for a word never in
+          context), ``scale`` [V] (S ζ_j: c̃_j = scale_j c_j), ``predicted`` [V, V] (Eq. 2,
+          what w_iᵀc_j should be), ``N`` [V, V] (log(p̄(w_i,c_j)/p̄(c_j)) + log|V|, NaN where
+          p̄ = 0);
+        - ``asymmetry``: ‖p̄ − p̄ᵀ‖_F / ‖p̄‖_F (0 for the symmetric CBOW p); ``zeta_cv``: the
+          coefficient of variation of ζ over the words that occur as context, weighted by
+          their frequency, and ``zeta_range`` = max/min (1 when ζ is constant: then c̃ ∝ c);
+          ``uniform_zeta``: 1/S, ζ when every γ is equal.
+
+    Raises
+    ------
+    ValueError
+        If ``tau`` is not V + 1 positive finite numbers, or ``sentences`` is malformed.
     """
     tau = np.asarray(tau, dtype=np.float64)
     if tau.shape != (num_words + 1,) or not np.isfinite(tau).all() or (tau <= 0).any():
@@ -196,7 +307,23 @@ def attention_statistics(tau: npt.ArrayLike, sentences: npt.ArrayLike,
 
 
 def correlation(x: npt.ArrayLike, y: npt.ArrayLike) -> dict[str, float]:
-    """Pearson and Spearman correlations over the entries where both are finite."""
+    """Pearson and Spearman correlations over the entries where both are finite.
+
+    Parameters
+    ----------
+    x, y : array_like
+        The same number of entries (flattened).
+
+    Returns
+    -------
+    dict of str to float
+        ``"pearson"``, ``"spearman"`` and the number of ``"pairs"`` used (an int).
+
+    Raises
+    ------
+    ValueError
+        If the sizes differ or fewer than 2 entries are finite in both.
+    """
     x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
     if x.shape != y.shape:
         raise ValueError(f"x and y must have the same number of entries, got {x.size} and "
@@ -211,11 +338,36 @@ def correlation(x: npt.ArrayLike, y: npt.ArrayLike) -> dict[str, float]:
 
 def offset_residuals(X: npt.ArrayLike, quads: npt.ArrayLike,
                      center: bool = True) -> np.ndarray:
-    """For quadruples (r, s, t, u) of rows: ‖x_r + x_s − x_t − x_u‖ / √(Σ of the four ‖x − μ‖²),
-    0 when x_r + x_s = x_t + x_u exactly and ≈ 1 for unrelated words. μ is the mean row
+    """How far each quadruple of rows is from an exact analogy x_r + x_s = x_t + x_u.
+
+    The residual is ‖x_r + x_s − x_t − x_u‖ / √(Σ of the four ‖x − μ‖²): 0 when
+    x_r + x_s = x_t + x_u exactly and ≈ 1 for unrelated words. μ is the mean row
     (``center``): it cancels in the offset, and without it a common direction shared by all
     embeddings (frequent in trained ones) would make every quadruple look like an analogy.
-    For an analogy question "a is to b as c is to d", (r, s, t, u) = (b, c, a, d)."""
+    For an analogy question "a is to b as c is to d", (r, s, t, u) = (b, c, a, d)
+    (:func:`quadruples`).
+
+    Parameters
+    ----------
+    X : array_like, shape (V, p)
+        The embeddings, one row per word.
+    quads : array_like of int, shape (Q, 4)
+        Rows (r, s, t, u) of each quadruple.
+    center : bool, default True
+        Subtract the mean row μ first (False: μ = 0).
+
+    Returns
+    -------
+    numpy.ndarray, shape (Q,)
+        The residuals (0 where the denominator is 0).
+
+    Raises
+    ------
+    ValueError
+        If ``quads`` is not of shape (Q, 4).
+    IndexError
+        If a quadruple names a row outside ``X``.
+    """
     X = np.asarray(X, dtype=np.float64)
     q = np.asarray(quads, dtype=np.int64)
     if q.ndim != 2 or q.shape[1] != 4:
@@ -235,10 +387,32 @@ def offset_residuals(X: npt.ArrayLike, quads: npt.ArrayLike,
 def prop13(W: npt.ArrayLike, C: npt.ArrayLike, quads: npt.ArrayLike,
            holds: npt.ArrayLike | None = None,
            C_tilde: npt.ArrayLike | None = None) -> dict[str, float]:
-    """How well analogies that hold in the center embeddings W hold in C (and C̃):
-    Spearman corr of the residuals e_W and e_C over the quadruples, the mean e_C on the
-    quadruples that hold in W (``holds``: a bool mask, default the quarter with the smallest
-    e_W) and on the others."""
+    """How well analogies that hold in the center embeddings W hold in C (and C̃): Prop 13 / 17.
+
+    Spearman corr of the residuals e_W and e_C (:func:`offset_residuals`) over the
+    quadruples, and the mean e_C on the quadruples that hold in W and on the others.
+
+    Parameters
+    ----------
+    W : array_like, shape (V, p)
+        Center embeddings.
+    C : array_like, shape (V, p)
+        Context embeddings.
+    quads : array_like of int, shape (Q, 4)
+        Quadruples of rows (:func:`quadruples`).
+    holds : array_like of bool, shape (Q,), optional
+        The quadruples that hold in W (default: the quarter with the smallest e_W).
+    C_tilde : array_like, shape (V, p), optional
+        The rescaled context embeddings c̃ of the attention theory, measured as C is.
+
+    Returns
+    -------
+    dict of str to float
+        ``"quads"`` and ``"holding_in_W"`` (counts); the mean residuals ``"e_W_holding"``,
+        ``"e_W_others"``, ``"e_C_holding"``, ``"e_C_others"`` (NaN for an empty set);
+        ``"spearman_e_W_e_C"`` (NaN for fewer than 3 quadruples); with ``C_tilde``, also
+        ``"e_Ct_holding"``, ``"e_Ct_others"`` and ``"spearman_e_W_e_Ct"``.
+    """
     e_w, e_c = offset_residuals(W, quads), offset_residuals(C, quads)
     holds = e_w <= np.quantile(e_w, 0.25) if holds is None else np.asarray(holds, bool)
     out = {"quads": int(len(e_w)), "holding_in_W": int(holds.sum()),
@@ -258,8 +432,26 @@ def _mean(v: np.ndarray) -> float:
 
 
 def quadruples(questions: pd.DataFrame, vocab: Sequence[str]) -> np.ndarray:
-    """Rows (b, c, a, d) of each analogy question in ``vocab`` (the Prop 13 quadruple
-    w_b + w_c ≈ w_a + w_d)."""
+    """The rows (b, c, a, d) of each analogy question: the Prop 13 quadruple w_b + w_c ≈ w_a + w_d.
+
+    Parameters
+    ----------
+    questions : pandas.DataFrame
+        Columns ``a, b, c, d`` (:func:`efa.questions.load_questions`).
+    vocab : sequence of str
+        The words, one per row (exact match, no case folding; a repeated word maps to its last
+        row).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (Q, 4)
+        One quadruple per question.
+
+    Raises
+    ------
+    KeyError
+        If a question word is not in ``vocab``.
+    """
     index = {w: k for k, w in enumerate(vocab)}
     missing = sorted({w for col in "abcd" for w in questions[col] if w not in index})
     if missing:

@@ -10,7 +10,28 @@ EARTH_RADIUS_KM = 6371.0  # mean Earth radius
 
 def haversine_km(lat1: npt.ArrayLike, lon1: npt.ArrayLike, lat2: npt.ArrayLike,
                  lon2: npt.ArrayLike) -> np.ndarray:
-    """Great-circle distance in km between points in degrees (numpy broadcasting applies)."""
+    """Great-circle distance in km between points in degrees (numpy broadcasting applies).
+
+    The haversine formula on a sphere of the mean Earth radius, 6371 km.
+
+    Parameters
+    ----------
+    lat1, lon1 : array-like
+        The first points' latitudes and longitudes, in degrees.
+    lat2, lon2 : array-like
+        The second points' latitudes and longitudes, in degrees.
+
+    Returns
+    -------
+    numpy.ndarray
+        The distances in km, float64, of the four inputs' broadcast shape.
+
+    Examples
+    --------
+    >>> from efa.geo import haversine_km
+    >>> round(float(haversine_km(0, 0, 0, 1)), 1)  # one degree along the equator
+    111.2
+    """
     phi1, lam1, phi2, lam2 = (
         np.radians(np.asarray(x, dtype=np.float64)) for x in (lat1, lon1, lat2, lon2)
     )
@@ -23,7 +44,31 @@ def haversine_km(lat1: npt.ArrayLike, lon1: npt.ArrayLike, lat2: npt.ArrayLike,
 
 
 def nearest_neighbours(lat: npt.ArrayLike, lon: npt.ArrayLike, k: int) -> np.ndarray:
-    """``[n_sites, k]`` indices of each site's ``k`` nearest *other* sites, nearest first."""
+    """The indices of each site's ``k`` nearest *other* sites, nearest first.
+
+    Distances are great-circle (:func:`haversine_km`); equal distances keep the smaller index
+    first.
+
+    Parameters
+    ----------
+    lat : array-like, shape (n_sites,)
+        The sites' latitudes, in degrees.
+    lon : array-like, shape (n_sites,)
+        The sites' longitudes, in degrees.
+    k : int
+        The number of neighbours, between 0 and n_sites − 1.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_sites, k)
+        Row i: the indices of site i's neighbours.
+
+    Raises
+    ------
+    ValueError
+        If ``lat`` and ``lon`` are not 1-d of the same length, a coordinate is missing or
+        infinite, or ``k`` is out of range.
+    """
     lat = np.asarray(lat, dtype=np.float64)
     lon = np.asarray(lon, dtype=np.float64)
     if lat.shape != lon.shape or lat.ndim != 1:

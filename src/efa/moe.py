@@ -4,13 +4,13 @@ UAI 2023, Lemma 1 and Theorem 2), executable.
 The paper's Appendix-B block is an efa configuration (:func:`appendix_b`): token embeddings C
 with a [MASK] row, learned positions P, one ``residual_linear`` block (z' = x + MHA(x),
 z'' = z' + W'z', no LayerNorm, no biases) and the read-out W''. With the masked token at m and
-x'_j the token at j of the masked copy (x'_m = c_[MASK] + p_m), its logits are exactly
+x'_j the token at j of the masked copy (x'_m = c_[MASK] + p_m), its logits are exactly::
 
     F_m = Σ_h Σ_j π^h_j f^h_j,   π^h = softmax_j(x'_jᵀ W^KQ_h x'_m / √d_w),
     f^h_j = W^LOV_h x'_j + (g + D e_m) / H,
 
 with W^ℓ = W''(I + W'), W^KQ_h = W^K_hᵀ W^Q_h, W^LOV_h = W^ℓ W^O_h W^V_h, g = W^ℓ c_[MASK],
-D = W^ℓ Pᵀ (:func:`reparameterise`). The sum over j includes the [MASK] slot j = m.
+D = W^ℓ Pᵀ (:func:`~efa.reparam.reparameterise`). The sum over j includes the [MASK] slot j = m.
 
 - :func:`mixture` computes the gates π and the expert logits f of any one-layer
   ``residual_linear`` efa model from its encoded tokens (so any field mix, e.g. the tabular
@@ -20,32 +20,65 @@ D = W^ℓ Pᵀ (:func:`reparameterise`). The sum over j includes the [MASK] slot
   attention model's, recomputed from them at every call, so training one trains the other) or
   *free* (its own W^KQ, W^LOV, g, D, C, P: a superset of the attention model, whose W^LOV and
   W^KQ have rank ≤ d_w and whose g, D, W^LOV share W^ℓ).
+
+The one-layer maths (:class:`~efa.reparam.Reparam`, ``reparameterise``, ``copy_tokens``,
+``gates_and_experts``, ``moe_logits``) lives in :mod:`efa.reparam` and is importable from here
+too.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
 
 from efa.core.conditional import ConditionalModel
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.fields import Category
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
+from efa.reparam import Reparam as Reparam
+from efa.reparam import check_linear
+from efa.reparam import copy_tokens as copy_tokens
+from efa.reparam import gates_and_experts as gates_and_experts
+from efa.reparam import moe_logits as moe_logits
+from efa.reparam import reparameterise as reparameterise
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.attention import Block
-    from efa.core.encoders import LinearReadout, TableEncoder
+    from efa.core.encoders import LinearReadout
 
 
 def appendix_b(vocab_size: int, seq_len: int, dim: int, num_heads: int = 1,
                head_dim: int | None = None, name: str = "token") -> EFA:
-    """The Appendix-B attention model over sentences of ``seq_len`` tokens of a vocabulary of
-    ``vocab_size`` words (bidirectional, one masked token predicted at a time)."""
+    """The paper's Appendix-B attention model, as an efa model.
+
+    Bidirectional, one masked token predicted at a time: one bias-free ``residual_linear``
+    block with W^O, softmax scores scaled by 1/√d_w, learned positions, no LayerNorm.
+
+    Parameters
+    ----------
+    vocab_size : int
+        Words in the vocabulary, V (the token table gets a [MASK] row besides).
+    seq_len : int
+        Tokens per sentence (the size S of the positional table).
+    dim : int
+        Token width p.
+    num_heads : int, default 1
+        Attention heads H.
+    head_dim : int, optional
+        Width d_w of each head (default: ``dim // num_heads``).
+    name : str, default "token"
+        Name of the one Category field.
+
+    Returns
+    -------
+    EFA
+        The untrained model.
+    """
     return EFA(EFAConfig(
         [Category(name, vocab_size, dim=dim)], num_layers=1, num_heads=num_heads,
         head_dim=head_dim, max_len=seq_len, block="residual_linear", bias=False,
@@ -53,112 +86,39 @@ def appendix_b(vocab_size: int, seq_len: int, dim: int, num_heads: int = 1,
     ))
 
 
-@dataclass
-class Reparam:
-    """Lemma 1's parameters of one layer: W^KQ [H, p, p], W^LOV [H, V, p], W^ℓ [V, p], the score
-    scale 1/√d_w, and (for a single Category field with positions) C [V+1, p] (row V is
-    [MASK]) and P [S, p]."""
-
-    W_KQ: Tensor
-    W_LOV: Tensor
-    W_l: Tensor
-    scale: float
-    C: Tensor | None = None
-    P: Tensor | None = None
-    b: Tensor | None = None  # the read-out's bias (Category(readout_bias=True)), else None
-
-    def offset(self, query: Tensor) -> Tensor:
-        """W^ℓ x'_m (+ b): g + D e_m for the Appendix-B tokens, [..., V]."""
-        out = query @ self.W_l.T
-        return out if self.b is None else out + self.b
-
-    @property
-    def g(self) -> Tensor:
-        """g = W^ℓ c_[MASK] [V] (plus the read-out bias, if any)."""
-        g = self.W_l @ cast(Tensor, self.C)[-1]
-        return g if self.b is None else g + self.b
-
-    @property
-    def D(self) -> Tensor:
-        """D = W^ℓ Pᵀ [V, S]."""
-        return self.W_l @ cast(Tensor, self.P).T
-
-
-def _check_linear(model: EFA, layers: int | None = 1) -> None:
-    cfg = model.config
-    if layers is not None and cfg.num_layers != layers:
-        raise ValueError(f"the map needs {layers} layer(s), the model has {cfg.num_layers}")
-    if cfg.block != "residual_linear" or cfg.bias or cfg.attention != "softmax":
-        raise ValueError(
-            "Lemma 1 holds for the bias-free residual_linear block with softmax attention "
-            f"(EFAConfig(block='residual_linear', bias=False)); got block={cfg.block!r}, "
-            f"bias={cfg.bias}, attention={cfg.attention!r}"
-        )
-    if not isinstance(cast("Block", model.blocks[0]).attn.o, nn.Linear):
-        raise ValueError("the map needs out_proj=True (W^O)")
-
-
-def _layer(block: Block, W_read: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
-    """(W^KQ [H, p, p], W^LOV [H, V, p], W^ℓ [V, p], scale) of one residual_linear block read out
-    by ``W_read`` [V, p]."""
-    attn = block.attn
-    h, d = attn.num_heads, attn.head_dim
-    p = attn.q.weight.shape[1]
-    Wq = attn.q.weight.view(h, d, p)
-    Wk = attn.k.weight.view(h, d, p)
-    Wv = attn.v.weight.view(h, d, p)
-    o = cast(nn.Linear, attn.o)  # out_proj=True (_check_linear)
-    Wo = o.weight.view(p, h, d).transpose(0, 1)  # [H, p, d]: W^O_hᵀ in the paper's terms
-    W_l = W_read + W_read @ block.lin.weight  # W'' (I + W')
-    W_KQ = Wk.transpose(1, 2) @ Wq
-    W_LOV = W_l @ (Wo @ Wv)  # [H, V, p]
-    return W_KQ, W_LOV, W_l, attn.kernel.scale
-
-
-def reparameterise(model: EFA, target: str | None = None) -> Reparam:
-    """Lemma 1's map (W^Q, W^K, W^V, W^O, W', W'', C, P) → (W^KQ, W^LOV, g, D) of a one-layer
-    bias-free ``residual_linear`` model, read out for ``target`` (default: the first target).
-    Differentiable: the result is a function of the model's parameters."""
-    _check_linear(model)
-    f = model.target(target)
-    read = cast("LinearReadout", model.readouts[f.name]).net
-    W_KQ, W_LOV, W_l, scale = _layer(cast("Block", model.blocks[0]), read.weight)
-    C = P = None
-    if len(model.fields) == 1 and isinstance(model.fields[0], Category):
-        C = cast("TableEncoder", model.encoders[model.fields[0].name]).table.weight
-        P = model.pos.weight if model.max_len is not None else None
-    return Reparam(W_KQ, W_LOV, W_l, scale, C, P, read.bias)
-
-
-def copy_tokens(content: Tensor, query: Tensor) -> Tensor:
-    """[B, M, J, p]: the tokens of masked copy m (content everywhere, the query token at m)."""
-    n = content.shape[1]
-    eye = torch.eye(n, dtype=torch.bool, device=content.device)[None, :, :, None]
-    return torch.where(eye, query[:, :, None, :], content[:, None, :, :])
-
-
-def gates_and_experts(rep: Reparam, tokens: Tensor, query: Tensor, allowed: Tensor,
-                      experts: bool = True) -> tuple[Tensor, Tensor | None]:
-    """Theorem 2 on copies: ``tokens`` [B, M, J, p] (copy m's tokens), ``query`` [B, M, p] (the
-    masked token of copy m), ``allowed`` [B, 1|M, J] (real positions). Returns gates π
-    [B, M, H, J] and expert logits f [B, M, H, J, V] (None unless ``experts``)."""
-    H = rep.W_KQ.shape[0]
-    h = torch.einsum("bmjp,hpq,bmq->bmhj", tokens, rep.W_KQ, query) * rep.scale
-    h = h.masked_fill(~allowed[:, :, None, :], float("-inf"))
-    pi = torch.softmax(h, dim=-1)
-    if not experts:
-        return pi, None
-    bias = rep.offset(query) / H  # (g + D e_m) / H = W^ℓ x'_m / H, [B, M, V]
-    f = torch.einsum("hvp,bmjp->bmhjv", rep.W_LOV, tokens) + bias[:, :, None, None, :]
-    return pi, f
-
-
 def mixture(model: EFA, data: Sequences, target: str | None = None,
             experts: bool = True) -> tuple[Tensor, Tensor | None]:
-    """Gates π [B, M, H, J] and expert logits f [B, M, H, J, V] of the masked copies of every
-    position m of a one-layer ``residual_linear`` model (``Σ_{h,j} π f`` is its logits at m).
-    Padding: gates of padded keys are 0; rows of padded m are meaningless."""
-    _check_linear(model)
+    """Gates π and expert logits f of the masked copies of every position m of a model.
+
+    ``Σ_{h,j} π f`` is the model's logits at m (:func:`~efa.reparam.moe_logits`). Any field
+    mix works (e.g. the tabular estimator's columns): the tokens are the model's encoded ones.
+    Padding: gates of padded keys are 0; rows of padded m are meaningless.
+
+    Parameters
+    ----------
+    model : EFA
+        A one-layer, bias-free ``residual_linear`` model (as for
+        :func:`~efa.reparam.reparameterise`).
+    data : Sequences
+        The sequences.
+    target : str, optional
+        The predicted field (default: the first target).
+    experts : bool, default True
+        Compute the expert logits (False: only the gates).
+
+    Returns
+    -------
+    pi : torch.Tensor, shape (B, M, H, J)
+        The gates.
+    f : torch.Tensor, shape (B, M, H, J, V), or None
+        The expert logits; None unless ``experts``.
+
+    Raises
+    ------
+    ValueError
+        If the model is not of that form.
+    """
+    check_linear(model)
     f = model.target(target)
     content = model.encode(data, model.hidden_for(data, None))
     query = model.encode(data, model.hidden_for(data, f.name))
@@ -168,16 +128,13 @@ def mixture(model: EFA, data: Sequences, target: str | None = None,
                              experts)
 
 
-def moe_logits(pi: Tensor, f: Tensor) -> Tensor:
-    """F = Σ_h Σ_j π^h_j f^h_j: [B, M, V]."""
-    return torch.einsum("bmhj,bmhjv->bmv", pi, f)
-
-
 def two_layer_terms(model: EFA, data: Sequences, target: str | None = None) -> dict[str, Tensor]:
-    """The exact decomposition of a two-layer bias-free ``residual_linear`` model's masked
-    logits into mixtures over the input tokens x'_j of copy m (derivation in docs/moe.md).
-    With T = I + W'_1, L = W''(I + W'_2), M^l_h = W^O_h W^V_h of layer l, A¹_h (all rows) and
-    A²_h (row m) the two layers' attention in copy m:
+    """Two layers' masked logits, decomposed exactly into mixtures over the input tokens.
+
+    The model is a two-layer bias-free ``residual_linear`` one; the mixtures are over the input
+    tokens x'_j of copy m (derivation in ``docs/moe.md``). With T = I + W'_1,
+    L = W''(I + W'_2), M^l_h = W^O_h W^V_h of layer l, A¹_h (all rows) and A²_h (row m) the
+    two layers' attention in copy m::
 
         F_m = L T x'_m                                      ("self")
             + Σ_h  Σ_j A¹_h[m, j]        L T M¹_h x'_j      ("layer1": H₁ MoEs)
@@ -186,9 +143,32 @@ def two_layer_terms(model: EFA, data: Sequences, target: str | None = None) -> d
 
     Every gate row is a distribution over the tokens (A²A¹ is a product of stochastic
     matrices), but the layer-2 gates are a softmax of the *layer-1 states*, which in copy m
-    depend on the [MASK] at m: the states are not those of the unmasked sentence.
-    Returns the four terms [B, M, V] and the gates "A1" [B, M, H, J, J], "A2" [B, M, H, J]."""
-    _check_linear(model, layers=2)
+    depend on the [MASK] at m: the states are not those of the unmasked sentence. A read-out
+    bias is a constant expert, added to ``"self"``.
+
+    Parameters
+    ----------
+    model : EFA
+        A two-layer, bias-free ``residual_linear`` model with softmax attention and
+        ``out_proj=True``.
+    data : Sequences
+        The sequences.
+    target : str, optional
+        The predicted field (default: the first target).
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        The four terms ``"self"``, ``"layer1"``, ``"layer2"``, ``"path"``, each of shape
+        (B, M, V), which sum to the logits; and the gates ``"A1"`` (B, M, H, J, J) and
+        ``"A2"`` (B, M, H, J).
+
+    Raises
+    ------
+    ValueError
+        If the model is not of that form.
+    """
+    check_linear(model, layers=2)
     f = model.target(target)
     content = model.encode(data, model.hidden_for(data, None))
     query = model.encode(data, model.hidden_for(data, f.name))
@@ -238,10 +218,35 @@ def two_layer_terms(model: EFA, data: Sequences, target: str | None = None) -> d
 class CBOWMoE(ConditionalModel):
     """The CBOW mixture of experts of Theorem 2 over one Category field with positions.
 
-    ``CBOWMoE.tied(model)``: parameters are :func:`reparameterise` of the attention ``model``
-    (recomputed at every call; gradients reach the attention weights). ``CBOWMoE(field,
-    seq_len, dim, num_heads, head_dim)``: free parameters W^KQ [H, p, p], W^LOV [H, V, p],
-    g [V], D [V, S], C [V+1, p], P [S, p], score scale 1/√head_dim."""
+    ``CBOWMoE.tied(model)``: parameters are :func:`~efa.reparam.reparameterise` of the
+    attention ``model`` (recomputed at every call; gradients reach the attention weights).
+    ``CBOWMoE(field, seq_len, dim, num_heads, head_dim)``: free parameters W^KQ [H, p, p],
+    W^LOV [H, V, p], g [V], D [V, S], C [V+1, p], P [S, p] (initialised N(0, 0.1²)), score
+    scale 1/√head_dim.
+    Every position is predicted as if masked (:meth:`natural_params`).
+
+    Parameters
+    ----------
+    field : Category, optional
+        The field (free model; V = its number of categories).
+    seq_len : int, optional
+        Tokens per sentence S (free model).
+    dim : int, default 16
+        Token width p (free model).
+    num_heads : int, default 1
+        Experts' heads H (free model).
+    head_dim : int, optional
+        d_w of the score scale 1/√d_w (free model; default ``max(1, dim // num_heads)``).
+    source : EFA, optional
+        The attention model of a tied CBOWMoE (use :meth:`tied`); the other arguments are then
+        ignored.
+
+    Raises
+    ------
+    ValueError
+        If a free model lacks ``field`` or ``seq_len``, or ``source`` is not a one-layer
+        bias-free ``residual_linear`` model over one Category field with positions.
+    """
 
     def __init__(self, field: Category | None = None, seq_len: int | None = None,
                  dim: int = 16, num_heads: int = 1, head_dim: int | None = None,
@@ -250,7 +255,7 @@ class CBOWMoE(ConditionalModel):
         self.direction = "bidirectional"
         self._source: list[EFA] | None
         if source is not None:
-            _check_linear(source)
+            check_linear(source)
             if len(source.fields) != 1 or not isinstance(source.fields[0], Category):
                 raise ValueError("a tied CBOWMoE needs an attention model over one Category "
                                  "field (efa.moe.appendix_b)")
@@ -271,14 +276,35 @@ class CBOWMoE(ConditionalModel):
 
     @classmethod
     def tied(cls, model: EFA) -> CBOWMoE:
+        """The mixture whose parameters are the reparameterisation of ``model``.
+
+        Parameters
+        ----------
+        model : EFA
+            A one-layer bias-free ``residual_linear`` model over one Category field with
+            positions (e.g. :func:`appendix_b`). It is not registered as a submodule: the
+            mixture has no parameters of its own, and training it trains ``model``.
+
+        Returns
+        -------
+        CBOWMoE
+            The tied mixture.
+        """
         return cls(source=model)
 
     @property
     def source(self) -> EFA | None:
+        """The attention model of a tied mixture (None for a free one)."""
         return self._source[0] if self._source else None
 
     def parts(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float]:
-        """(C, P, W^KQ, W^LOV, g, D, scale)."""
+        """The mixture's parameters, recomputed from the attention model when tied.
+
+        Returns
+        -------
+        tuple
+            (C [V+1, p], P [S, p], W^KQ [H, p, p], W^LOV [H, V, p], g [V], D [V, S], scale).
+        """
         if self.source is not None:
             r = reparameterise(self.source)
             C, P = cast(Tensor, r.C), cast(Tensor, r.P)  # one Category field, positions
@@ -287,7 +313,22 @@ class CBOWMoE(ConditionalModel):
 
     def gates_and_experts(self, data: Sequences,
                           experts: bool = True) -> tuple[Tensor, Tensor | None]:
-        """π [B, M, H, J] and f [B, M, H, J, V] for every masked position m."""
+        """The gates π and expert logits f for every masked position m.
+
+        Parameters
+        ----------
+        data : Sequences
+            Sequences of the field (checked against the model).
+        experts : bool, default True
+            Compute the expert logits (False: only the gates).
+
+        Returns
+        -------
+        pi : torch.Tensor, shape (B, M, H, J)
+            The gates.
+        f : torch.Tensor, shape (B, M, H, J, V), or None
+            The expert logits; None unless ``experts``.
+        """
         self.check(data)
         C, P, W_KQ, W_LOV, g, D, scale = self.parts()
         x = data.fields[self.fields[0].name].long()
@@ -306,9 +347,32 @@ class CBOWMoE(ConditionalModel):
         return pi, f
 
     def gates(self, data: Sequences) -> Tensor:
-        """The mixture weights π of each expert at every position."""
+        """The mixture weights π of each expert at every position.
+
+        Parameters
+        ----------
+        data : Sequences
+            Sequences of the field.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, M, H, J)
+            π of copy m's experts (head h, token j).
+        """
         return self.gates_and_experts(data, experts=False)[0]
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The logits F_m = Σ_h Σ_j π^h_j f^h_j at every position m, each predicted as masked.
+
+        Parameters
+        ----------
+        data : Sequences
+            Sequences of the field.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The field's logits, of shape (B, M, V).
+        """
         pi, f = self.gates_and_experts(data)
         return {self.fields[0].name: moe_logits(pi, cast(Tensor, f))}  # experts=True

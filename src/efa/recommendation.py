@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from efa.baselines.recsys import ranking_metrics
-from efa.core.conditional import ConditionalModel, context_items
+from efa.core.conditional import ConditionalModel
+from efa.core.context import context_items
 from efa.core.data import Sequences
 from efa.core.fields import Category
 from efa.training.scoring import in_batches, scoring_mode

@@ -11,7 +11,8 @@ regression.md``).
   several pre-LN transformer blocks.
 - :func:`gp_attention`: one head of kernel-ridge (CME) attention with the data's additive kernel
   family, returning the GP posterior mean and variance: the Bayes predictive is in the class.
-- :func:`functions_to_sequences`: a user's long table of (function, x, y, channel) rows.
+- :func:`~efa.function_tables.functions_to_sequences`: a user's long table of (function, x, y,
+  channel) rows (in :mod:`efa.function_tables`, importable from here too).
 - :func:`predict`: the predictive (mean, sd) at new points given a context, each target
   predicted from the context alone (not from the other targets).
 
@@ -29,11 +30,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.families import HeteroscedasticGaussian
 from efa.core.fields import Attribute, Category, Value
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 from efa.deprecation import renamed
+from efa.function_tables import functions_to_sequences as functions_to_sequences
 
 if TYPE_CHECKING:  # for annotations only
     import pandas as pd
@@ -48,7 +51,20 @@ MIN_SCALE = 0.01  # σ floor, standardised units (× the y scale in the data's u
 
 
 def moments(train: Sequences) -> tuple[float, float, float, float]:
-    """(x loc, x scale, y loc, y scale) over the training points."""
+    """The location and scale of x and y over the training points, to standardise them.
+
+    Parameters
+    ----------
+    train : Sequences
+        Training functions with fields ``x`` and ``y``
+        (:func:`~efa.function_tables.functions_to_sequences`).
+
+    Returns
+    -------
+    tuple of float
+        (x loc, x scale, y loc, y scale): means and standard deviations over the real
+        positions.
+    """
     valid = train.valid()
     x = train.fields["x"][valid].double().flatten()
     y = train.fields["y"][valid].double()
@@ -57,7 +73,8 @@ def moments(train: Sequences) -> tuple[float, float, float, float]:
 
 def _channels(channels) -> tuple[int, tuple | None]:
     """(number of channels, their labels or None) from a count or a list of labels (the
-    labels :func:`functions_to_sequences` returns, which the model then keeps)."""
+    labels :func:`~efa.function_tables.functions_to_sequences` returns, which the model then
+    keeps)."""
     if isinstance(channels, bool):
         raise ValueError(f"channels must be a count or a list of labels, got {channels!r}")
     if isinstance(channels, int | np.integer):
@@ -67,7 +84,19 @@ def _channels(channels) -> tuple[int, tuple | None]:
 
 
 def channel_labels(model: ConditionalModel) -> list | None:
-    """The channel labels a model was built with (None: it knows only their number)."""
+    """The channel labels a model was built with.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A model from :func:`note_efa`, :func:`regression_efa` or :func:`gp_attention`.
+
+    Returns
+    -------
+    list or None
+        The labels of its ``channel`` field, in code order; None when it knows only their
+        number (or has no channel field).
+    """
     for f in model.fields:
         labels = getattr(f, "labels", None)
         if f.name == "channel" and labels is not None:
@@ -95,16 +124,38 @@ def _fields(train: Sequences, dims: dict, feeds: dict, readout: dict, hidden: in
 
 def note_efa(train: Sequences, e: int = 64, ell: int = 64, hidden: int = 64,
                min_scale: float = MIN_SCALE, channels: int | list = 2) -> EFA:
-    """The UNN note's model (Eqs. 7–18), standardised on ``train``. ``channels``: their
-    number, or their labels (as :func:`functions_to_sequences` returns them: kept with the model,
-    so :func:`predict_frame` maps a table's channels the way training did).
+    """The UNN note's model (Eqs. 7–18), standardised on ``train``.
 
     Choices for what the note leaves open: the embeddings of x and y (Eqs. 7–8) are efa's
     learned maps of the standardised number, 1 → ``hidden`` → ``e`` with a ReLU (a linear map
     cannot make attention local: q·k is then bilinear in (x_i, x_j)); k's is a table (Eq. 9);
     σ = y_scale·(softplus(z₂) + ``min_scale``) from the second output of A4 and μ = y_loc +
     y_scale·z₁; one head of width e, unscaled scores (Eq. 13), no biases anywhere in Eqs.
-    10–18."""
+    10–18.
+
+    Parameters
+    ----------
+    train : Sequences
+        Training functions from :func:`~efa.function_tables.functions_to_sequences` (x and y
+        are standardised on them).
+    e : int, default 64
+        The width of the embeddings of x, y and the channel, and of the head.
+    ell : int, default 64
+        The hidden width ℓ of the read-out (A4).
+    hidden : int, default 64
+        The hidden width of the embeddings of x and y.
+    min_scale : float, default 0.01
+        The floor of σ, in standardised units.
+    channels : int or list, default 2
+        Their number, or their labels (as :func:`~efa.function_tables.functions_to_sequences`
+        returns them: kept with the model, so :func:`predict_frame` maps a table's channels
+        the way training did); 0: no channel field.
+
+    Returns
+    -------
+    EFA
+        The untrained model.
+    """
     fields = _fields(
         train, {"x": e, "y": e, "channel": e},
         {"x": ("q", "k", "skip"), "y": ("v",), "channel": ("skip",)},
@@ -136,7 +187,8 @@ def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int
     Parameters
     ----------
     train : Sequences
-        Training functions from :func:`functions_to_sequences`.
+        Training functions from
+        :func:`~efa.function_tables.functions_to_sequences`.
     layers, heads : int
         Transformer blocks and heads.
     x_dim, y_dim, channel_dim, hidden, ffn, readout_hidden : int
@@ -164,17 +216,37 @@ def regression_efa(train: Sequences, layers: int = 4, heads: int = 4, x_dim: int
 
 def gp_attention(train: Sequences, channels: int | list = 2, channel_dim: int = 2,
                  readout_hidden: int = 64, min_scale: float = MIN_SCALE) -> EFA:
-    """One head of kernel-ridge (CME) attention that can *be* the GP: queries and keys read
-    the standardised x (identity encoder) and the channel's embedding, values read the
-    standardised y; the similarity is additive, exp(−(x − x')²/2γ) on the first feature plus
-    the dot product of the channel features (RBF + per-channel offsets, the data's kernel
-    family), with the ridge λ learned; the head returns the GP posterior mean *and* variance
-    (``posterior_variance``), and an MLP read-out of [x, channel, mean, variance] gives (μ, σ).
-    ``channels``: their number, or their labels (kept with the model, as in
-    :func:`note_efa`).
-    With W^Q = W^K, the true length-scale, offset variance and noise, the attention's two
-    outputs are the Bayes predictive's mean and variance (up to the noise λ):
-    ``tests/test_regression.py``. Causal, no self-attention, no positions."""
+    """One head of kernel-ridge (CME) attention that can *be* the GP.
+
+    Queries and keys read the standardised x (identity encoder) and the channel's embedding,
+    values read the standardised y; the similarity is additive, exp(−(x − x')²/2γ) on the
+    first feature plus the dot product of the channel features (RBF + per-channel offsets, the
+    data's kernel family), with the ridge λ learned; the head returns the GP posterior mean
+    *and* variance (``posterior_variance``), and an MLP read-out of [x, channel, mean,
+    variance] gives (μ, σ). With W^Q = W^K, the true length-scale, offset variance and noise,
+    the attention's two outputs are the Bayes predictive's mean and variance (up to the noise
+    λ): ``tests/test_regression.py``. Causal, no self-attention, no positions; it starts from
+    W^Q = W^K = I (the kernel on (x, channel) itself), with ``bandwidth`` and ``ridge`` 0.1.
+
+    Parameters
+    ----------
+    train : Sequences
+        Training functions from :func:`~efa.function_tables.functions_to_sequences` (x and y
+        are standardised on them).
+    channels : int or list, default 2
+        Their number, or their labels (kept with the model, as in :func:`note_efa`).
+    channel_dim : int, default 2
+        The width of the channel's embedding (the head is 1 + ``channel_dim`` wide).
+    readout_hidden : int, default 64
+        The hidden width of the read-out.
+    min_scale : float, default 0.01
+        The floor of σ, in standardised units.
+
+    Returns
+    -------
+    EFA
+        The untrained model.
+    """
     head = 1 + channel_dim
     fields = _fields(
         train, {"x": 1, "y": 1, "channel": channel_dim},
@@ -195,14 +267,38 @@ def gp_attention(train: Sequences, channels: int | list = 2, channel_dim: int = 
 
 
 def gaussian_mean_sd(eta: Tensor) -> tuple[Tensor, Tensor]:
-    """(mean, sd) of a Gaussian from its natural parameters (η₁, η₂) = (μ/σ², −1/2σ²)."""
+    """The mean and standard deviation of a Gaussian from its natural parameters.
+
+    Parameters
+    ----------
+    eta : torch.Tensor, shape (..., 2)
+        (η₁, η₂) = (μ/σ², −1/2σ²), η₂ < 0.
+
+    Returns
+    -------
+    mean, sd : torch.Tensor, shape (...)
+        μ = η₁ / (−2η₂) and σ = (−2η₂)^(−1/2), float64.
+    """
     eta = eta.double()
     return eta[..., 0] / (-2 * eta[..., 1]), torch.rsqrt(-2 * eta[..., 1])
 
 
 def causal_predictive(model: ConditionalModel, data: Sequences) -> tuple[Tensor, Tensor]:
-    """(mean, sd) [B, I] float64 of y_i given the points before it, at every real position
-    (NaN at padding), for an efa model or any peer with a ``predict_mean_sd`` method."""
+    """The predictive mean and sd of each y_i given the points before it.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        An efa model (put in eval mode, run without gradients) or any peer with a
+        ``predict_mean_sd(data)`` method, which is then called instead.
+    data : Sequences
+        The functions.
+
+    Returns
+    -------
+    mean, sd : torch.Tensor, shape (B, I)
+        float64, at every real position (NaN at padding).
+    """
     if hasattr(model, "predict_mean_sd"):
         return cast("_Predictive", model).predict_mean_sd(data)
     model.eval()
@@ -211,88 +307,38 @@ def causal_predictive(model: ConditionalModel, data: Sequences) -> tuple[Tensor,
     return gaussian_mean_sd(eta)
 
 
-def functions_to_sequences(frame: pd.DataFrame, function: str, x: str, y: str,
-                       channel: str | None = None,
-                       channels: list | None = None) -> tuple[Sequences, list]:
-    """One sequence per function id from a long table, its rows in table order.
-
-    Parameters
-    ----------
-    frame : pandas.DataFrame
-        One row per observed point (shuffle the rows first for the note's random order). NaN
-        in x or y is an error naming the function: a missing point is simply absent.
-    function, x, y : str
-        The columns of the function id, the input and the output.
-    channel : str, optional
-        A column of channel labels.
-    channels : list, optional
-        The labels, in the order they are coded 0..K−1 (default: the sorted labels of the
-        table); a label outside them is an error naming its function and row.
-
-    Returns
-    -------
-    (Sequences, list)
-        The sequences (the first point of each function is not scored: it has no context)
-        and the channel labels.
-    """
-    import pandas as pd
-
-    if not isinstance(frame, pd.DataFrame) or frame.empty:
-        raise ValueError("functions_to_sequences needs a non-empty pandas DataFrame")
-    cols = [function, x, y] + ([channel] if channel else [])
-    absent = [c for c in cols if c not in frame]
-    if absent:
-        raise KeyError(f"columns {absent} are not in the frame (it has {list(frame)})")
-    frame = frame[cols].copy()
-    fields = {"x": [x], "y": y}
-    if channel:
-        labels = sorted(frame[channel].dropna().unique().tolist()) if channels is None \
-            else list(channels)
-        labels = [v.item() if hasattr(v, "item") else v for v in labels]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"channels must be distinct labels, got {labels}")
-        index = {label: i for i, label in enumerate(labels)}
-        unknown = ~frame[channel].isin(list(index))
-        if unknown.any():
-            row = frame.index[unknown.to_numpy().nonzero()[0][0]]
-            raise ValueError(
-                f"unknown channel {frame.loc[row, channel]!r} in row {row} (function "
-                f"{frame.loc[row, function]!r}); expected one of {labels}"
-            )
-        frame["_channel"] = frame[channel].map(index).astype(np.int64)
-        fields["channel"] = "_channel"
-    else:
-        labels = []
-    for col in (x, y):
-        if not pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(
-                frame[col]):
-            raise TypeError(f"column {col!r} must be numeric, got {frame[col].dtype}")
-        bad = ~np.isfinite(frame[col].to_numpy(dtype=float))
-        if bad.any():
-            row = frame.index[bad.nonzero()[0][0]]
-            raise ValueError(
-                f"{int(bad.sum())} NaN/inf value(s) in column {col!r}, first in row {row} "
-                f"(function {frame.loc[row, function]!r}); drop such rows (a point that was "
-                "not observed is simply absent from its function's context)"
-            )
-    frame[x] = frame[x].astype(np.float32)
-    frame[y] = frame[y].astype(np.float32)
-    data = Sequences.from_frame(frame, by=function, fields=fields)
-    data.fields["x"] = data.fields["x"].reshape(*data.fields["x"].shape[:2], 1)  # an attribute
-    scored = data.valid().clone()
-    scored[:, 0] = False
-    return data.with_scored(scored), labels
-
-
 @torch.no_grad()
 def predict(model: EFA, context: Sequences, targets: Sequences) -> tuple[Tensor, Tensor]:
-    """Predictive (mean, sd) [B, T] float64 of y at the target points (fields ``x`` and, if the
-    model has it, ``channel``; a ``y`` field is ignored) of each function given its context
-    points (sequence b of ``targets`` belongs to sequence b of ``context``).
+    """The predictive mean and sd of y at new points of each function, given its context points.
 
     Every target is predicted as a token appended after the whole context, seeing the context
     and its own (masked) token, never the other targets: for a unidirectional model this is
-    exactly its prediction of a point that follows the context. One pass for all targets."""
+    exactly its prediction of a point that follows the context. One pass for all targets.
+
+    Parameters
+    ----------
+    model : EFA
+        An efa model without positions (``max_len=None``), e.g. from :func:`regression_efa`.
+    context : Sequences
+        The observed points of each function (fields ``x``, ``y`` and, if the model has it,
+        ``channel``).
+    targets : Sequences
+        The points to predict (fields ``x`` and, if the model has it, ``channel``; a ``y``
+        field is ignored): sequence b belongs to sequence b of ``context``.
+
+    Returns
+    -------
+    mean, sd : torch.Tensor, shape (B, T)
+        float64, NaN at the padding of ``targets``.
+
+    Raises
+    ------
+    ValueError
+        If ``model`` is not such a model, the numbers of functions differ, or the sequences
+        do not fit the model.
+    KeyError
+        If ``targets`` has no ``x`` field.
+    """
     if not isinstance(model, EFA) or model.max_len is not None:
         raise ValueError("predict needs an efa.EFA model without positions (max_len=None)")
     if len(context) != len(targets):
@@ -328,10 +374,42 @@ def predict(model: EFA, context: Sequences, targets: Sequences) -> tuple[Tensor,
 def predict_frame(model: EFA, context: pd.DataFrame, targets: pd.DataFrame, function: str,
                   x: str, y: str, channel: str | None = None,
                   channels: list | None = None) -> pd.DataFrame:
-    """A copy of ``targets`` (rows (function, x[, channel])) with columns ``mean`` and ``sd``:
-    the predictive of y at each target row given every row of the same function in
-    ``context`` (a table like the training one, with y). A target function without context
-    rows is an error: an empty context has no predictive here."""
+    """The predictive of y at each row of a table, given the rows of the same function in another.
+
+    :func:`predict` on tables: both are converted by
+    :func:`~efa.function_tables.functions_to_sequences`. A target function without context
+    rows is an error: an empty context has no predictive here.
+
+    Parameters
+    ----------
+    model : EFA
+        An efa model without positions, as for :func:`predict`.
+    context : pandas.DataFrame
+        The observed points: a table like the training one, with y.
+    targets : pandas.DataFrame
+        Rows (function, x[, channel]) to predict.
+    function, x, y : str
+        The columns of the function id, the input and the output (``y`` is read from
+        ``context`` only).
+    channel : str, optional
+        A column of channel labels, in both tables.
+    channels : list, optional
+        The channel labels in code order, needed when the model does not keep them
+        (:func:`channel_labels`); if both are known they must agree.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy of ``targets`` with columns ``mean`` and ``sd``.
+
+    Raises
+    ------
+    ValueError
+        If a table is empty, a target function has no context rows, or the channel labels
+        are unknown or disagree.
+    KeyError
+        If a table lacks a column.
+    """
     import pandas as pd
 
     for name, frame in (("context", context), ("targets", targets)):
@@ -377,4 +455,5 @@ def predict_frame(model: EFA, context: pd.DataFrame, targets: pd.DataFrame, func
 # named *_efa like spatial_efa and regression_efa).
 frame_to_sequences = renamed(functions_to_sequences, "efa.regression.frame_to_sequences",
                              "efa.regression.functions_to_sequences")
+frame_to_sequences.__module__ = __name__  # documented here, where the old name was
 note_model = renamed(note_efa, "efa.regression.note_model", "efa.regression.note_efa")

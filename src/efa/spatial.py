@@ -26,10 +26,11 @@ import torch
 from torch import Tensor
 
 from efa.baselines.fm import KNNFM
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.families import Family, Gaussian, HeteroscedasticGaussian, LearnedGaussian
 from efa.core.fields import Attribute, Category, Value
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 from efa.deprecation import renamed
 
 __all__ = [
@@ -209,7 +210,26 @@ def sites_to_sequences(
 
 
 def site_means(train: Sequences, name: str = "value") -> Tensor:
-    """Per-site mean of the observed target values of ``train`` (sequences of one layout)."""
+    """Per-site mean of the observed target values of ``train`` (sequences of one layout).
+
+    Parameters
+    ----------
+    train : Sequences
+        The training sequences, from :func:`sites_to_sequences` (either layout).
+    name : str, default "value"
+        The value field.
+
+    Returns
+    -------
+    torch.Tensor, shape (n_sites,)
+        float64, each site's mean over its observed, predicted values (lag tokens are not
+        counted).
+
+    Raises
+    ------
+    ValueError
+        If a site has no observed training value.
+    """
     m = train.predicted(name)
     y = torch.where(m, train.fields[name].double(), 0.0)
     sums, counts = y.sum(0), m.sum(0)
@@ -224,7 +244,30 @@ def anomalies(data: Sequences, means: Tensor, name: str = "value") -> Sequences:
 
     A shift per site does not change squared errors, so an EFA fitted to anomalies reports MSE
     in the data's units; the model then needs only departures from each site's climatology (at
-    the price of not predicting sites that have no training data)."""
+    the price of not predicting sites that have no training data).
+
+    Parameters
+    ----------
+    data : Sequences
+        Sequences from :func:`sites_to_sequences` (either layout, the same sites).
+    means : torch.Tensor, shape (n_sites,)
+        One mean per site, e.g. :func:`site_means` of the training data.
+    name : str, default "value"
+        The value field; its lag fields ``{name}_lag1``, … are shifted too.
+
+    Returns
+    -------
+    Sequences
+        The same sequences with each observed value minus its site's mean (unobserved
+        values stay 0).
+
+    Raises
+    ------
+    KeyError
+        If ``data`` has no field ``name``.
+    ValueError
+        If ``means`` is not one finite real number per site.
+    """
     means = torch.as_tensor(means)
     if name not in data.fields:
         raise KeyError(f"no field {name!r}: the sequences have {list(data.fields)}")
@@ -366,7 +409,26 @@ def spatial_efa(
 
 def knn_fm(train: Sequences, k: int, name: str = "value", **kw: Any) -> KNNFM:
     """The temperature experiment's k-NN FM (``efa.baselines.KNNFM``), standardised on
-    ``train`` like :func:`spatial_efa`."""
+    ``train`` like :func:`spatial_efa`.
+
+    Parameters
+    ----------
+    train : Sequences
+        Training data from :func:`sites_to_sequences` (coordinates and values are
+        standardised on it).
+    k : int
+        The number of neighbours.
+    name : str, default "value"
+        The value field.
+    **kw
+        Further arguments of :class:`efa.baselines.KNNFM` (``dim``, ``hidden``,
+        ``pooling``).
+
+    Returns
+    -------
+    KNNFM
+        The model, untrained.
+    """
     c_loc, c_scale, y_loc, y_scale = _moments(train, name)
     return KNNFM(
         Attribute(COORDS, size=2, loc=c_loc, scale=c_scale),

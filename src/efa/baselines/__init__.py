@@ -6,11 +6,11 @@
 - :mod:`efa.baselines.cbow`: CBOW with a window and a full softmax (``CBOW``).
 - :mod:`efa.baselines.flat`: an MLP on the flattened fixed-length sequence (``FlatMLP``), the
   peer whose input grows with the length.
-- :mod:`efa.baselines.tabular`: peers of the tabular estimator (reference grids, CatBoost, TabM,
-  FT-Transformer).
+- :mod:`efa.baselines.tabular`: peers of the tabular estimator (reference grids, ordered logit),
+  and :mod:`efa.baselines.tabular_tuned` (CatBoost, TabM, FT-Transformer).
 - :mod:`efa.baselines.glm`: GLMs (``Unigram``, ``ContextLogit``, ``RatingGLM``), fitted to
-  convergence by L-BFGS with the L2 penalty picked on validation (``fit_convex``,
-  ``select_l2``).
+  convergence by L-BFGS with the L2 penalty picked on validation (:mod:`efa.baselines.convex`:
+  ``fit_convex``, ``select_l2``).
 - :mod:`efa.baselines.gaussian`: Gaussian models of a set of sites (``Climatology``,
   ``GaussianConditional`` with validation-picked shrinkage, ``select_shrinkage``).
 - In-context regression (``efa.regression``): :mod:`efa.baselines.gp` (``GPOracle``, the exact
@@ -19,6 +19,7 @@
 """
 
 from efa.baselines.cbow import CBOW
+from efa.baselines.convex import fit_convex, select_l2
 from efa.baselines.flat import FlatMLP
 from efa.baselines.fm import KNNFM, CategoricalFM, ValueFM, context_sum, knn_indices
 from efa.baselines.gaussian import (
@@ -27,7 +28,7 @@ from efa.baselines.gaussian import (
     select_shrinkage,
     sequence_matrix,
 )
-from efa.baselines.glm import ContextLogit, RatingGLM, Unigram, fit_convex, select_l2
+from efa.baselines.glm import ContextLogit, RatingGLM, Unigram
 from efa.baselines.gp import FittedGP, GPOracle
 from efa.baselines.smoother import NadarayaWatson, select_smoother
 from efa.baselines.tnp import TNPD

@@ -20,6 +20,25 @@ from efa.core.fields import Category
 
 
 class CBOW(ConditionalModel):
+    """CBOW over a window of ``window`` positions either side, with a full softmax over the
+    categories (the model of this module's docstring).
+
+    Parameters
+    ----------
+    field : Category
+        The one field, a category (the words): the context and the target.
+    dim : int, default 32
+        Width of the context embeddings c and the center embeddings w.
+    window : int, default 2
+        The window w: position m's context is the real tokens j with
+        1 ≤ ``|j − m|`` ≤ w.
+
+    Raises
+    ------
+    ValueError
+        If ``window`` is not a positive integer.
+    """
+
     def __init__(self, field: Category, dim: int = 32, window: int = 2):
         super().__init__()
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
@@ -30,7 +49,19 @@ class CBOW(ConditionalModel):
         nn.init.normal_(self.context.weight, std=0.1)
 
     def weights(self, data: Sequences) -> Tensor:
-        """ω [B, M, J]: 1 on the real positions j with 1 ≤ ``|j − m|`` ≤ w."""
+        """The window weights ω(j, m) of every sequence.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences; their padding is never in a window.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, M, J)
+            1 where the real position j is in position m's window
+            (1 ≤ ``|j − m|`` ≤ w), 0 elsewhere, in the embeddings' dtype.
+        """
         n = data.max_len
         pos = torch.arange(n)
         gap = (pos[:, None] - pos[None, :]).abs()
@@ -38,6 +69,20 @@ class CBOW(ConditionalModel):
         return (near[None] & data.valid()[:, None, :]).to(self.context.weight.dtype)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The logits of the category at every position, from the mean of its window's context
+        embeddings.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The field's name → logits ``w_kᵀ h_m``, shape (B, I, K) with K the number of
+            categories (a position with an empty window has h_m = 0).
+        """
         f = self.fields[0]
         w = self.weights(data)
         h = w @ self.context(data.fields[f.name]) / w.sum(-1, keepdim=True).clamp(min=1)

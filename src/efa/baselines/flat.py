@@ -30,7 +30,24 @@ def _width(field: Field) -> int:
 
 class FlatMLP(ConditionalModel):
     """Two hidden layers of ``hidden`` ReLU units from the flattened context to the natural
-    parameter of the one target field (a ``Value``), for sequences of exactly ``length``."""
+    parameter of the one target field (a ``Value``), for sequences of exactly ``length``.
+
+    Parameters
+    ----------
+    fields : list of Field
+        The fields, ``Value`` and ``Attribute`` only; exactly one of them, a ``Value``, is
+        the target (the network gives one natural parameter, through its family's link).
+    length : int
+        The one sequence length L (at least 2) the network's input is sized for.
+    hidden : int, default 64
+        Units in each of the two hidden layers.
+
+    Raises
+    ------
+    ValueError
+        If the targets are not exactly one ``Value``, ``length`` is not an integer ≥ 2, or a
+        field is not a ``Value`` or an ``Attribute``.
+    """
 
     def __init__(self, fields: list[Field], length: int, hidden: int = 64) -> None:
         super().__init__()
@@ -48,6 +65,27 @@ class FlatMLP(ConditionalModel):
                                  nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The target's natural parameter at the asked positions, each from the other L − 1
+        tokens' fields in order and its own non-target fields.
+
+        Parameters
+        ----------
+        data : Sequences
+            Sequences all of length exactly ``length``.
+        at : dict of str to torch.Tensor
+            The target field's name → where to predict, bool of shape (B, I).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The target field's name → η, shape (P, 1), at the P asked positions in the order
+            of ``at[name].nonzero()``.
+
+        Raises
+        ------
+        ValueError
+            If a sequence is not of length ``length``.
+        """
         if data.max_len != self.length or bool((data.lengths != self.length).any()):
             raise ValueError(f"FlatMLP needs sequences of length {self.length}")
         b, i = at[self.target_name].nonzero(as_tuple=True)

@@ -42,7 +42,24 @@ def _check_options(direction: str, dim: int) -> None:
 
 
 def context_sum(e: Tensor, valid: Tensor, direction: str) -> tuple[Tensor, Tensor]:
-    """Σ_{j in c(i)} e_j and ``|c(i)|`` for every i; e [B, I, K], valid [B, I]."""
+    """The sum of the context's vectors and the context's size at every position.
+
+    Parameters
+    ----------
+    e : torch.Tensor, shape (B, I, K)
+        A vector per position (padding is zeroed).
+    valid : torch.Tensor, shape (B, I)
+        Bool, True at the real positions.
+    direction : {"bidirectional", "unidirectional"}
+        The context c(i): every other real position j ≠ i, or the earlier ones j < i.
+
+    Returns
+    -------
+    sums : torch.Tensor, shape (B, I, K)
+        Σ_{j ∈ c(i)} e_j.
+    counts : torch.Tensor, shape (B, I)
+        ``|c(i)|``, the number of real positions in the context, in ``e``'s dtype.
+    """
     e = e * valid[..., None]
     count = valid.to(e.dtype)
     if direction == "bidirectional":
@@ -59,6 +76,31 @@ def _normalise(s: Tensor, n_ctx: Tensor, lengths: Tensor, pooling: str) -> Tenso
 
 
 class CategoricalFM(ConditionalModel):
+    """The categorical FM of Prop 1 (CBOW): x_i | x_c(i) ~ Cat(softmax(ρᵀ Σ_j α_{x_j} / n)).
+
+    Parameters
+    ----------
+    field : Category
+        The one field, a category: the context and the target.
+    dim : int, default 32
+        Width of the context embeddings α and the center embeddings ρ.
+    direction : {"bidirectional", "unidirectional"}
+        The context: every other position, or the earlier ones.
+    pooling : {"sum", "mean", "paper"}
+        n of the pooled context: 1, the context's size, or I − 1 (see the module's docstring).
+    intercept : bool, optional
+        Add a learned vector to the pooled context; the default (None) adds one for
+        ``direction="unidirectional"`` only, as the reference code's [MASK] token does.
+
+    Raises
+    ------
+    ValueError
+        If ``pooling`` or ``direction`` is not one of the above, or ``dim`` is not a positive
+        integer.
+    TypeError
+        If ``field`` is not a ``Category``.
+    """
+
     def __init__(
         self,
         field: Category,
@@ -83,6 +125,18 @@ class CategoricalFM(ConditionalModel):
         self.intercept = nn.Parameter(torch.zeros(dim)) if intercept else None
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The logits of the category at every position, from its pooled context.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The field's name → logits ρᵀ h_i, shape (B, I, K) with K the number of categories.
+        """
         f = self.fields[0]
         s, n = context_sum(self.alpha(data.fields[f.name]), data.valid(), self.direction)
         h = _normalise(s, n, data.lengths, self.pooling)
@@ -92,7 +146,30 @@ class CategoricalFM(ConditionalModel):
 
 
 class ValueFM(ConditionalModel):
-    """Rating-weighted FM: the value of item x_i given the other items and their values."""
+    """Rating-weighted FM: the value of item x_i given the other items and their values.
+
+    y_i | ... ~ ExpFam(link(ρ_{x_i}ᵀ Σ_j α_{x_j} y_j / n)) (Props 2–3 with item identities);
+    unobserved values are left out of the context.
+
+    Parameters
+    ----------
+    item : Category
+        The item field; the model keeps a copy with ``target=False`` (items are context only).
+    value : Value
+        The value field, the target; its family must have one natural parameter.
+    dim : int, default 32
+        Width of the context embeddings α and the center embeddings ρ.
+    direction : {"bidirectional", "unidirectional"}
+        The context: every other position, or the earlier ones.
+    pooling : {"mean", "sum", "paper"}
+        n of the pooled context: the context's size, 1, or I − 1 (see the module's docstring).
+
+    Raises
+    ------
+    ValueError
+        If ``pooling`` or ``direction`` is not one of the above, ``dim`` is not a positive
+        integer, or ``value``'s family has more than one natural parameter.
+    """
 
     def __init__(
         self,
@@ -116,6 +193,19 @@ class ValueFM(ConditionalModel):
         nn.init.normal_(self.rho.weight, std=0.1)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The value's natural parameter at every position, from the other items weighted by
+        their observed values.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences (a value that is not observed weighs nothing).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The value field's name → η = link(ρ_{x_i}ᵀ h_i), shape (B, I, 1).
+        """
         item, value = self.fields
         value = cast(Value, value)
         x = data.fields[item.name]
@@ -131,8 +221,24 @@ class ValueFM(ConditionalModel):
 def knn_indices(coords: Tensor, available: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """For every token i, its k nearest *other available* tokens by Haversine distance.
 
-    coords [B, I, 2] (lat, lon), available [B, I] bool. Returns (indices [B, I, k], usable
-    [B, I, k] bool: False where fewer than k others are available). Ties go to the smaller index.
+    Ties go to the smaller index.
+
+    Parameters
+    ----------
+    coords : torch.Tensor, shape (B, I, 2)
+        Each token's (latitude, longitude) in degrees.
+    available : torch.Tensor, shape (B, I)
+        Bool, True for the tokens that may be neighbours.
+    k : int
+        The number of neighbours; at most I − 1 are returned (k' = min(k, I − 1) below).
+
+    Returns
+    -------
+    indices : torch.Tensor, shape (B, I, k')
+        The neighbours' positions, nearest first.
+    usable : torch.Tensor, shape (B, I, k')
+        Bool, False where fewer than k other tokens are available (those indices point at
+        unavailable tokens).
     """
     c = coords.double()
     d = torch.from_numpy(haversine_km(*(t.cpu().numpy() for t in (
@@ -156,6 +262,29 @@ class KNNFM(ConditionalModel):
     the EFA) is the same model plus an intercept ``loc`` and a unit change, and ``pooling="mean"``
     divides the sum by the number of neighbours. The reference code is lost; the experiment
     uses the defaults (standardised, sum) and says so.
+
+    Parameters
+    ----------
+    coords : Attribute
+        The (lat, lon) attribute; its ``loc`` and ``scale`` standardise the coordinates
+        before h.
+    value : Value
+        The value field, the target; its family must be Gaussian, and its ``loc`` and
+        ``scale`` standardise the values.
+    k : int
+        The number of neighbours (≥ 1).
+    dim : int, default 32
+        Width of h's output.
+    hidden : int, default 128
+        Width of h's hidden layer.
+    pooling : {"sum", "mean"}
+        Sum the neighbours' terms, or average them over the usable neighbours.
+
+    Raises
+    ------
+    ValueError
+        If ``pooling`` is not one of the above, ``value``'s family is not Gaussian, or ``k``
+        is not an integer ≥ 1.
     """
 
     c_loc: Tensor  # buffers, declared for the type checker
@@ -184,6 +313,21 @@ class KNNFM(ConditionalModel):
         self.register_buffer("c_scale", torch.tensor(coords.scale, dtype=torch.float32))
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The Gaussian's natural parameter at every site, from its k nearest other sites with
+        an observed value.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences, one set of sites each (when every sequence has the same sites, all
+            available, one neighbourhood is computed for all).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The value field's name → η = link(mean), shape (B, I, 1), the mean in the value's
+            units.
+        """
         coords_f, value = self.fields
         value = cast(Value, value)
         tau = data.fields[coords_f.name]

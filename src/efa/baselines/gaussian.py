@@ -17,11 +17,30 @@ from efa.core.data import Sequences
 
 
 def sequence_matrix(data: Sequences, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """The stacked vector of every time step, for the matrix-based peers: (values [N, P]
-    float64 with NaN where missing, predicted [N, P] bool).
+    """The stacked vector of every time step, for the matrix-based peers.
 
     P = I for the ``tokens`` layout (lag tokens are columns that are never predicted); for the
     ``fields`` layout the lag fields ``{name}_lag1``, … are appended as further columns.
+
+    Parameters
+    ----------
+    data : Sequences
+        One sequence per time step, all of the same length (the same sites), as
+        :func:`efa.spatial.sites_to_sequences` makes them.
+    name : str
+        The value field.
+
+    Returns
+    -------
+    values : numpy.ndarray, shape (N, P)
+        float64, NaN where a value is not observed.
+    predicted : numpy.ndarray, shape (N, P)
+        Bool, True where ``name`` is predicted (never in a lag column).
+
+    Raises
+    ------
+    ValueError
+        If the sequences are not all of the same length.
     """
     if (data.lengths != data.max_len).any():
         raise ValueError("the matrix peers need sequences of equal length (one per time step)")
@@ -43,17 +62,52 @@ class Climatology:
     """Predict each token (site × lag slot) by its training mean; one number per site."""
 
     def fit(self, train: Sequences, name: str) -> Climatology:
-        """Learn each site's mean of the field ``name`` from ``train``; returns self."""
+        """Learn each site's mean of the field ``name`` from ``train``.
+
+        Parameters
+        ----------
+        train : Sequences
+            The training time steps (see :func:`sequence_matrix`).
+        name : str
+            The value field.
+
+        Returns
+        -------
+        Climatology
+            ``self``, with ``mean_`` the mean of every column over its observed values.
+        """
         y, _ = sequence_matrix(train, name)
         self.name, self.mean_ = name, np.nanmean(y, axis=0)
         return self
 
     def predict(self, data: Sequences) -> np.ndarray:
-        """Each site's training mean at every position of ``data``."""
+        """Each site's training mean at every position of ``data``.
+
+        Parameters
+        ----------
+        data : Sequences
+            The time steps to predict.
+
+        Returns
+        -------
+        numpy.ndarray, shape (N, P)
+            ``mean_`` repeated for each of the N time steps.
+        """
         return np.broadcast_to(self.mean_, (len(data), len(self.mean_))).copy()
 
     def mse(self, data: Sequences) -> float:
-        """Mean squared error of the site means on the predicted positions of ``data``."""
+        """Mean squared error of the site means on the predicted positions of ``data``.
+
+        Parameters
+        ----------
+        data : Sequences
+            The time steps to score.
+
+        Returns
+        -------
+        float
+            The mean over the predicted entries of the squared error.
+        """
         return _mse(self.predict(data), data, self.name)
 
 
@@ -66,6 +120,17 @@ class GaussianConditional:
     *observed* tokens O of its row, with P = (Σ_α)_{OO}⁻¹:
 
         E[y_i | y_{O∖i}] = μ_i − (1 / P_ii) Σ_{j ∈ O, j ≠ i} P_ij (y_j − μ_j).
+
+    Parameters
+    ----------
+    alpha : float, default 0.0
+        The shrinkage α, in [0, 1] (0: the empirical covariance; :func:`select_shrinkage`
+        picks it on validation data).
+
+    Raises
+    ------
+    ValueError
+        If ``alpha`` is not in [0, 1].
     """
 
     def __init__(self, alpha: float = 0.0):
@@ -74,7 +139,27 @@ class GaussianConditional:
         self.alpha = alpha
 
     def fit(self, train: Sequences, name: str) -> GaussianConditional:
-        """Estimate the (shrunk) covariance of the sites from ``train``; returns self."""
+        """Estimate the mean and the covariance of the stacked vector from ``train``.
+
+        Parameters
+        ----------
+        train : Sequences
+            The training time steps (see :func:`sequence_matrix`); only those without a
+            missing value are used.
+        name : str
+            The value field.
+
+        Returns
+        -------
+        GaussianConditional
+            ``self``, with ``mean_`` and ``cov_emp_`` (the maximum-likelihood covariance, before
+            shrinkage).
+
+        Raises
+        ------
+        ValueError
+            If fewer than two time steps have no missing value.
+        """
         y, _ = sequence_matrix(train, name)
         complete = y[np.isfinite(y).all(axis=1)]
         if len(complete) < 2:
@@ -90,12 +175,36 @@ class GaussianConditional:
         return (1 - self.alpha) * s + self.alpha * np.trace(s) / p * np.eye(p)
 
     def predict(self, data: Sequences) -> np.ndarray:
-        """[N, P] conditional means of the stacked vector (NaN at missing entries)."""
+        """The conditional mean of each entry of the stacked vector given the other observed ones.
+
+        Parameters
+        ----------
+        data : Sequences
+            The time steps to predict.
+
+        Returns
+        -------
+        numpy.ndarray, shape (N, P)
+            The conditional means, NaN at missing entries.
+        """
         return self.predict_mean_sd(data)[0]
 
     def predict_mean_sd(self, data: Sequences) -> tuple[np.ndarray, np.ndarray]:
-        """[N, P] conditional means and standard deviations of each entry given the others:
-        the normal's own conditional, with variance 1 / P_ii (NaN at missing entries)."""
+        """Conditional means and standard deviations of each entry given the other observed ones:
+        the normal's own conditional, with variance 1 / P_ii.
+
+        Parameters
+        ----------
+        data : Sequences
+            The time steps to predict.
+
+        Returns
+        -------
+        mean : numpy.ndarray, shape (N, P)
+            The conditional means, NaN at missing entries.
+        sd : numpy.ndarray, shape (N, P)
+            The conditional standard deviations, NaN at missing entries.
+        """
         y, _ = sequence_matrix(data, self.name)
         sigma = self.covariance_
         out, sd = np.full_like(y, np.nan), np.full_like(y, np.nan)
@@ -112,7 +221,18 @@ class GaussianConditional:
         return out, sd
 
     def mse(self, data: Sequences) -> float:
-        """Mean squared error of the conditional means on the predicted positions of ``data``."""
+        """Mean squared error of the conditional means on the predicted positions of ``data``.
+
+        Parameters
+        ----------
+        data : Sequences
+            The time steps to score.
+
+        Returns
+        -------
+        float
+            The mean over the predicted entries of the squared error.
+        """
         return _mse(self.predict(data), data, self.name)
 
 
@@ -122,7 +242,26 @@ SHRINKAGE_GRID = (0.0, 0.001, 0.003, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.
 def select_shrinkage(
     train: Sequences, val: Sequences, name: str, grid: Iterable[float] = SHRINKAGE_GRID
 ) -> tuple[GaussianConditional, dict[float, float]]:
-    """Fit on ``train`` and pick α on the validation MSE; returns (model, {α: val MSE})."""
+    """Fit a :class:`GaussianConditional` on ``train`` and pick α on the validation MSE.
+
+    Parameters
+    ----------
+    train : Sequences
+        The training time steps.
+    val : Sequences
+        The validation time steps.
+    name : str
+        The value field.
+    grid : iterable of float, default SHRINKAGE_GRID
+        The α tried, each in [0, 1] (the default runs from 0 to 0.5).
+
+    Returns
+    -------
+    model : GaussianConditional
+        The model fitted on ``train``, with the α of the least validation MSE.
+    curve : dict of float to float
+        α → validation MSE.
+    """
     model = GaussianConditional().fit(train, name)
     curve = {}
     for a in grid:

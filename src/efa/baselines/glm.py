@@ -12,41 +12,50 @@ does EFA's:
   per-item mean), plus the bag of context (item, value) pairs as fractions of the context and
   one-hot position (+ length bidirectionally).
 
-The logit and the Poisson GLM are convex: :func:`fit_convex` fits them to convergence by
-full-batch L-BFGS in float64 with an L2 penalty, and :func:`select_l2` picks the penalty on
-validation data (a peer stopped early by a stochastic optimiser is a weaker peer).
+The logit and the Poisson GLM are convex: :func:`efa.baselines.convex.fit_convex` fits them to
+convergence by full-batch L-BFGS in float64 with an L2 penalty, and
+:func:`efa.baselines.convex.select_l2` picks the penalty on validation data (a peer stopped
+early by a stochastic optimiser is a weaker peer).
 """
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from efa.baselines.fm import context_sum
-from efa.core.conditional import ConditionalModel, context_pairs, refuse_sampling
+from efa.core.conditional import ConditionalModel, refuse_sampling
+from efa.core.context import context_pairs
 from efa.core.data import Sequences
 from efa.core.fields import Category, Value
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.softmax import Sampling
 
-    class _Convex(Protocol):
-        """What the convex fitting reads of a GLM (``ContextLogit``, ``RatingGLM``)."""
-
-        def penalised(self) -> dict[str, list[Tensor]]: ...
-
-        def objective(self, data: Sequences) -> Callable[[], Tensor]: ...
-
 
 class Unigram(ConditionalModel):
-    """Context-free frequencies; ``Unigram.from_data`` is the (smoothed) maximum likelihood."""
+    """Context-free frequencies; ``Unigram.from_data`` is the (smoothed) maximum likelihood.
+
+    p(x_i = k) = (n_k + s) / (Σ_k n_k + s·K), whatever the context (with
+    ``Category(distinct=True)``, renormalised over the items not in the context).
+
+    Parameters
+    ----------
+    field : Category
+        The one field, a category, the target.
+    counts : torch.Tensor, shape (K,)
+        The count n_k of each category.
+    smoothing : float, default 1.0
+        The count s added to every category.
+    direction : {"bidirectional", "unidirectional"}
+        The context a ``distinct`` field's support excludes: every other position, or the
+        earlier ones.
+    """
 
     log_probs: Tensor  # a buffer, declared for the type checker
 
@@ -60,11 +69,41 @@ class Unigram(ConditionalModel):
     @classmethod
     def from_data(cls, field: Category, data: Sequences, smoothing: float = 1.0,
                   direction: str = "bidirectional") -> Unigram:
+        """The unigram of the categories at the predicted positions of ``data``.
+
+        Parameters
+        ----------
+        field : Category
+            The one field, a category.
+        data : Sequences
+            The training sequences, whose predicted values of ``field`` are counted.
+        smoothing : float, default 1.0
+            The count added to every category.
+        direction : {"bidirectional", "unidirectional"}
+            As for :class:`Unigram`.
+
+        Returns
+        -------
+        Unigram
+            The model with the counts of ``data``.
+        """
         x = data.fields[field.name][data.predicted(field.name)]
         counts = torch.bincount(x, minlength=field.num_categories)
         return cls(field, counts, smoothing, direction)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The log-frequencies as the logits at every position.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences (only their shape is read).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The field's name → the log-frequencies, shape (B, I, K) (a broadcast view).
+        """
         f = cast(Category, self.fields[0])
         shape = (*data.fields[f.name].shape, f.num_categories)
         return {f.name: self.log_probs.expand(shape)}
@@ -72,7 +111,30 @@ class Unigram(ConditionalModel):
     def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
                      sampling: Sampling | None = None) -> dict[str, Tensor]:
         """log p(y) without [positions × D] logits (any vocabulary size): the frequency, and
-        with ``distinct`` the renormalisation over the items not in the context."""
+        with ``distinct`` the renormalisation over the items not in the context.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+        at : dict of str to torch.Tensor
+            The field's name → where to score, bool of shape (B, I).
+        base_measure : bool, default True
+            Unused: a category has no base measure (kept for the common signature).
+        sampling : Sampling, optional
+            Must be None: the unigram does not train by the sampled softmax.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The field's name → log p(y_i), shape (P,), at the P asked positions in the order
+            of ``at[name].nonzero()``.
+
+        Raises
+        ------
+        ValueError
+            If ``sampling`` is given.
+        """
         refuse_sampling(self, sampling)
         f = cast(Category, self.fields[0])
         m = at[f.name]
@@ -107,12 +169,31 @@ class _Design(nn.Module):
         return [self.pos.weight] + ([self.length.weight] if self.length is not None else [])
 
 
-
 class ContextLogit(ConditionalModel):
     """x_i | context ~ Cat(softmax(W n_c(i) + b + b_pos(i) [+ b_len(I)])), n = item counts.
 
     ``length`` adds the one-hot sequence length (bidirectional only: unidirectionally the
-    length is in the future)."""
+    length is in the future). Every weight starts at zero (the uniform model); fit it with
+    :func:`efa.baselines.convex.fit_convex` or
+    :func:`efa.baselines.convex.select_l2`.
+
+    Parameters
+    ----------
+    field : Category
+        The one field, a category, the target; its K categories are both the counted context
+        items and the predicted classes.
+    direction : {"bidirectional", "unidirectional"}
+        The context: every other position, or the earlier ones.
+    max_len : int
+        The longest sequence (the number of position effects).
+    length : bool, default False
+        Add a one-hot effect of the sequence length (bidirectional only).
+
+    Raises
+    ------
+    ValueError
+        If ``length`` is asked for unidirectionally.
+    """
 
     def __init__(self, field: Category, direction: str, max_len: int, length: bool = False):
         super().__init__()
@@ -125,8 +206,19 @@ class ContextLogit(ConditionalModel):
         self.design = _Design(k, max_len, length)
 
     def context_term(self, data: Sequences) -> Tensor:
-        """W n_c(i) [B, I, K]: the sum of W's columns of the context items, by a gather and a
-        (cumulative) sum rather than a product with one-hot counts (K times fewer operations)."""
+        """W n_c(i): the sum of W's columns of the context items, by a gather and a
+        (cumulative) sum rather than a product with one-hot counts (K times fewer operations).
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences; items that are not observed are not in any context.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, I, K)
+            The context's contribution to the logits at every position.
+        """
         f = self.fields[0]
         present = data.valid() & data.observed.get(f.name, data.valid())
         x = torch.where(present, data.fields[f.name], 0)
@@ -136,18 +228,50 @@ class ContextLogit(ConditionalModel):
         return cols.cumsum(1) - cols
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The logits at every position: the context term plus the intercept, position and
+        (optionally) length effects.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The field's name → logits, shape (B, I, K).
+        """
         return {self.fields[0].name: self.context_term(data) + self.design(data)}
 
     def penalised(self) -> dict[str, list[Tensor]]:
         """The penalised parameters by group: the weights, and the position / length effects
-        (penalised at a smaller ratio, see ``select_l2``)."""
+        (penalised at a smaller ratio, see ``select_l2``).
+
+        Returns
+        -------
+        dict of str to list of torch.Tensor
+            ``"weights"`` → [W], ``"design"`` → the position (and length) effects; the
+            intercept is not penalised.
+        """
         return {"weights": [self.weight.weight], "design": self.design.penalised()}
 
     def objective(self, data: Sequences) -> Callable[[], Tensor]:
         """``loss(data)`` as a function of the current weights, with the design (context counts
         at the scored positions, their position / length group, the distinct support) built
         once: what the full-batch solver evaluates thousands of times. The loss and its
-        gradient come from :class:`_ChunkedSoftmaxNLL`."""
+        gradient come from ``_ChunkedSoftmaxNLL``.
+
+        Parameters
+        ----------
+        data : Sequences
+            The training sequences; the loss is the mean over their predicted positions.
+
+        Returns
+        -------
+        callable
+            A function of no arguments that gives the mean negative log-likelihood (a scalar
+            tensor, with the gradient in closed form) at the current weights.
+        """
         f = cast(Category, self.fields[0])
         at = data.predicted(f.name)
         present = data.valid() & data.observed.get(f.name, data.valid())
@@ -233,7 +357,27 @@ class RatingGLM(ConditionalModel):
 
     ``bag`` holds the fraction of the context made of each (item, value) pair, so a user's
     rating habits and tastes enter linearly. ``context=False`` keeps only the item effect
-    (the per-item mean rating: the GLM on the item one-hot).
+    (the per-item mean rating: the GLM on the item one-hot). Every weight starts at zero; fit
+    it with :func:`efa.baselines.convex.fit_convex` or
+    :func:`efa.baselines.convex.select_l2`.
+
+    Parameters
+    ----------
+    item : Category
+        The item field; the model keeps a copy with ``target=False`` (items are context only).
+    value : Value
+        The value field, the target (the experiments' shifted Poisson), with integer values
+        0, …, ``num_values`` − 1 where observed.
+    num_values : int
+        The number of distinct values, for the (item, value) pairs of the bag.
+    direction : {"bidirectional", "unidirectional"}
+        The context: every other position, or the earlier ones; bidirectionally the one-hot
+        sequence length is added.
+    max_len : int
+        The longest sequence (the number of position effects).
+    context : bool, default True
+        Add the bag of context pairs and the position (and length) effects; False keeps only
+        the item effect.
     """
 
     def __init__(self, item: Category, value: Value, num_values: int, direction: str,
@@ -250,7 +394,19 @@ class RatingGLM(ConditionalModel):
             self.design = _Design(1, max_len, direction == "bidirectional")
 
     def bag(self, data: Sequences) -> Tensor:
-        """[B, I, items × values]: the context's (item, value) pairs as fractions."""
+        """The context's (item, value) pairs as fractions of the context.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences; positions whose value is not observed are not in any context.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, I, items × values)
+            At every position, the fraction of its context made of each (item, value) pair
+            (zeros for an empty context).
+        """
         item, value = self.fields
         item = cast(Category, item)
         x = data.fields[item.name]
@@ -261,6 +417,18 @@ class RatingGLM(ConditionalModel):
         return bag / n.clamp(min=1)[..., None]
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The value's natural parameter at every position.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The value field's name → η = link(b[x_i] + W·bag_c(i) + …), shape (B, I, 1).
+        """
         item, value = self.fields
         value = cast(Value, value)
         z = self.item_effect(data.fields[item.name])
@@ -270,7 +438,19 @@ class RatingGLM(ConditionalModel):
 
     def objective(self, data: Sequences) -> Callable[[], Tensor]:
         """``loss(data)`` as a function of the weights, the design built once (see
-        ``ContextLogit.objective``)."""
+        ``ContextLogit.objective``).
+
+        Parameters
+        ----------
+        data : Sequences
+            The training sequences; the loss is the mean over their predicted positions.
+
+        Returns
+        -------
+        callable
+            A function of no arguments that gives the mean negative log-likelihood (a scalar
+            tensor) at the current weights.
+        """
         item, value = self.fields
         value = cast(Value, value)
         at = data.predicted(value.name)
@@ -291,103 +471,15 @@ class RatingGLM(ConditionalModel):
 
     def penalised(self) -> dict[str, list[Tensor]]:
         """The penalised parameters by group: the context weights, and the position / length
-        effects (penalised at a smaller ratio, see ``select_l2``); none without context."""
+        effects (penalised at a smaller ratio, see ``select_l2``); none without context.
+
+        Returns
+        -------
+        dict of str to list of torch.Tensor
+            ``"weights"`` → [W], ``"design"`` → the position (and length) effects; empty with
+            ``context=False`` (the item effects play the intercept's part and are free).
+        """
         # The item effects play the intercept's part (one per item, many ratings each): free.
         if not self.context:
             return {}
         return {"weights": [self.weight.weight], "design": self.design.penalised()}
-
-
-# --------------------------------------------------------------------------- convex fitting
-
-
-@dataclass
-class ConvexFit:
-    """What :func:`fit_convex` reached: the penalty it used, the L-BFGS iterations, the
-    gradient's max-norm and the objective at the end, and whether it met the tolerance."""
-
-    l2: float
-    design_ratio: float
-    iterations: int
-    grad_norm: float
-    objective: float
-    converged: bool
-
-
-def penalty(model: ConditionalModel, l2: float, design_ratio: float = 1.0) -> Tensor | float:
-    """(l2 / 2)·(‖weights‖² + design_ratio·‖design effects‖²) of ``model.penalised()`` (the
-    number 0.0 when nothing is penalised)."""
-    groups = cast("_Convex", model).penalised()
-    total: Tensor | float
-    total = sum(p.pow(2).sum() for p in groups.get("weights", []))
-    total = total + design_ratio * sum(p.pow(2).sum() for p in groups.get("design", []))
-    return 0.5 * l2 * total
-
-
-def fit_convex(model: ConditionalModel, train: Sequences, l2: float, design_ratio: float = 1.0,
-               max_iter: int = 3000, tol: float = 1e-7) -> ConvexFit:
-    """Minimise mean NLL + :func:`penalty` by full-batch L-BFGS (strong Wolfe line search) in
-    float64, from the model's current weights, until the gradient's max-norm is below
-    ``tol``. The model is left in float64."""
-    model.double()
-    model.check(train)
-    nll = (cast("_Convex", model).objective(train) if hasattr(model, "objective")
-           else lambda: model.loss(train))
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, history_size=50,
-                            tolerance_grad=tol, tolerance_change=1e-14,
-                            line_search_fn="strong_wolfe")
-
-    def objective():
-        opt.zero_grad()
-        loss = nll() + penalty(model, l2, design_ratio)
-        loss.backward()
-        return loss
-
-    opt.step(objective)
-    loss = float(objective().detach())
-    grad = max(float(cast(Tensor, p.grad).abs().max()) for p in params)
-    iterations = opt.state[opt._params[0]].get("n_iter", 0)
-    return ConvexFit(l2, design_ratio, iterations, grad, loss, grad <= tol * 10)
-
-
-L2_GRID = (1e-1, 3e-2, 1e-2, 3e-3, 1e-3, 3e-4, 1e-4, 3e-5, 1e-5, 1e-6)
-DESIGN_RATIOS = (1.0, 0.1, 0.01)
-
-
-def select_l2(model: ConditionalModel, train: Sequences, val: Sequences,
-              grid: Sequence[float] = L2_GRID,
-              design_ratios: Sequence[float] = DESIGN_RATIOS) -> tuple[ConditionalModel, dict]:
-    """Pick the L2 penalty on validation: for each ratio of the design effects' penalty to the
-    weights' (position and length effects may need less shrinkage than the weights), walk the
-    penalty path from strong to weak, each fit warm-started from the previous one, until the
-    validation NLL has worsened twice in a row; keep the best fit over all. Returns (the model
-    at the chosen penalty, {"l2", "design_ratio", "val_nll": {"l2/ratio": nll}, "fits"})."""
-    from efa.training.scoring import evaluate
-
-    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    fits: list[dict[str, Any]]
-    best, curve, fits = None, {}, []
-    groups = cast("_Convex", model).penalised()
-    if not groups:
-        grid, design_ratios = (0.0,), (1.0,)
-    elif not groups.get("design"):
-        design_ratios = (1.0,)
-    for ratio in design_ratios:
-        model.load_state_dict(start)
-        worse, last = 0, float("inf")
-        for l2 in sorted(grid, reverse=True):
-            fit = fit_convex(model, train, l2, ratio)
-            nll = -sum(evaluate(model, val).values())
-            curve[f"{l2:g}/{ratio:g}"], fits = nll, [*fits, fit.__dict__]
-            if best is None or nll < best[0]:
-                state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                best = (nll, l2, ratio, state)
-            worse = worse + 1 if nll > last else 0
-            last = nll
-            if worse >= 2:
-                break
-    if best is None or not math.isfinite(best[0]):
-        raise FloatingPointError("no L2 penalty gave a finite validation NLL")
-    model.load_state_dict(best[3])
-    return model, {"l2": best[1], "design_ratio": best[2], "val_nll": curve, "fits": fits}

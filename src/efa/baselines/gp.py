@@ -41,8 +41,28 @@ def _natural(mean: Tensor, sd: Tensor) -> Tensor:
 
 
 def causal_gaussian(cov: Tensor, y: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
-    """(mean, sd) [B, I] of y_i given y_<i for y ~ N(0, cov), padding (``valid`` False, at the
-    end of each row) replaced by independent unit variables; NaN at padding."""
+    """The causal predictives of a zero-mean Gaussian vector: y_i given y_<i for y ~ N(0, cov).
+
+    One Cholesky factor L of the covariance gives them all: with z = L⁻¹y,
+    y_i | y_<i ~ N(y_i − L_ii z_i, L_ii²).
+
+    Parameters
+    ----------
+    cov : torch.Tensor, shape (B, I, I)
+        The covariance of each row's values (noise included).
+    y : torch.Tensor, shape (B, I)
+        The values.
+    valid : torch.Tensor, shape (B, I)
+        Bool, False at padding (at the end of each row); padding is replaced by independent
+        unit variables.
+
+    Returns
+    -------
+    mean : torch.Tensor, shape (B, I)
+        The predictive means, NaN at padding.
+    sd : torch.Tensor, shape (B, I)
+        The predictive standard deviations, NaN at padding.
+    """
     pair = valid[:, :, None] & valid[:, None, :]
     eye = torch.eye(cov.shape[-1], dtype=cov.dtype).expand_as(cov)
     cov = torch.where(pair, cov, eye)
@@ -57,9 +77,28 @@ def causal_gaussian(cov: Tensor, y: Tensor, valid: Tensor) -> tuple[Tensor, Tens
 
 def posterior(k_cc: Tensor, k_ct: Tensor, k_tt: Tensor, y_c: Tensor,
               valid_c: Tensor) -> tuple[Tensor, Tensor]:
-    """Predictive (mean, sd) [B, T] of targets given context values ``y_c`` [B, C] for a
-    zero-mean GP: ``k_cc`` [B, C, C] (noise included), ``k_ct`` [B, C, T], ``k_tt`` [B, T]
-    (the targets' prior variances, noise included); padded context positions are ignored."""
+    """The predictive of targets given context values for a zero-mean GP.
+
+    Parameters
+    ----------
+    k_cc : torch.Tensor, shape (B, C, C)
+        The context's covariance, noise included.
+    k_ct : torch.Tensor, shape (B, C, T)
+        The covariance between the context and the targets.
+    k_tt : torch.Tensor, shape (B, T)
+        The targets' prior variances, noise included.
+    y_c : torch.Tensor, shape (B, C)
+        The context values.
+    valid_c : torch.Tensor, shape (B, C)
+        Bool, False at padded context positions, which are ignored.
+
+    Returns
+    -------
+    mean : torch.Tensor, shape (B, T)
+        The predictive means.
+    sd : torch.Tensor, shape (B, T)
+        The predictive standard deviations (the variance floored at 1e-300).
+    """
     pair = valid_c[:, :, None] & valid_c[:, None, :]
     eye = torch.eye(k_cc.shape[-1], dtype=k_cc.dtype).expand_as(k_cc)
     chol = torch.linalg.cholesky(torch.where(pair, k_cc, eye))
@@ -72,7 +111,19 @@ def posterior(k_cc: Tensor, k_ct: Tensor, k_tt: Tensor, y_c: Tensor,
 
 
 class GPOracle(ConditionalModel):
-    """The exact GP predictive with the data's true kernel (the Bayes oracle)."""
+    """The exact GP predictive with the data's true kernel (the Bayes oracle).
+
+    Each point is predicted from the points before it (``direction="unidirectional"``), by
+    :func:`causal_gaussian` with the covariance of :func:`efa.generators.gp.covariance`.
+
+    Parameters
+    ----------
+    spec : NoteGP
+        The data-generating process, whose kernel is the truth.
+    fields : list of Field
+        The model's fields: those of the regression EFA (``x``, the target ``y`` with a
+        heteroscedastic Gaussian, ``channel``); the data are read by these names.
+    """
 
     direction = "unidirectional"
 
@@ -81,16 +132,59 @@ class GPOracle(ConditionalModel):
         self.spec, self.fields = spec, fields
 
     def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
-        """Predictive mean and standard deviation of every scored point of ``data``."""
+        """Predictive mean and standard deviation of every point of ``data`` given the points
+        before it.
+
+        Parameters
+        ----------
+        data : Sequences
+            Sequences with the fields ``x`` (shape (B, I, 1)), ``channel`` and ``y``.
+
+        Returns
+        -------
+        mean : torch.Tensor, shape (B, I)
+            float64, NaN at padding.
+        sd : torch.Tensor, shape (B, I)
+            float64, NaN at padding.
+        """
         x, k = data.fields["x"][..., 0].double(), data.fields["channel"]
         return causal_gaussian(covariance(self.spec, x, k), data.fields["y"].double(),
                                data.valid())
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The Gaussian's natural parameters of every point given the points before it.
+
+        Parameters
+        ----------
+        data : Sequences
+            As for :meth:`predict_mean_sd`.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            ``"y"`` → (μ/σ², −1/(2σ²)), shape (B, I, 2).
+        """
         return {"y": _natural(*self.predict_mean_sd(data))}
 
     def predict(self, context: Sequences, x: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        """(mean, sd) [B, T] at points ``x``, ``k`` [B, T] given each context."""
+        """The predictive at new points given each context (the GP's posterior).
+
+        Parameters
+        ----------
+        context : Sequences
+            The context points, with the fields ``x``, ``channel`` and ``y``.
+        x : torch.Tensor, shape (B, T)
+            The targets' inputs.
+        k : torch.Tensor, shape (B, T)
+            The targets' channels.
+
+        Returns
+        -------
+        mean : torch.Tensor, shape (B, T)
+            The predictive means (float64).
+        sd : torch.Tensor, shape (B, T)
+            The predictive standard deviations, noise included.
+        """
         xc, kc = context.fields["x"][..., 0].double(), context.fields["channel"]
         k_cc = covariance(self.spec, xc, kc)
         k_ct = cross_covariance(self.spec, xc, kc, x.double(), k)
@@ -105,7 +199,25 @@ REFITS = (4, 8, 16, 32, 64, 128, 256)
 def note_kernel(variance: float = 1.0, length_scale: float = 1.0, offset_var: float = 1.0,
                 noise_level: float = 0.1) -> Kernel:
     """scikit-learn kernel on X = [x, channel]: variance·RBF(x; length_scale) + offset_var ·
-    [same channel] + noise_level·[same point] (a ``WhiteKernel``)."""
+    [same channel] + noise_level·[same point] (a ``WhiteKernel``).
+
+    Parameters
+    ----------
+    variance : float, default 1.0
+        The RBF's variance (bounds [1e-3, 100] when fitted).
+    length_scale : float, default 1.0
+        The RBF's length-scale (bounds [0.05, 50]).
+    offset_var : float, default 1.0
+        The variance of the per-channel offset (bounds [1e-3, 100]).
+    noise_level : float, default 0.1
+        The noise variance (bounds [1e-4, 10]: the floor keeps a fit to a few points from
+        explaining them exactly).
+
+    Returns
+    -------
+    sklearn.gaussian_process.kernels.Kernel
+        The sum kernel, for ``GaussianProcessRegressor``.
+    """
     from sklearn.gaussian_process.kernels import WhiteKernel
 
     # The noise floor (sd 0.01) keeps a fit on a few points from explaining them exactly.
@@ -184,7 +296,24 @@ def neg_log_marginal(theta: np.ndarray, X: np.ndarray,
                      y: np.ndarray) -> tuple[float, np.ndarray]:
     """(−log p(y | θ), gradient in θ) of the kernel :func:`note_kernel` — the quantity and
     parametrisation of scikit-learn's ``GaussianProcessRegressor.log_marginal_likelihood``
-    (tested against it), without its per-call overhead."""
+    (tested against it), without its per-call overhead.
+
+    Parameters
+    ----------
+    theta : numpy.ndarray, shape (4,)
+        θ = log(length_scale, offset_var, variance, noise), scikit-learn's order.
+    X : numpy.ndarray, shape (n, 2)
+        The points' [x, channel].
+    y : numpy.ndarray, shape (n,)
+        The values.
+
+    Returns
+    -------
+    nll : float
+        −log p(y | θ) (``inf`` where the covariance is not positive definite).
+    grad : numpy.ndarray, shape (4,)
+        Its gradient in θ (zeros where the covariance is not positive definite).
+    """
     from scipy.linalg import cho_solve, cholesky
 
     ell, c, v, noise = np.exp(theta)
@@ -207,7 +336,27 @@ def neg_log_marginal(theta: np.ndarray, X: np.ndarray,
 def fit_marginal(X: np.ndarray, y: np.ndarray, theta0: np.ndarray, restarts: int,
                  rng: np.random.Generator) -> np.ndarray:
     """θ maximising the marginal likelihood: L-BFGS-B from ``theta0`` and from ``restarts``
-    log-uniform draws within the bounds (scikit-learn's procedure); the best optimum."""
+    log-uniform draws within the bounds (scikit-learn's procedure); the best optimum.
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (n, 2)
+        The points' [x, channel].
+    y : numpy.ndarray, shape (n,)
+        The values.
+    theta0 : numpy.ndarray, shape (4,)
+        The first start, log(length_scale, offset_var, variance, noise).
+    restarts : int
+        The number of further starts, drawn uniformly within the log-bounds.
+    rng : numpy.random.Generator
+        Draws the restarts.
+
+    Returns
+    -------
+    numpy.ndarray, shape (4,)
+        The θ of the least −log p(y | θ) over all starts (``theta0`` if none improved on
+        ``inf``).
+    """
     from scipy.optimize import minimize
 
     starts = [theta0] + [rng.uniform(BOUNDS[:, 0], BOUNDS[:, 1]) for _ in range(restarts)]
@@ -222,7 +371,21 @@ def fit_marginal(X: np.ndarray, y: np.ndarray, theta0: np.ndarray, restarts: int
 
 class FittedGP(ConditionalModel):
     """The note's kernel family with hyper-parameters fitted per sequence by marginal
-    likelihood on the preceding points, refitted at :data:`REFITS`."""
+    likelihood on the preceding points, refitted at context sizes ``REFITS`` (4, 8, 16, …).
+
+    See the module's docstring for the procedure; the fitted hyper-parameters of the last
+    :meth:`predict_mean_sd` are kept in ``fits`` (per sequence, one dict per refit).
+
+    Parameters
+    ----------
+    fields : list of Field
+        The model's fields: those of the regression EFA (``x``, the target ``y`` with a
+        heteroscedastic Gaussian, ``channel``); the data are read by these names.
+    restarts : int, default 2
+        Random restarts of each fit, besides the warm start.
+    seed : int, default 0
+        Seeds the restarts (with the sequence's index).
+    """
 
     direction = "unidirectional"
 
@@ -232,7 +395,21 @@ class FittedGP(ConditionalModel):
         self.fits: list[list[dict]] = []  # per sequence: fitted hyper-parameters per refit
 
     def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
-        """Predictive mean and standard deviation of every scored point of ``data``."""
+        """Predictive mean and standard deviation of every point of ``data`` given the points
+        before it, refitting the kernel on the way (slow: scipy optimisations per sequence).
+
+        Parameters
+        ----------
+        data : Sequences
+            Sequences with the fields ``x`` (shape (B, I, 1)), ``channel`` and ``y``.
+
+        Returns
+        -------
+        mean : torch.Tensor, shape (B, I)
+            float64, NaN at padding.
+        sd : torch.Tensor, shape (B, I)
+            float64, NaN at padding.
+        """
         x = data.fields["x"][..., 0].double().numpy()
         k = data.fields["channel"].double().numpy()
         y = data.fields["y"].double().numpy()
@@ -261,6 +438,18 @@ class FittedGP(ConditionalModel):
         return torch.from_numpy(mean), torch.from_numpy(sd)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The Gaussian's natural parameters of every point given the points before it.
+
+        Parameters
+        ----------
+        data : Sequences
+            As for :meth:`predict_mean_sd`.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            ``"y"`` → (μ/σ², −1/(2σ²)), shape (B, I, 2).
+        """
         return {"y": _natural(*self.predict_mean_sd(data))}
 
 

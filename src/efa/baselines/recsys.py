@@ -98,7 +98,25 @@ def _tokens(data: Sequences, name: str, mask_id: int) -> Tensor:
 
 class SASRec(ConditionalModel):
     """x_i | x_<i ~ Cat(softmax(E h_i)), h_i the causal transformer's state over
-    [BOS, x_0, …, x_{i−1}] (unidirectional only)."""
+    [BOS, x_0, …, x_{i−1}] (unidirectional only).
+
+    Parameters
+    ----------
+    field : Category
+        The one field, the items (K categories), the target.
+    max_len : int
+        The longest sequence (the number of position embeddings).
+    dim : int, default 64
+        Width of the item and position embeddings and of the states.
+    layers : int, default 2
+        Transformer layers.
+    heads : int, default 2
+        Attention heads per layer.
+    inner : int, default 256
+        Width of each layer's feed-forward network.
+    dropout : float, default 0.5
+        Dropout of the embeddings and in every layer (RecBole's default for SASRec).
+    """
 
     def __init__(self, field: Category, max_len: int, dim: int = 64, layers: int = 2,
                  heads: int = 2, inner: int = 256, dropout: float = 0.5):
@@ -108,6 +126,18 @@ class SASRec(ConditionalModel):
                                 dropout)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The logits of the item at every position, from the items before it.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences (a missing item enters the history as [BOS]'s token).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The field's name → logits E h_i, shape (B, I, K).
+        """
         f = cast(Category, self.fields[0])
         k = f.num_categories
         x = _tokens(data, f.name, k)
@@ -119,7 +149,36 @@ class SASRec(ConditionalModel):
 class BERT4Rec(ConditionalModel):
     """Bidirectional cloze transformer. ``direction`` only says how it is *scored*: one masked
     copy per position (bidirectional, the exact pseudo-likelihood) or the history followed by
-    [MASK] (unidirectional, RecBole's next-item prediction). Training is the cloze task."""
+    [MASK] (unidirectional, RecBole's next-item prediction). Training is the cloze task.
+
+    Parameters
+    ----------
+    field : Category
+        The one field, the items (K categories), the target.
+    max_len : int
+        The longest sequence (the number of position embeddings).
+    direction : {"bidirectional", "unidirectional"}
+        How it is scored (above).
+    dim : int, default 64
+        Width of the item and position embeddings and of the states.
+    layers : int, default 2
+        Transformer layers.
+    heads : int, default 2
+        Attention heads per layer.
+    inner : int, default 256
+        Width of each layer's feed-forward network.
+    dropout : float, default 0.2
+        Dropout of the embeddings and in every layer.
+    mask_ratio : float, default 0.2
+        The probability that the cloze task masks a predicted item, in (0, 1).
+    chunk : int, default 2048
+        Masked copies per forward pass when scoring.
+
+    Raises
+    ------
+    ValueError
+        If ``mask_ratio`` is not in (0, 1).
+    """
 
     own_objective = True  # see ConditionalModel.own_objective
 
@@ -135,6 +194,22 @@ class BERT4Rec(ConditionalModel):
                                 dropout)
 
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The logits at the asked positions, each from its own copy of the sequence with that
+        position masked (and, unidirectionally, the positions after it hidden).
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+        at : dict of str to torch.Tensor
+            The field's name → where to predict, bool of shape (B, I).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The field's name → logits, shape (P, K), at the P asked positions in the order of
+            ``at[name].nonzero()``, support restrictions applied.
+        """
         f = cast(Category, self.fields[0])
         k = f.num_categories
         x = _tokens(data, f.name, k)
@@ -159,7 +234,34 @@ class BERT4Rec(ConditionalModel):
              counts: dict[str, int] | None = None,
              sampling: Sampling | None = None) -> Tensor:
         """The cloze task in training mode (each predicted item masked with probability
-        ``mask_ratio``; at least one per batch); the exact pseudo-likelihood otherwise."""
+        ``mask_ratio``; at least one per batch); the exact pseudo-likelihood otherwise.
+
+        Parameters
+        ----------
+        data : Sequences
+            The batch.
+        check : bool, default False
+            Check ``data`` against the model's fields first.
+        weights : torch.Tensor, optional
+            Per-sequence weights, as :meth:`efa.ConditionalModel.loss` takes them; refused in
+            training mode (the cloze task is an objective of its own).
+        counts : dict of str to int, optional
+            Data-parallel counts, as for ``weights``.
+        sampling : Sampling, optional
+            The sampled softmax: refused in training mode.
+
+        Returns
+        -------
+        torch.Tensor
+            A scalar: in training mode the mean cross-entropy at the masked positions (over
+            the ``distinct`` support given the unmasked items), otherwise
+            :meth:`efa.ConditionalModel.loss`.
+
+        Raises
+        ------
+        ValueError
+            If ``weights``, ``counts`` or ``sampling`` is given in training mode.
+        """
         if not self.training:
             return super().loss(data, check, weights, counts, sampling)
         refuse_generic_options(self, weights, counts, sampling)
@@ -190,7 +292,32 @@ def ranking_metrics(model: ConditionalModel, data: Sequences, name: str | None =
     """HR@k and NDCG@k of the last item of every sequence, ranked against *all* items by the
     model's conditional given the rest of the sequence (every earlier item; a ``distinct``
     field's support excludes them). Ties count against the model (rank = number of other
-    items scored at least as high), so a constant score gets no hit."""
+    items scored at least as high), so a constant score gets no hit.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A model of a categorical target, scored in evaluation mode without gradients.
+    data : Sequences
+        The sequences; those whose last item is not predicted are left out.
+    name : str, optional
+        The target field (default: the model's first).
+    k : int, default 10
+        The cut-off of the ranking.
+    batch_size : int, default 1024
+        Sequences per forward pass.
+
+    Returns
+    -------
+    dict of str to float
+        ``"HR@k"``: the fraction of last items ranked in the top k; ``"NDCG@k"``: the mean of
+        1 / log2(rank + 2) over them (0 outside the top k), with k the cut-off's value.
+
+    Raises
+    ------
+    ValueError
+        If no sequence has its last item predicted.
+    """
     f = model.target(name)
     hits, gains = [], []
     with scoring_mode(model, data):

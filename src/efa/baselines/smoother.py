@@ -25,6 +25,26 @@ NUGGETS = (1e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3)
 
 
 class NadarayaWatson(ConditionalModel):
+    """The Nadaraya–Watson smoother of this module's docstring, each point predicted from the
+    points before it.
+
+    Parameters
+    ----------
+    fields : list of Field
+        The model's fields: those of the regression EFA (``x``, the target ``y`` with a
+        heteroscedastic Gaussian, ``channel``); the data are read by these names.
+    bandwidth : float
+        The RBF weight's bandwidth h.
+    channel_weight : float
+        ρ, the weight factor of a point of another channel.
+    nugget : float
+        τ², the variance added to the weighted variance.
+    prior_mean : float
+        The predictive mean where the context carries no weight.
+    prior_var : float
+        The predictive variance where the context carries no weight.
+    """
+
     direction = "unidirectional"
 
     def __init__(self, fields: list, bandwidth: float, channel_weight: float, nugget: float,
@@ -35,7 +55,21 @@ class NadarayaWatson(ConditionalModel):
         self.prior_mean, self.prior_var = prior_mean, prior_var
 
     def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
-        """Predictive mean and standard deviation of every scored point of ``data``."""
+        """Predictive mean and standard deviation of every point of ``data`` given the points
+        before it.
+
+        Parameters
+        ----------
+        data : Sequences
+            Sequences with the fields ``x`` (shape (B, I, 1)), ``channel`` and ``y``.
+
+        Returns
+        -------
+        mean : torch.Tensor, shape (B, I)
+            μ_i (float64), NaN at padding.
+        sd : torch.Tensor, shape (B, I)
+            σ_i (float64), NaN at padding.
+        """
         x = data.fields["x"][..., 0].double()
         y = data.fields["y"].double()
         k = data.fields["channel"]
@@ -57,6 +91,18 @@ class NadarayaWatson(ConditionalModel):
         return torch.where(valid, mean, nan), torch.where(valid, var.sqrt(), nan)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
+        """The Gaussian's natural parameters of every point given the points before it.
+
+        Parameters
+        ----------
+        data : Sequences
+            As for :meth:`predict_mean_sd`.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            ``"y"`` → (μ/σ², −1/(2σ²)), shape (B, I, 2).
+        """
         mean, sd = self.predict_mean_sd(data)
         return {"y": torch.stack([mean / sd**2, -0.5 / sd**2], dim=-1)}
 
@@ -64,7 +110,26 @@ class NadarayaWatson(ConditionalModel):
 def select_smoother(fields: list, train: Sequences, val: Sequences) -> tuple[NadarayaWatson,
                                                                              dict]:
     """The smoother whose (h, ρ, τ²) maximise the mean log-likelihood of the scored points of
-    ``val``; the prior mean/variance come from ``train``. Returns (model, grid results)."""
+    ``val``; the prior mean/variance come from ``train``.
+
+    The grid is every combination of ``BANDWIDTHS``, ``CHANNEL_WEIGHTS`` and ``NUGGETS``.
+
+    Parameters
+    ----------
+    fields : list of Field
+        The model's fields, as :class:`NadarayaWatson` takes them.
+    train : Sequences
+        The training functions: the mean and variance of their ``y`` are the prior.
+    val : Sequences
+        The validation functions, scored at their predicted points.
+
+    Returns
+    -------
+    model : NadarayaWatson
+        The smoother of the best (h, ρ, τ²).
+    grid : dict of str to float
+        ``str((h, ρ, τ²))`` → the mean validation log-likelihood.
+    """
     y = train.fields["y"][train.valid()].double()
     prior = float(y.mean()), float(y.var())
     scored = val.predicted("y")

@@ -33,7 +33,24 @@ if TYPE_CHECKING:  # for annotations only
 
 
 def build_mlp(dim_in: int, dim_hid: int, dim_out: int, depth: int) -> nn.Sequential:
-    """``depth`` linear layers ``dim_in → dim_hid → … → dim_out`` with ReLU between them."""
+    """``depth`` linear layers ``dim_in → dim_hid → … → dim_out`` with ReLU between them.
+
+    Parameters
+    ----------
+    dim_in : int
+        Input width.
+    dim_hid : int
+        Width of every hidden layer.
+    dim_out : int
+        Output width.
+    depth : int
+        The number of linear layers (at least 2).
+
+    Returns
+    -------
+    torch.nn.Sequential
+        Linear, ReLU, …, Linear.
+    """
     modules: list[nn.Module] = [nn.Linear(dim_in, dim_hid), nn.ReLU()]
     for _ in range(depth - 2):
         modules += [nn.Linear(dim_hid, dim_hid), nn.ReLU()]
@@ -42,6 +59,33 @@ def build_mlp(dim_in: int, dim_hid: int, dim_out: int, depth: int) -> nn.Sequent
 
 
 class TNPD(ConditionalModel):
+    """TNP-D, the transformer neural process of this module's docstring, scored causally (each
+    point given the points before it).
+
+    Parameters
+    ----------
+    train : Sequences
+        The training functions, with the fields ``x`` (shape (N, I, 1)) and ``y``: x and y
+        are standardised on them (:func:`efa.regression.moments`).
+    fields : list of Field
+        The model's fields: those of the regression EFA (``x``, the target ``y`` with a
+        heteroscedastic Gaussian, ``channel``); the data are read by these names.
+    channels : int, default 2
+        The number of channels, one-hot appended to x (0: no ``channel`` field).
+    d_model : int, default 64
+        Width of the tokens.
+    emb_depth : int, default 4
+        Linear layers of the embedding MLP.
+    dim_feedforward : int, default 128
+        Width of each layer's feed-forward network and of the predictor's hidden layer.
+    nhead : int, default 4
+        Attention heads per layer.
+    num_layers : int, default 6
+        Transformer layers.
+    min_context : int, default 1
+        The fewest context points drawn in training.
+    """
+
     own_objective = True  # see ConditionalModel.own_objective
 
     direction = "unidirectional"
@@ -70,8 +114,29 @@ class TNPD(ConditionalModel):
         return x
 
     def sets(self, xc: Tensor, yc: Tensor, xt: Tensor) -> tuple[Tensor, Tensor]:
-        """(mean, sd) [B, T] in the data's units, of targets ``xt`` [B, T, dx] given context
-        ``xc`` [B, C, dx], ``yc`` [B, C] (data units); the context size C is shared."""
+        """The predictive of target points given a context set; the context size C is shared.
+
+        Parameters
+        ----------
+        xc : torch.Tensor, shape (B, C, dx)
+            The context's inputs: standardised x, then the one-hot channel.
+        yc : torch.Tensor, shape (B, C)
+            The context's values, in the data's units.
+        xt : torch.Tensor, shape (B, T, dx)
+            The targets' inputs, as ``xc``.
+
+        Returns
+        -------
+        mean : torch.Tensor, shape (B, T)
+            The predictive means, in the data's units.
+        sd : torch.Tensor, shape (B, T)
+            The predictive standard deviations, in the data's units.
+
+        Raises
+        ------
+        ValueError
+            If the context is empty.
+        """
         c, t = xc.shape[1], xt.shape[1]
         if c < 1:
             raise ValueError("TNP-D needs at least one context point")
@@ -88,7 +153,32 @@ class TNPD(ConditionalModel):
              counts: dict[str, int] | None = None,
              sampling: Sampling | None = None) -> Tensor:
         """The TNP objective on equal-length sequences: context = the first m points (m ~
-        U{min_context, …, N − 1}, one m per batch), targets = the rest."""
+        U{min_context, …, N − 1}, one m per batch), targets = the rest.
+
+        Parameters
+        ----------
+        data : Sequences
+            A batch of sequences, all of the same length N.
+        check : bool, default False
+            Unused (the signature every model's loss shares).
+        weights : torch.Tensor, optional
+            Refused: TNP-D's objective is its own.
+        counts : dict of str to int, optional
+            Refused, as ``weights``.
+        sampling : Sampling, optional
+            Refused, as ``weights``.
+
+        Returns
+        -------
+        torch.Tensor
+            A scalar: the mean negative log-likelihood of the targets.
+
+        Raises
+        ------
+        ValueError
+            If the sequences' lengths differ, or ``weights``, ``counts`` or ``sampling`` is
+            given.
+        """
         refuse_generic_options(self, weights, counts, sampling)
         n = int(data.lengths.min())
         if int(data.lengths.max()) != n:
@@ -100,8 +190,28 @@ class TNPD(ConditionalModel):
         return -torch.distributions.Normal(mean, sd).log_prob(y).mean()
 
     def predictive_at(self, data: Sequences, at: Tensor) -> tuple[Tensor, Tensor]:
-        """(mean, sd) [P] float64 of y_i given y_<i at the asked positions (order of
-        ``at.nonzero()``): one pass per distinct position i, over the sequences asking it."""
+        """The predictive of y_i given y_<i at the asked positions: one pass per distinct
+        position i, over the sequences asking it.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+        at : torch.Tensor, shape (B, I)
+            Bool, where to predict (never the first position).
+
+        Returns
+        -------
+        mean : torch.Tensor, shape (P,)
+            float64, in the order of ``at.nonzero()``.
+        sd : torch.Tensor, shape (P,)
+            float64, in the same order.
+
+        Raises
+        ------
+        ValueError
+            If a first position is asked (its context is empty).
+        """
         b_idx, i_idx = at.nonzero(as_tuple=True)
         mean = torch.full((len(b_idx),), float("nan"), dtype=torch.float64)
         sd = mean.clone()
@@ -117,8 +227,21 @@ class TNPD(ConditionalModel):
 
     @torch.no_grad()
     def predict_mean_sd(self, data: Sequences) -> tuple[Tensor, Tensor]:
-        """(mean, sd) [B, I] at every position after the first (NaN at the first and at
-        padding)."""
+        """The predictive at every position after the first, in evaluation mode without
+        gradients.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+
+        Returns
+        -------
+        mean : torch.Tensor, shape (B, I)
+            float64, NaN at the first position and at padding.
+        sd : torch.Tensor, shape (B, I)
+            float64, NaN at the first position and at padding.
+        """
         self.eval()
         at = data.valid().clone()
         at[:, 0] = False
@@ -128,5 +251,19 @@ class TNPD(ConditionalModel):
         return mean, sd
 
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The Gaussian's natural parameters of y at the asked positions.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+        at : dict of str to torch.Tensor
+            ``"y"`` → where to predict, bool of shape (B, I) (never the first position).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            ``"y"`` → (μ/σ², −1/(2σ²)), shape (P, 2), in the order of ``at["y"].nonzero()``.
+        """
         mean, sd = self.predictive_at(data, at["y"])
         return {"y": torch.stack([mean / sd**2, -0.5 / sd**2], dim=-1)}

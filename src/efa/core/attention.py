@@ -18,20 +18,51 @@ from torch import Tensor, nn
 from efa.core.kernels import KERNELS, head_width, kernel_spec
 
 if TYPE_CHECKING:  # for annotations only
-    from efa.core.model import EFAConfig
+    from efa.core.config import EFAConfig
 
 SCALES = {"sqrt": lambda d: 1 / math.sqrt(d), "linear": lambda d: 1 / d, "none": lambda d: 1.0}
 
 
 class MultiHeadAttention(nn.Module):
-    """Projections W^Q, W^K, W^V, W^O around a kernel. Queries come from ``x``; keys and values
-    from ``memory`` when given (the content stream of two-stream attention, or a whole sequence
-    that one query row per copy attends to), else from ``x``.
+    """Projections W^Q, W^K, W^V, W^O around a kernel.
 
-    ``inputs`` (optional) restricts what each projection reads: ``{"q": cols, "k": cols, "v":
-    cols}`` with ``cols`` the token's columns (the fields that feed it, ``Field.feeds``) or None
-    for all of them. ``d_out``: width of the output (default ``d_model``; without ``out_proj``
-    it must equal num_heads·head_dim)."""
+    Queries come from ``x``; keys and values from ``memory`` when given (the content stream of
+    two-stream attention, or a whole sequence that one query row per copy attends to), else
+    from ``x``.
+
+    Parameters
+    ----------
+    d_model : int
+        Width of the tokens.
+    num_heads : int
+        Number of heads H.
+    head_dim : int
+        Width d of each head's queries, keys and values.
+    attention : str or dict
+        The kernel, as ``EFAConfig.attention`` (a registered name or ``{"kernel": name,
+        **options}``).
+    scale : {"sqrt", "linear", "none"}
+        Score scaling handed to the kernel: 1/√d, 1/d or 1.
+    bias : bool
+        Biases in the projections.
+    out_proj : bool
+        An output projection W^O after the heads (False: the heads' concatenation, whose
+        width num_heads·(head_dim + the kernel's extra outputs) must then equal ``d_out``).
+    causal : bool
+        Whether the model is unidirectional (handed to the kernel).
+    inputs : dict, optional
+        Restricts what each projection reads: ``{"q": cols, "k": cols, "v": cols}`` with
+        ``cols`` the token's columns (the fields that feed it, ``Field.feeds``) or None for all
+        of them.
+    d_out : int, optional
+        Width of the output (default ``d_model``).
+
+    Raises
+    ------
+    ValueError
+        If ``out_proj`` is False and the heads' width is not ``d_out``, or the kernel refuses
+        its options.
+    """
 
     def __init__(self, d_model: int, num_heads: int, head_dim: int, attention: str | dict,
                  scale: str, bias: bool, out_proj: bool, causal: bool,
@@ -65,7 +96,18 @@ class MultiHeadAttention(nn.Module):
         self.kernel = KERNELS[spec["kernel"]](num_heads, head_dim, factor, causal, **options)
 
     def split(self, x: Tensor) -> Tensor:
-        """[B, I, H·d] → [B, H, I, d]: one slice per head."""
+        """Split the projections into heads: one slice per head.
+
+        Parameters
+        ----------
+        x : torch.Tensor, shape (B, I, H·d)
+            Projected tokens.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, H, I, d)
+            A view of ``x``, heads second.
+        """
         b, i, _ = x.shape
         return x.view(b, i, self.num_heads, self.head_dim).transpose(1, 2)
 
@@ -76,6 +118,31 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: Tensor, allowed: Tensor, memory: Tensor | None = None, own: bool = False,
                 q_pos: Tensor | None = None,
                 need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Multi-head attention of the tokens ``x`` over ``memory`` (or ``x`` itself).
+
+        Parameters
+        ----------
+        x : torch.Tensor, shape (B, Iq, d_model)
+            The tokens that make the queries.
+        allowed : torch.Tensor, shape (B, 1 or H, Iq, Ik)
+            Which key each query may see (bool).
+        memory : torch.Tensor, shape (B, Ik, d_model), optional
+            The tokens that make the keys and values (default: ``x``).
+        own : bool, default False
+            Two-stream: query i also holds its own token x_i at position i, whose key and
+            value replace memory's there (Iq == Ik).
+        q_pos : torch.Tensor, shape (B or 1, Iq), optional
+            Positions of the queries in the sequence (default 0, 1, ...).
+        need_weights : bool, default True
+            False lets the kernel skip the weights (and use a fused implementation).
+
+        Returns
+        -------
+        out : torch.Tensor, shape (B, Iq, d_out)
+            The attended tokens.
+        weights : torch.Tensor, shape (B, H, Iq, Ik), or None
+            The attention weights, None where the kernel skipped them.
+        """
         q = self.split(self.q(self._read(x, "q")))
         # Two-stream (``own``): query i holds its own token x_i at position i, the context
         # tokens (``memory``) everywhere else. (Own keys first: the order in which gradients
@@ -94,22 +161,41 @@ BLOCKS = ("bare", "residual", "post_ln", "pre_ln", "residual_linear", "concat")
 
 
 class Block(nn.Module):
-    """One layer: ``bare`` (attention alone, Eq. 1), ``residual`` (x + MHA(x)), ``post_ln`` /
-    ``pre_ln`` (transformer blocks with LayerNorm and a feed-forward layer),
-    ``residual_linear`` (z' = x + MHA(x), then z' + W' z': the linear, LayerNorm-free block of
-    Appendix B of Wibisono & Wang's "Bidirectional attention as a mixture of continuous word
-    experts", whose masked logits are a CBOW mixture of experts, :mod:`efa.moe`), ``concat``
-    ([x, MHA(x)]: the token is kept beside the attended value rather than added to it, so a
-    read-out is a separate linear map of each, as in Eq. 16 of the UNN note; the width grows by
-    the attention's output width, ``d_out``).
+    """One layer of attention, of the kind ``cfg.block`` names.
+
+    - ``bare``: attention alone (Eq. 1);
+    - ``residual``: x + MHA(x);
+    - ``post_ln`` / ``pre_ln``: transformer blocks with LayerNorm and a feed-forward layer;
+    - ``residual_linear``: z' = x + MHA(x), then z' + W' z': the linear, LayerNorm-free block
+      of Appendix B of Wibisono & Wang's "Bidirectional attention as a mixture of continuous
+      word experts", whose masked logits are a CBOW mixture of experts (:mod:`efa.moe`);
+    - ``concat``: [x, MHA(x)]: the token is kept beside the attended value rather than added
+      to it, so a read-out is a separate linear map of each, as in Eq. 16 of the UNN note; the
+      width grows by the attention's output width (``d_out``, the block's output width).
 
     ``cfg.dropout`` > 0 drops units of the attention output and of the feed-forward output
     before they are added to the residual stream (Keras/BERT placement); at 0 no dropout
     module exists, so the computation (and the random stream) is unchanged.
 
-    ``inputs``: the columns each of "q", "k", "v", "skip" reads (None: all), from the fields'
-    ``feeds`` (first layer only). "skip" is the token carried past the attention, which only
-    the ``concat`` (and ``bare``, which carries nothing) blocks can restrict."""
+    Parameters
+    ----------
+    d_model : int
+        Width of the tokens coming in.
+    head_dim : int
+        Width of each head.
+    cfg : EFAConfig
+        The model's configuration: ``block``, ``num_heads``, ``attention``, ``scale``,
+        ``bias``, ``out_proj``, ``direction``, ``ffn_hidden`` and ``dropout`` are read.
+    inputs : dict, optional
+        The columns each of "q", "k", "v", "skip" reads (None: all), from the fields'
+        ``feeds`` (first layer only). "skip" is the token carried past the attention, which
+        only the ``concat`` (and ``bare``, which carries nothing) blocks can restrict.
+
+    Raises
+    ------
+    ValueError
+        If ``inputs`` restricts "skip" for a block that adds the attention to the token.
+    """
 
     cols_skip: Tensor | None  # a buffer, declared for the type checker
 
@@ -149,8 +235,30 @@ class Block(nn.Module):
     def forward(self, x: Tensor, allowed: Tensor, memory: Tensor | None = None, own: bool = False,
                 q_pos: Tensor | None = None,
                 need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
-        """``memory``: the context tokens (keys and values); with ``own=True`` query i also
-        holds its own token ``x_i`` at position i (two-stream)."""
+        """The layer's output for the tokens ``x``.
+
+        Parameters
+        ----------
+        x : torch.Tensor, shape (B, Iq, d_model)
+            The tokens (the queries, and the keys and values unless ``memory`` is given).
+        allowed : torch.Tensor, shape (B, 1 or H, Iq, Ik)
+            Which key each query may see (bool).
+        memory : torch.Tensor, shape (B, Ik, d_model), optional
+            The context tokens (keys and values).
+        own : bool, default False
+            Query i also holds its own token ``x_i`` at position i (two-stream).
+        q_pos : torch.Tensor, shape (B or 1, Iq), optional
+            Positions of the queries in the sequence (default 0, 1, ...).
+        need_weights : bool, default True
+            False lets the kernel skip the weights.
+
+        Returns
+        -------
+        out : torch.Tensor, shape (B, Iq, d_out)
+            The layer's output (``d_out`` = ``d_model`` except for ``concat``).
+        weights : torch.Tensor, shape (B, H, Iq, Ik), or None
+            The attention weights, None where the kernel skipped them.
+        """
         if self.kind == "pre_ln":
             m = None if memory is None else self.ln1(memory)
             a, w = self.attn(self.ln1(x), allowed, memory=m, own=own, q_pos=q_pos,

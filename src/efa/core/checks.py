@@ -19,7 +19,35 @@ if TYPE_CHECKING:  # fields import their value checks from here
 def check_sequences(data: Sequences, fields: Sequence[Field], max_len: int | None,
                     dtype: torch.dtype | None = None) -> None:
     """Raise a clear error if ``data`` does not fit the model's ``fields`` (and the model's
-    floating-point ``dtype``)."""
+    floating-point ``dtype``).
+
+    Each field's values are checked by its own ``validate`` at the real, observed positions;
+    padding of floating-point fields must be finite (a NaN there would leak through the
+    attention's zero weights); values that the model's ``dtype`` cannot hold are refused.
+
+    Parameters
+    ----------
+    data : Sequences
+        The data, as passed in by the user.
+    fields : sequence of Field
+        The model's fields; the data must have exactly these.
+    max_len : int or None
+        The length of the model's positional table (None: no limit).
+    dtype : torch.dtype, optional
+        The model's floating-point dtype; values too large for it are refused.
+
+    Raises
+    ------
+    TypeError
+        If ``data`` is not a :class:`efa.Sequences` (or an attribute's values are not
+        floating point).
+    KeyError
+        If a field of the model is missing from the data, or the data have a field the model
+        does not know.
+    ValueError
+        If the sequences are longer than ``max_len`` or a value is invalid; the message names
+        the field, the sequence and the position.
+    """
     if not isinstance(data, Sequences):
         raise TypeError(
             f"expected efa.Sequences, got {type(data).__name__}; build one with "
@@ -64,7 +92,24 @@ def check_sequences(data: Sequences, fields: Sequence[Field], max_len: int | Non
 
 def validate_values(family: Family, x: Tensor, mask: Tensor, where: str) -> None:
     """Check the values at the real, observed positions ``mask``; every error names the
-    (sequence, position) of the first bad value."""
+    (sequence, position) of the first bad value.
+
+    Parameters
+    ----------
+    family : Family
+        The family whose ``validate`` the values must pass.
+    x : torch.Tensor, shape (N, I)
+        The field's values.
+    mask : torch.Tensor of bool, shape (N, I)
+        The positions to check (real and observed).
+    where : str
+        Names the data in messages, e.g. ``"field 'rating'"``.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not two-dimensional or a checked value is invalid for the family.
+    """
     if x.dim() != 2:
         raise ValueError(f"{where}: expected shape [N, I], got {tuple(x.shape)}")
     if family.is_discrete and x.is_floating_point():
@@ -83,7 +128,28 @@ def validate_values(family: Family, x: Tensor, mask: Tensor, where: str) -> None
 
 
 def refuse_float_integers(family: Family, x: Tensor, mask: Tensor, where: str) -> None:
-    """Counts and categories held as floats (pandas' int column with a NaN becomes float)."""
+    """Refuse counts and categories held as floats (pandas' int column with a NaN becomes
+    float), with the way to hold them.
+
+    It always raises: the message names the first value that is NaN/inf or not a whole
+    number, or, when all are whole, says to convert the tensor.
+
+    Parameters
+    ----------
+    family : Family
+        The (discrete) family the values are for.
+    x : torch.Tensor, shape (N, I)
+        The field's values, a floating-point tensor.
+    mask : torch.Tensor of bool, shape (N, I)
+        The positions to check (real and observed).
+    where : str
+        Names the data in messages, e.g. ``"field 'rating'"``.
+
+    Raises
+    ------
+    ValueError
+        Always.
+    """
     v = x[mask]
     at = mask.nonzero()
     hint = ("from pandas, an integer column with missing values becomes float: use the nullable "
@@ -100,7 +166,25 @@ def refuse_float_integers(family: Family, x: Tensor, mask: Tensor, where: str) -
 
 
 def check_distinct(x: Tensor, mask: Tensor, k: int, where: str) -> None:
-    """Refuse a repeated item within a sequence of a ``distinct`` category, naming where."""
+    """Refuse a repeated item within a sequence of a ``distinct`` category, naming where.
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape (N, I)
+        Item ids in ``0..k-1``.
+    mask : torch.Tensor of bool, shape (N, I)
+        The positions to check (real and observed); the others may hold anything.
+    k : int
+        The number of categories.
+    where : str
+        Names the data in messages, e.g. ``"field 'movie'"``.
+
+    Raises
+    ------
+    ValueError
+        If an item occurs twice in a sequence; the message gives the sequence, the item and
+        its positions.
+    """
     counts = torch.zeros(x.shape[0], k, dtype=torch.long, device=x.device)
     counts.scatter_add_(1, torch.where(mask, x, 0).long(), mask.long())
     if (counts > 1).any():

@@ -1,7 +1,7 @@
 """What EFA shares with its special cases and peers (efa.baselines): natural parameters at
 asked positions, the (pseudo) log-likelihood they define, predicted means, and the training
-loss every model takes the same arguments of; plus the context counts that support
-restrictions and the bag term read.
+loss every model takes the same arguments of (the context counts that support restrictions
+and the bag term read are in :mod:`efa.core.context`).
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar, cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from efa.core import softmax
 from efa.core.checks import check_sequences
+from efa.core.context import context_items
 from efa.core.data import Sequences
 from efa.core.families.base import Shifted
 from efa.core.fields import Field
@@ -24,7 +24,20 @@ if TYPE_CHECKING:  # for annotations only
 
 def refuse_sampling(model: nn.Module, sampling: softmax.Sampling | None) -> None:
     """Refuse the sampled softmax for a model whose loss cannot take it (only efa.EFA's
-    category targets can)."""
+    category targets can).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (its class name goes into the error).
+    sampling : Sampling or None
+        What the loss was handed.
+
+    Raises
+    ------
+    ValueError
+        If ``sampling`` is not None.
+    """
     if sampling is not None:
         raise ValueError(f"{type(model).__name__} cannot train by the sampled softmax (efa.EFA's "
                          "category targets can): train it without sampled_softmax")
@@ -34,7 +47,21 @@ def refuse_generic_options(model: nn.Module, weights: Tensor | None,
                            counts: dict[str, int] | None,
                            sampling: softmax.Sampling | None) -> None:
     """For a model with an objective of its own: sampled positions (``weights``), data-parallel
-    ``counts`` and the sampled softmax are refused by name."""
+    ``counts`` and the sampled softmax are refused by name.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (its class name goes into the error).
+    weights, counts, sampling : object or None
+        What the loss was handed: weights per sequence (``fit(..., positions=m)``),
+        denominators across data-parallel ranks, the sampled softmax.
+
+    Raises
+    ------
+    ValueError
+        If any of them is not None, naming each.
+    """
     given = [n for n, v in (("weights (positions=m)", weights), ("counts (data-parallel)", counts),
                             ("sampling (sampled_softmax)", sampling)) if v is not None]
     if given:
@@ -48,7 +75,14 @@ class ConditionalModel(nn.Module):
 
     Subclasses set ``fields`` (and ``max_len``, ``direction``) and implement either
     ``natural_params`` (dense, [B, I, n] at every position) or ``natural_params_at`` (only at
-    the asked positions, for models that pay per position)."""
+    the asked positions, for models that pay per position).
+
+    Parameters
+    ----------
+    *args, **kwargs
+        Passed to :class:`torch.nn.Module`, which takes none: each subclass has its own
+        constructor.
+    """
 
     fields: list[Field]
     max_len: int | None = None
@@ -70,14 +104,48 @@ class ConditionalModel(nn.Module):
         return [f for f in self.fields if f.target]
 
     def field(self, name: str) -> Field:
-        """The field called ``name`` (an error naming the model's fields otherwise)."""
+        """The field called ``name``.
+
+        Parameters
+        ----------
+        name : str
+            A field's name.
+
+        Returns
+        -------
+        Field
+            The field.
+
+        Raises
+        ------
+        KeyError
+            If the model has no such field (the error names its fields).
+        """
         for f in self.fields:
             if f.name == name:
                 return f
         raise KeyError(f"the model has no field {name!r} (fields: {[f.name for f in self.fields]})")
 
     def target(self, name: str | None) -> Field:
-        """The target field ``name`` (None: the first), with a clear error otherwise."""
+        """The target field ``name``.
+
+        Parameters
+        ----------
+        name : str or None
+            A target field's name (None: the first target).
+
+        Returns
+        -------
+        Field
+            The field.
+
+        Raises
+        ------
+        KeyError
+            If the model has no such field.
+        ValueError
+            If the field is not a target (the error names the targets).
+        """
         if name is None:
             return self.target_fields[0]
         f = self.field(name)
@@ -89,8 +157,19 @@ class ConditionalModel(nn.Module):
         return f
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
-        """η [B, I, num_natural] of every target field at every position (or NaN where the
-        model did not compute it)."""
+        """η of every target field at every position.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences, on the model's device.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Per target field, η of shape (B, I, num_natural) (NaN where the model did not
+            compute it).
+        """
         at = {f.name: data.valid() for f in self.target_fields}
         out = {}
         for name, eta in self.natural_params_at(data, at).items():
@@ -100,19 +179,51 @@ class ConditionalModel(nn.Module):
         return out
 
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
-        """η [P, num_natural] of each field in ``at`` at its asked positions ``at[name]``
-        [B, I] bool (in the order of ``at[name].nonzero()``), support restrictions applied."""
+        """η of each field in ``at`` at its asked positions, support restrictions applied.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences, on the model's device.
+        at : dict of str to torch.Tensor
+            Per target field, where to predict: bool of shape (B, I).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Per field of ``at``, η of shape (P, num_natural) at its P asked positions, in the
+            order of ``at[name].nonzero()``.
+        """
         dense = self.natural_params(data)
         return {name: self.restrict(name, data, m, dense[name][m]) for name, m in at.items()}
 
     def predictive(self, data: Sequences, field: str,
                    at: Tensor | None = None) -> torch.distributions.Distribution:
-        """p(y_i | context) of the target ``field`` at the positions ``at`` [B, I] bool
-        (default: where it is predicted, ``data.predicted(field)``) as a
-        ``torch.distributions`` object whose batch runs over those positions in the order of
-        ``at.nonzero()``: mean, variance, ``sample``, and ``log_prob`` equal to efa's
-        log-likelihood (a category's or ordinal class's index 0..K−1). One pass, unbatched:
-        :func:`efa.predictive_frame` scores data sets in batches, with intervals."""
+        """p(y_i | context) of the target ``field`` at the asked positions, as a
+        ``torch.distributions`` object: mean, variance, ``sample``, and ``log_prob`` equal to
+        efa's log-likelihood (a category's or ordinal class's index 0..K−1). One pass,
+        unbatched: :func:`efa.predictive_frame` scores data sets in batches, with intervals.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences (moved to the model's device).
+        field : str
+            A target field.
+        at : torch.Tensor, shape (B, I), optional
+            Where to predict (bool; default: ``data.predicted(field)``).
+
+        Returns
+        -------
+        torch.distributions.Distribution
+            Batch shape (P,) over the asked positions in the order of ``at.nonzero()``
+            (shifted by the family's ``shift`` where it has one).
+
+        Raises
+        ------
+        ValueError
+            If ``field`` is not a target, or ``at`` is not a bool tensor of shape (B, I).
+        """
         f = _family_field(self.target(field))
         data, at = self._here(data, at)
         at = data.predicted(field) if at is None else at
@@ -121,7 +232,25 @@ class ConditionalModel(nn.Module):
         return Shifted(dist, shift) if shift else dist
 
     def restrict(self, name: str, data: Sequences, at: Tensor, eta: Tensor) -> Tensor:
-        """Apply a field's support restriction (``Category(distinct=True)``) at ``at``."""
+        """Apply a field's support restriction (``Category(distinct=True)``) at ``at``.
+
+        Parameters
+        ----------
+        name : str
+            The field.
+        data : Sequences
+            The sequences (the context's items are read).
+        at : torch.Tensor, shape (B, I)
+            The asked positions (bool).
+        eta : torch.Tensor, shape (P, num_natural)
+            η at the asked positions.
+
+        Returns
+        -------
+        torch.Tensor, shape (P, num_natural)
+            η with the items already in each position's context excluded, or ``eta`` itself
+            for a field without the restriction.
+        """
         f = self.field(name)
         if not getattr(f, "distinct", False):
             return eta
@@ -129,6 +258,18 @@ class ConditionalModel(nn.Module):
         return f.restrict(eta, context_items(data, name, f.num_categories, self.direction, at))
 
     def forward(self, data: Sequences) -> dict[str, Tensor]:
+        """η of every target field at every position (:meth:`natural_params`).
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences, on the model's device.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Per target field, η of shape (B, I, num_natural).
+        """
         return self.natural_params(data)
 
     def _here(self, data: Sequences, at: Tensor | None = None):
@@ -146,8 +287,18 @@ class ConditionalModel(nn.Module):
         return data, (None if at is None else at.to(device))
 
     def check(self, data: Sequences) -> None:
-        """Check that ``data`` fits the model's fields (names, kinds, values, lengths); raises
-        naming the first problem."""
+        """Check that ``data`` fits the model's fields (names, kinds, values, lengths).
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+
+        Raises
+        ------
+        ValueError
+            Naming the first problem (a TypeError for a wrong dtype).
+        """
         dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
         check_sequences(data, self.fields, self.max_len, dtype)
 
@@ -155,9 +306,27 @@ class ConditionalModel(nn.Module):
         self, data: Sequences, base_measure: bool = True, check: bool = True,
         weights: Tensor | None = None, sampling: softmax.Sampling | None = None,
     ) -> dict[str, tuple[Tensor, int]]:
-        """Per target field: (sum of log p(y_i | context) over predicted positions, count).
-        ``weights`` [B]: a weight per sequence on its terms (sampled positions, see fit);
-        ``sampling``: train category targets by the sampled softmax (see fit)."""
+        """Per target field: the sum of log p(y_i | context) over the predicted positions, and
+        their count.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences, on the model's device.
+        base_measure : bool, default True
+            Include log h(y).
+        check : bool, default True
+            Check ``data`` against the fields first.
+        weights : torch.Tensor, shape (B,), optional
+            A weight per sequence on its terms (sampled positions, see ``fit``).
+        sampling : Sampling, optional
+            Train category targets by the sampled softmax (see ``fit``).
+
+        Returns
+        -------
+        dict of str to tuple of (torch.Tensor, int)
+            Per target field, (the sum, a scalar tensor; the number of predicted positions).
+        """
         if check:
             self.check(data)
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
@@ -173,7 +342,24 @@ class ConditionalModel(nn.Module):
 
     def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
                      sampling: softmax.Sampling | None = None) -> dict[str, Tensor]:
-        """log p(y_i | context) [P] of each field in ``at`` at its asked positions."""
+        """log p(y_i | context) of each field in ``at`` at its asked positions.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences, on the model's device.
+        at : dict of str to torch.Tensor
+            Per target field, where to score: bool of shape (B, I).
+        base_measure : bool, default True
+            Include log h(y).
+        sampling : Sampling, optional
+            The sampled softmax, refused here (:func:`refuse_sampling`).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Per field of ``at``, shape (P,), in the order of ``at[name].nonzero()``.
+        """
         refuse_sampling(self, sampling)
         etas = self.natural_params_at(data, at)
         return {name: _family_field(self.field(name)).family.log_prob(
@@ -182,7 +368,20 @@ class ConditionalModel(nn.Module):
 
     def position_log_likelihoods(self, data: Sequences,
                                  base_measure: bool = True) -> dict[str, Tensor]:
-        """log p(y_i | context) [B, I] per target field; NaN where not predicted."""
+        """log p(y_i | context) at every predicted position, unbatched and unchecked.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences, on the model's device.
+        base_measure : bool, default True
+            Include log h(y).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Per target field, shape (B, I), NaN where the field is not predicted.
+        """
         at = {f.name: data.predicted(f.name) for f in self.target_fields}
         lps = self.log_probs_at(data, at, base_measure)
         out = {}
@@ -197,11 +396,28 @@ class ConditionalModel(nn.Module):
              counts: dict[str, int] | None = None,
              sampling: softmax.Sampling | None = None) -> Tensor:
         """Training objective: the sum over target fields of the mean negative log-likelihood
-        (+ the model's ``penalty()``, if it has one). ``counts`` replaces each field's number of
-        predicted positions as the denominator (the global count across data-parallel ranks, or
-        of the full batch when positions are sampled); ``weights`` and ``sampling`` as in
-        :meth:`log_likelihood_sums`. Every model takes these arguments; one whose objective is its
-        own (``own_objective``) refuses the last three (:func:`refuse_generic_options`)."""
+        (+ the model's ``penalty()``, if it has one). Every model takes these arguments; one
+        whose objective is its own (``own_objective``) refuses the last three
+        (:func:`refuse_generic_options`).
+
+        Parameters
+        ----------
+        data : Sequences
+            A batch, on the model's device.
+        check : bool, default False
+            Check ``data`` against the fields first.
+        weights, sampling : optional
+            As in :meth:`log_likelihood_sums`.
+        counts : dict of str to int, optional
+            Per target field, the denominator instead of its number of predicted positions
+            (the global count across data-parallel ranks, or of the full batch when positions
+            are sampled).
+
+        Returns
+        -------
+        torch.Tensor
+            The loss, a scalar.
+        """
         ll = self.log_likelihood_sums(data, check=check, weights=weights, sampling=sampling)
         loss = -cast(Tensor, sum(s / max(n if counts is None else counts[name], 1)
                                  for name, (s, n) in ll.items()))
@@ -213,15 +429,44 @@ class ConditionalModel(nn.Module):
         return None
 
     def standardise(self, data: Sequences) -> ConditionalModel:
-        """Called by ``efa.fit`` with the training data before it trains (nothing here)."""
+        """Called by ``efa.fit`` with the training data before it trains (nothing here).
+
+        Parameters
+        ----------
+        data : Sequences
+            The training data.
+
+        Returns
+        -------
+        ConditionalModel
+            The model itself.
+        """
         return self
 
     @torch.no_grad()
     def predict_mean(self, data: Sequences, at: Tensor | None = None) -> dict[str, Tensor]:
-        """E[y_i | context] [B, I] (class probabilities [B, I, K] for categories) of every target
-        field at the positions ``at`` [B, I] (default: every real position, missing values
-        included: an imputation); NaN elsewhere. A non-finite mean at an asked position is a
-        FloatingPointError naming the field, sequence and position."""
+        """E[y_i | context] of every target field at the asked positions (missing values
+        included: an imputation).
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences (checked, and moved to the model's device).
+        at : torch.Tensor, shape (B, I), optional
+            Where to predict (bool; default: every real position).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Per target field, shape (B, I) (class probabilities (B, I, K) for categories),
+            NaN where not asked.
+
+        Raises
+        ------
+        FloatingPointError
+            If a mean at an asked position is not finite (naming the field, sequence and
+            position).
+        """
         out, at = self._means_at(data, at)
         for name, full in out.items():
             bad = at & ~torch.isfinite(full.reshape(*at.shape, -1)).all(-1)
@@ -251,44 +496,3 @@ class ConditionalModel(nn.Module):
 def _family_field(f: Field) -> Category | Value:
     """``f`` as a field with a ``family``: every target field has one (``Field`` declares none)."""
     return cast("Category | Value", f)
-
-
-def context_items(data: Sequences, name: str, k: int, direction: str, at: Tensor) -> Tensor:
-    """[P, K] bool: which items of category ``name`` are in the context of each asked
-    position (observed, real positions j ≠ i; j < i unidirectionally)."""
-    x = data.fields[name]
-    present = data.valid() & data.observed.get(name, data.valid())
-    onehot = F.one_hot(torch.where(present, x, 0).long(), k) * present[..., None]
-    if direction == "bidirectional":
-        counts = onehot.sum(1, keepdim=True) - onehot
-    else:
-        counts = onehot.cumsum(1) - onehot
-    return counts[at] > 0
-
-
-def context_bag(data: Sequences, name: str, table: Tensor, direction: str, at: Tensor) -> Tensor:
-    """[P, n]: Σ_{j in c(i)} table[x_j] over the context items of category ``name`` of each
-    asked position (observed, real positions j ≠ i; j < i unidirectionally), i.e. tableᵀ n_c(i)
-    with n_c(i) the context's item counts: the linear term of the multinomial logit on context
-    counts (``Category(bag=True)``). By a gather and a (cumulative) sum, O(B·I·n)."""
-    x = data.fields[name]
-    present = data.valid() & data.observed.get(name, data.valid())
-    rows = F.embedding(torch.where(present, x, 0).long(), table) * present[..., None]
-    if direction == "bidirectional":
-        return (rows.sum(1, keepdim=True) - rows)[at]
-    return (rows.cumsum(1) - rows)[at]
-
-
-def context_pairs(data: Sequences, name: str, direction: str, at: Tensor) -> tuple[Tensor, Tensor]:
-    """The items of category ``name`` in the context of each asked position, as (row, item)
-    pairs (row = index among ``at.nonzero()``): the sparse form of :func:`context_items` for
-    large vocabularies."""
-    b_idx, i_idx = at.nonzero(as_tuple=True)
-    x = data.fields[name]
-    present = data.valid() & data.observed.get(name, data.valid())
-    j = torch.arange(x.shape[1], device=x.device)
-    ctx = present[b_idx] & (j[None, :] != i_idx[:, None])  # [P, I]
-    if direction != "bidirectional":
-        ctx &= j[None, :] < i_idx[:, None]
-    rows, cols = ctx.nonzero(as_tuple=True)
-    return rows, x[b_idx[rows], cols]

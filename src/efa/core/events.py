@@ -17,10 +17,20 @@ POLICIES = ("last", "first", "windows", "error")
 
 
 class Events(NamedTuple):
-    """What :meth:`efa.Sequences.from_events` returns: the sequences, each category field's
-    vocabulary (``vocabularies[name][k]`` is the value coded k), each sequence's key (with the
-    window index under ``long="windows"``) and the number of events left out (``long="last"``
-    or ``"first"``)."""
+    """What :meth:`efa.Sequences.from_events` returns (a named tuple).
+
+    Parameters
+    ----------
+    data : Sequences
+        The sequences, one per key (or per window of a key).
+    vocabularies : dict of str to list
+        Each category field's vocabulary: ``vocabularies[name][k]`` is the value coded k.
+    keys : list
+        Each sequence's key, in the order of ``data``; under ``long="windows"`` a tuple
+        ``(key, window index)``.
+    dropped : int
+        The number of events left out (``long="last"`` or ``"first"``; 0 otherwise).
+    """
 
     data: Any  # efa.Sequences
     vocabularies: dict[str, list]
@@ -31,8 +41,51 @@ class Events(NamedTuple):
 def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str, Any],
             max_len: int | None, long: str, categories: Sequence[str]
             ) -> tuple[pd.DataFrame, str, dict[str, list], list, int]:
-    """(the frame to read one sequence per key from, its key column, vocabularies, keys,
-    events dropped)."""
+    """Code the category columns and apply the ``long`` policy: the table that
+    :meth:`efa.Sequences.from_events` reads one sequence per key from.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        The events, one per row.
+    sequence : str
+        The column of the sequence key (e.g. the user).
+    order : str
+        The column that orders the events within a sequence (e.g. the timestamp).
+    fields : mapping of str to str or list of str
+        Field name → its column, or its list of columns for an attribute.
+    max_len : int or None
+        The longest sequence kept as one (None: no limit).
+    long : {"last", "first", "windows", "error"}
+        A sequence longer than ``max_len`` keeps its latest or its earliest ``max_len``
+        events, is cut into consecutive windows of ``max_len``, or is refused.
+    categories : sequence of str
+        Fields coded 0..K−1 even if their column is numeric (a column that is not numeric is
+        coded anyway).
+
+    Returns
+    -------
+    frame : pandas.DataFrame
+        A sorted copy of ``frame`` (by key, then order) with the category columns coded and
+        the policy applied.
+    key : str
+        Its column of sequence keys: ``sequence``, or a new column of ``(key, window)`` pairs
+        under ``long="windows"``.
+    vocabularies : dict of str to list
+        Each coded field's values, the one coded k at index k.
+    keys : list
+        The sequence keys in sorted order, as plain Python values.
+    dropped : int
+        The number of events left out.
+
+    Raises
+    ------
+    ValueError
+        If the table is empty, ``long`` or ``max_len`` is invalid, a key, order or category
+        value is missing, or (``long="error"``) a sequence is longer than ``max_len``.
+    KeyError
+        If a column is not in the table or ``categories`` names no field.
+    """
     import pandas as pd
 
     if not isinstance(frame, pd.DataFrame) or frame.empty:
@@ -104,8 +157,28 @@ def _sort_key(v: Hashable) -> tuple[int, float, str]:
 
 def split_by_sequence(data: Any, fractions: Sequence[float] = (0.8, 0.1, 0.1),
                       seed: int = 0) -> list:
-    """Whole sequences into parts of the given ``fractions`` (summing to 1), by a seeded
-    permutation: no sequence is in two parts."""
+    """Whole sequences into parts of the given ``fractions``, by a seeded permutation: no
+    sequence is in two parts.
+
+    Parameters
+    ----------
+    data : Sequences
+        What to split (anything with ``len`` that a tensor of indices selects from).
+    fractions : sequence of float
+        Two or more positive fractions summing to 1 (default: 80 / 10 / 10 %).
+    seed : int
+        Seed of the permutation.
+
+    Returns
+    -------
+    list of Sequences
+        One part per fraction, each keeping its sequences in their original order.
+
+    Raises
+    ------
+    ValueError
+        If the fractions are invalid or a part would be empty.
+    """
     f = np.asarray(fractions, dtype=float)
     if f.ndim != 1 or len(f) < 2 or (f <= 0).any() or abs(f.sum() - 1) > 1e-9:
         raise ValueError(f"fractions must be two or more positive numbers summing to 1, got "

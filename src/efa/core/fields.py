@@ -27,73 +27,56 @@ to attend, never what is read), ``feeds=("v",)`` makes it a pure value (the UNN 
 Fields are listed in factorisation order: predicting target field k at position i hides target
 fields k, k+1, ... at i, so ``[movie, rating]`` predicts the movie with movie and rating hidden
 and the rating with the movie visible (Eq. 2 of the EFA paper). A new kind of token is one new
-subclass of :class:`Field` registered with :func:`register_field`.
+subclass of :class:`efa.core.fieldbase.Field` registered with
+:func:`efa.core.fieldbase.register_field`.
+
+``Category`` and ``Attribute`` are defined here, ``Value`` in :mod:`efa.core.value` and the
+base class, the registry ``FIELD_KINDS`` and the names of the choices (``ROLES``,
+``ENCODERS``, ...) in :mod:`efa.core.fieldbase`; all are importable from this module.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, TypeVar
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from efa.core.checks import check_distinct, validate_values
-from efa.core.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
-from efa.core.families import Categorical, Family, family_from_config
-from efa.core.registry import Registry
+from efa.core.encoders import LinearReadout, MapEncoder, TableEncoder
+from efa.core.families import Categorical
+from efa.core.fieldbase import (
+    ACTIVATIONS,
+    ENCODERS,
+    FIELD_KINDS,
+    READOUTS,
+    ROLES,
+    Field,
+    FieldT,
+    register_field,
+)
+from efa.core.value import Value
 
-ENCODERS = ("mlp", "linear", "identity", "table")
-READOUTS = ("mlp", "linear")
-ACTIVATIONS = ("relu", "leaky_relu")
-# What a field's embedding feeds in the first attention layer: the queries, keys, values, and
-# the token carried past the attention (the residual / concatenation path).
-ROLES = ("q", "k", "v", "skip")
-FieldT = TypeVar("FieldT", bound="Field")
-FIELD_KINDS: Registry[type[Field]] = Registry("field kind", key=lambda cls: cls.kind)
+__all__ = [
+    "ACTIVATIONS",
+    "ENCODERS",
+    "EXCLUDED",
+    "FIELD_KINDS",
+    "READOUTS",
+    "ROLES",
+    "Attribute",
+    "Category",
+    "Field",
+    "FieldT",
+    "Value",
+    "field_from_config",
+    "register_field",
+]
+
 # Finite, so that exp underflows to exactly 0 in float32 and no inf − inf can occur.
 EXCLUDED = -1e4
-
-
-def register_field(cls: type[FieldT]) -> type[FieldT]:
-    """Class decorator: make a field kind rebuildable from its config's ``kind``."""
-    return FIELD_KINDS.register(cls)
-
-
-class Field:
-    """Base class of field kinds: a dataclass with ``name``, ``target`` and ``dim``."""
-
-    kind: ClassVar[str]
-    name: str
-    target: bool
-    dim: int
-    feeds: tuple[str, ...] = ROLES
-    # Every field kind is a dataclass; declared so that asdict accepts the base's self.
-    __dataclass_fields__: ClassVar[dict[str, Any]]
-
-    def build_encoder(self) -> nn.Module:
-        """Value → embedding [..., dim]; called as ``encoder(x, hidden)`` with ``hidden``
-        [B, I] bool marking tokens replaced by [MASK] (None: nothing hidden)."""
-        raise NotImplementedError
-
-    def build_readout(self, d_model: int) -> nn.Module:
-        """State [..., d_model] → natural parameter [..., num_natural] (targets only)."""
-        raise NotImplementedError
-
-    def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
-        """Raise ValueError with the (sequence, position) of the first bad value among the
-        positions ``mask`` [N, I] (real, observed)."""
-        raise NotImplementedError
-
-    def config(self) -> dict:
-        """The field as a JSON-ready dict (what ``efa.save`` writes, ``field_from_config``
-        reads)."""
-        return {"kind": self.kind, **asdict(self)}
-
-
-# --------------------------------------------------------------------------- field kinds
 
 
 @register_field
@@ -127,7 +110,14 @@ class Category(Field):
         A Gaussian prior (bag_l2/2)·‖U‖² on the bag term, and the factor U is stored divided
         by (it then learns at the pace of the network's weights).
     labels : tuple, optional
-        What each id stands for (saved with the model; used by ``efa.recommend``).
+        What each id stands for: K distinct strings or numbers (saved with the model; used by
+        ``efa.recommend``).
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid, or ``bag=True`` comes with ``vocab_chunk`` or without
+        ``target``.
     """
 
     name: str
@@ -146,21 +136,21 @@ class Category(Field):
     kind = "category"
 
     def __post_init__(self):
-        _check_name(self.name)
-        self.feeds = _check_feeds(self.name, self.feeds)
-        self.num_categories = _as_int(self.num_categories)
+        self._check_name(self.name)
+        self.feeds = self._check_feeds(self.name, self.feeds)
+        self.num_categories = self._as_int(self.num_categories)
         if not isinstance(self.num_categories, int) or self.num_categories < 2:
             raise ValueError(
                 f"field {self.name!r}: num_categories must be an integer >= 2, "
                 f"got {self.num_categories!r}"
             )
-        self.dim = _as_int(self.dim)
-        _check_positive(self.name, "dim", self.dim)
-        _check_bool(self.name, target=self.target, readout_bias=self.readout_bias,
+        self.dim = self._as_int(self.dim)
+        self._check_positive(self.name, "dim", self.dim)
+        self._check_bool(self.name, target=self.target, readout_bias=self.readout_bias,
                     distinct=self.distinct, bag=self.bag)
         if self.vocab_chunk is not None:
-            self.vocab_chunk = _as_int(self.vocab_chunk)
-            _check_positive(self.name, "vocab_chunk", self.vocab_chunk)
+            self.vocab_chunk = self._as_int(self.vocab_chunk)
+            self._check_positive(self.name, "vocab_chunk", self.vocab_chunk)
         if self.bag and self.vocab_chunk is not None:
             raise ValueError(f"field {self.name!r}: bag=True needs the dense logits (a K × K "
                              "table), which vocab_chunk is there to avoid: use one or the other")
@@ -190,6 +180,15 @@ class Category(Field):
         self.family = Categorical(self.num_categories)
 
     def config(self) -> dict:
+        """The field as a JSON-ready dict; the bag arguments only when ``bag=True`` and the
+        labels only when given (so that saved configs of models without them stay as they
+        were).
+
+        Returns
+        -------
+        dict
+            ``{"kind": "category", **arguments}``.
+        """
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         if not self.bag:  # saved configs of models without it stay as they were
             for k in ("bag", "bag_l2", "bag_scale"):
@@ -201,180 +200,125 @@ class Category(Field):
         return {"kind": self.kind, **d}
 
     def bag_table(self, stored: Tensor) -> Tensor:
-        """U from the stored parameter. U = bag_scale · V: Adam moves every coordinate by
-        about lr per step whatever its gradient, and U's entries are effects on the logits
-        summed over the whole context, starting at zero, so they are stored ``bag_scale``
-        times smaller to learn that much faster than the network's weights (docs/peers.md)."""
+        """The bag-of-context table U from the stored parameter V: U = bag_scale · V.
+
+        Adam moves every coordinate by about lr per step whatever its gradient, and U's
+        entries are effects on the logits summed over the whole context, starting at zero, so
+        they are stored ``bag_scale`` times smaller to learn that much faster than the
+        network's weights (docs/peers.md).
+
+        Parameters
+        ----------
+        stored : torch.Tensor, shape (K, K)
+            The stored parameter V.
+
+        Returns
+        -------
+        torch.Tensor, shape (K, K)
+            U.
+        """
         return stored * self.bag_scale
 
     def build_encoder(self) -> nn.Module:
+        """The table β: an embedding per item and a [MASK] row.
+
+        Returns
+        -------
+        torch.nn.Module
+            ``encoder(x, hidden)`` maps items of shape (B, I) to embeddings (B, I, dim),
+            [MASK] where ``hidden`` (a bool tensor, or None: nowhere).
+        """
         return TableEncoder(self.num_categories, self.dim)
 
     def build_readout(self, d_model: int) -> nn.Module:
+        """The read-out δ: a linear map of the state to the K logits.
+
+        Parameters
+        ----------
+        d_model : int
+            The width of the state it reads.
+
+        Returns
+        -------
+        torch.nn.Module
+            Maps a state of shape (..., d_model) to logits (..., K).
+        """
         return LinearReadout(d_model, self.num_categories, self.readout_bias)
 
     def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
+        """Check that the items at the positions ``mask`` are ids in 0..K−1 (and, if
+        ``distinct``, that none repeats within a sequence).
+
+        Parameters
+        ----------
+        x : torch.Tensor, shape (N, I)
+            Item ids, an integer tensor.
+        mask : torch.Tensor of bool, shape (N, I)
+            The positions to check (real and observed).
+        where : str
+            Names the data in messages, e.g. ``"field 'movie'"``.
+
+        Raises
+        ------
+        ValueError
+            If a checked item is invalid or repeats; the message gives its sequence and
+            position.
+        """
         validate_values(self.family, x, mask, where)
         if self.distinct:
             check_distinct(x, mask, self.num_categories, where)
 
     def restrict(self, eta: Tensor, seen: Tensor) -> Tensor:
-        """The ``distinct`` support, p(x_i = k | c) ∝ exp(η_k)·1[k ∉ c]: ``eta`` [P, K] with
-        the items ``seen`` [P, K] in each position's context set to ``EXCLUDED`` (a base measure
-        that depends on the context, so the family stays exponential)."""
+        """The ``distinct`` support, p(x_i = k | c) ∝ exp(η_k)·1[k ∉ c].
+
+        The logits of the items in each position's context are set to ``EXCLUDED`` (a base
+        measure that depends on the context, so the family stays exponential); without
+        ``distinct``, ``eta`` is returned as it is.
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (P, K)
+            Logits, one row per position.
+        seen : torch.Tensor of bool, shape (P, K)
+            The items in each position's context.
+
+        Returns
+        -------
+        torch.Tensor, shape (P, K)
+            The restricted logits.
+        """
         return eta.masked_fill(seen, EXCLUDED) if self.distinct else eta
 
 
 @register_field
 @dataclass
-class Value(Field):
-    """An exponential-family field: a value y embedded by a map λ₁ and predicted through a
-    read-out λ₂ giving the family's natural parameter.
+class Attribute(Field):
+    """An always-observed covariate τ of ``size`` numbers per token (e.g. latitude and
+    longitude), embedded by g(τ); never masked and never predicted (``target`` is False).
 
     Parameters
     ----------
     name : str
-        The field's name in the data.
-    family : Family
-        An instance from :mod:`efa.core.families` (``Poisson()``, ``Gaussian()``, ...).
-    target : bool
-        Whether the field is predicted (False: context only).
+        The field's name in the data (a Python identifier).
+    size : int
+        Numbers per token; the data hold an (N, I, size) floating-point tensor.
     dim : int
         Embedding width.
-    encoder : {"mlp", "linear", "identity", "table"}
-        λ₁: an MLP of ``hidden`` units, a linear map, the value itself (``dim=1``), or a table
-        with one embedding per value 0..``num_values``−1 (discrete families).
-    hidden, num_values : int
-        The encoder's hidden width; the table encoder's number of values.
-    readout : {"mlp", "linear"}
-        λ₂: an MLP with ``readout_hidden`` widths and ``readout_activation``, or linear;
-        ``readout_bias`` adds biases.
-    loc, scale : float, optional
-        Standardise the value before λ₁ sees it and, for location-scale families (Gaussians),
-        map the read-out back (mean = loc + scale · z), so the network works in standardised
-        units while the likelihood stays in the data's own units. Left at None, ``efa.fit``
-        sets them to the mean and standard deviation of the observed training values before
-        it trains (``EFA.standardise``); until then the value is used as it is.
+    hidden : int
+        The "mlp" encoder's hidden width.
+    encoder : {"mlp", "linear", "identity"}
+        g: an MLP, a linear map, or the standardised numbers themselves (``dim == size``).
+    loc, scale : list of float
+        Per number, what is subtracted and what it is then divided by before g (default:
+        0 and 1); ``size`` entries each, ``scale`` positive and finite.
     feeds : tuple of str
-        What the embedding feeds in the first layer: "q", "k", "v", "skip".
+        What the embedding feeds in the first layer: "q", "k", "v", "skip" (default: all).
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid.
     """
-
-    name: str
-    family: Family
-    target: bool = True
-    dim: int = 32
-    encoder: str = "mlp"
-    hidden: int = 128
-    num_values: int | None = None
-    readout: str = "mlp"
-    readout_hidden: tuple[int, ...] = (32,)
-    loc: float | None = None
-    scale: float | None = None
-    readout_activation: str = "relu"
-    readout_bias: bool = True
-    feeds: tuple[str, ...] = ROLES
-
-    kind = "value"
-
-    def __post_init__(self):
-        _check_name(self.name)
-        self.feeds = _check_feeds(self.name, self.feeds)
-        if self.readout_activation not in ACTIVATIONS:
-            raise ValueError(
-                f"field {self.name!r}: readout_activation must be one of {ACTIVATIONS}"
-            )
-        if not isinstance(self.family, Family):
-            raise TypeError(
-                f"field {self.name!r}: family must be an efa.core.families.Family instance, "
-                f"got {type(self.family).__name__}"
-            )
-        if self.encoder not in ENCODERS:
-            raise ValueError(f"field {self.name!r}: encoder must be one of {ENCODERS}")
-        if self.readout not in READOUTS:
-            raise ValueError(f"field {self.name!r}: readout must be one of {READOUTS}")
-        self.dim, self.hidden = _as_int(self.dim), _as_int(self.hidden)
-        _check_positive(self.name, "dim", self.dim)
-        _check_positive(self.name, "hidden", self.hidden)
-        _check_bool(self.name, target=self.target, readout_bias=self.readout_bias)
-        if isinstance(self.readout_hidden, int | np.integer):
-            raise ValueError(f"field {self.name!r}: readout_hidden must be a tuple of layer "
-                             f"widths, e.g. ({int(self.readout_hidden)},)")
-        self.readout_hidden = tuple(_as_int(w) for w in self.readout_hidden)
-        for w in self.readout_hidden:
-            _check_positive(self.name, "each readout_hidden width", w)
-        if self.encoder == "identity" and self.dim != 1:
-            raise ValueError(f"field {self.name!r}: the identity encoder needs dim=1")
-        if self.encoder == "table":
-            self.num_values = _as_int(self.num_values)
-            if self.num_values is not None:
-                _check_positive(self.name, "num_values", self.num_values)
-            if not self.family.is_discrete or not self.num_values:
-                raise ValueError(
-                    f"field {self.name!r}: encoder='table' needs a discrete family and "
-                    "num_values (values 0..num_values-1 get an embedding each)"
-                )
-        for what in ("loc", "scale"):
-            v = getattr(self, what)
-            if v is not None:
-                try:
-                    setattr(self, what, float(v))
-                except (TypeError, ValueError):
-                    raise ValueError(f"field {self.name!r}: {what} must be a number or None, "
-                                     f"got {v!r}") from None
-        loc, scale = self.moments
-        if not (scale > 0 and scale < float("inf")) or not abs(loc) < float("inf"):
-            raise ValueError(
-                f"field {self.name!r}: scale must be a positive finite number and loc finite, "
-                f"got loc={self.loc}, scale={self.scale} (a zero scale means constant values)"
-            )
-        _check_positive(self.name, "dim", self.dim)
-        self.readout_hidden = tuple(self.readout_hidden)
-
-    @property
-    def moments(self) -> tuple[float, float]:
-        """(loc, scale) in use: 0 and 1 where not set (yet)."""
-        return (0.0 if self.loc is None else self.loc, 1.0 if self.scale is None else self.scale)
-
-    def config(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "family"}
-        return {"kind": self.kind, **d, "family": self.family.config()}
-
-    @classmethod
-    def from_config(cls, d: dict) -> Value:
-        d = dict(d)
-        d["family"] = family_from_config(d["family"])
-        d["readout_hidden"] = tuple(d["readout_hidden"])
-        return cls(**d)
-
-    def _table_size(self) -> int:
-        if self.num_values is None:  # __post_init__ refuses it; kept for a changed field
-            raise ValueError(f"field {self.name!r}: encoder='table' needs num_values")
-        return self.num_values
-
-    def build_encoder(self) -> nn.Module:
-        if self.encoder == "table":
-            return TableEncoder(self._table_size(), self.dim)
-        return MapEncoder(1, self.dim, self.encoder, self.hidden, *self.moments, value=True)
-
-    def build_readout(self, d_model: int) -> nn.Module:
-        return ValueReadout(self, d_model)
-
-    def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
-        validate_values(self.family, x, mask, where)
-        if self.encoder == "table":
-            bad = mask & (x >= self._table_size())
-            if bad.any():
-                s, i = bad.nonzero()[0].tolist()
-                raise ValueError(
-                    f"{where}: value {int(x[s, i])} at sequence {s}, position {i} has no row in "
-                    f"the embedding table (encoder='table' with num_values={self.num_values})"
-                )
-
-
-@register_field
-@dataclass
-class Attribute(Field):
-    """An always-observed covariate of ``size`` numbers per token, embedded by g(τ)."""
 
     name: str
     size: int = 1
@@ -389,12 +333,13 @@ class Attribute(Field):
     target = False
 
     def __post_init__(self):
-        _check_name(self.name)
-        self.feeds = _check_feeds(self.name, self.feeds)
-        self.size, self.dim, self.hidden = (_as_int(v) for v in (self.size, self.dim, self.hidden))
-        _check_positive(self.name, "size", self.size)
-        _check_positive(self.name, "dim", self.dim)
-        _check_positive(self.name, "hidden", self.hidden)
+        self._check_name(self.name)
+        self.feeds = self._check_feeds(self.name, self.feeds)
+        self.size, self.dim, self.hidden = (self._as_int(v)
+                                            for v in (self.size, self.dim, self.hidden))
+        self._check_positive(self.name, "size", self.size)
+        self._check_positive(self.name, "dim", self.dim)
+        self._check_positive(self.name, "hidden", self.hidden)
         if self.encoder not in ("mlp", "linear", "identity"):
             raise ValueError(f"field {self.name!r}: encoder must be 'mlp', 'linear' or 'identity'")
         if self.encoder == "identity" and self.dim != self.size:
@@ -418,10 +363,37 @@ class Attribute(Field):
             )
 
     def build_encoder(self) -> nn.Module:
+        """g: the map of the standardised numbers (no [MASK]: an attribute is never hidden).
+
+        Returns
+        -------
+        torch.nn.Module
+            ``encoder(x, hidden)`` maps numbers of shape (B, I, size) to embeddings
+            (B, I, dim).
+        """
         return MapEncoder(self.size, self.dim, self.encoder, self.hidden, self.loc,
                           self.scale, value=False)
 
     def validate(self, x: Tensor, mask: Tensor, where: str) -> None:
+        """Check the shape and dtype of the attribute and that its numbers are finite at the
+        positions ``mask``.
+
+        Parameters
+        ----------
+        x : torch.Tensor, shape (N, I, size)
+            The numbers, a floating-point tensor.
+        mask : torch.Tensor of bool, shape (N, I)
+            The positions to check (real).
+        where : str
+            Names the data in messages, e.g. ``"field 'coords'"``.
+
+        Raises
+        ------
+        ValueError
+            If the shape is wrong or a checked number is NaN or infinite.
+        TypeError
+            If ``x`` is not floating point.
+        """
         if x.dim() != 3 or x.shape[2] != self.size:
             raise ValueError(f"{where}: expected shape [N, I, {self.size}], got {tuple(x.shape)}")
         if not x.is_floating_point():
@@ -436,7 +408,24 @@ class Attribute(Field):
 
 
 def field_from_config(d: dict) -> Field:
-    """The field a ``Field.config()`` dict describes."""
+    """The field a ``Field.config()`` dict describes.
+
+    Parameters
+    ----------
+    d : dict
+        ``{"kind": kind, **arguments}``, as ``Field.config()`` writes it.
+
+    Returns
+    -------
+    Field
+        A new field of the registered kind.
+
+    Raises
+    ------
+    ValueError
+        If ``d`` is not a dict, has no ``kind``, or names an unknown kind
+        (:class:`efa.core.registry.UnknownName`, also a ``KeyError``).
+    """
     if not isinstance(d, dict):
         raise ValueError(f"a field's config must be a dict with a 'kind', got {d!r}")
     d = dict(d)
@@ -444,46 +433,3 @@ def field_from_config(d: dict) -> Field:
         raise ValueError(f"field config {d!r} has no 'kind' (one of {sorted(FIELD_KINDS)})")
     cls = FIELD_KINDS.lookup(d.pop("kind"))
     return cls.from_config(d) if hasattr(cls, "from_config") else cls(**d)
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def _as_int(v):
-    """Accept NumPy / torch integers where a size is expected (np.int64 from a DataFrame)."""
-    if hasattr(v, "item") and not isinstance(v, bool) and getattr(v, "ndim", 0) == 0:
-        v = v.item()
-    return v
-
-
-def _check_feeds(name, feeds) -> tuple[str, ...]:
-    if isinstance(feeds, str):
-        feeds = (feeds,)
-    if not isinstance(feeds, list | tuple | set | frozenset):
-        raise ValueError(f"field {name!r}: feeds must be a non-empty subset of {ROLES}, got "
-                         f"{feeds!r}")
-    feeds = tuple(feeds)
-    bad = [r for r in feeds if r not in ROLES]
-    if bad or not feeds or len(set(feeds)) != len(feeds):
-        raise ValueError(
-            f"field {name!r}: feeds must be a non-empty subset of {ROLES} (what the field's "
-            f"embedding feeds in the first attention layer), got {feeds!r}"
-        )
-    return tuple(r for r in ROLES if r in feeds)
-
-
-def _check_name(name):
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"field names must be Python identifiers, got {name!r}")
-
-
-def _check_bool(name, **values):
-    """A string such as 'False' is truthy: options that are switches must be booleans."""
-    for what, v in values.items():
-        if not isinstance(v, bool | np.bool_):
-            raise ValueError(f"field {name!r}: {what} must be True or False, got {v!r}")
-
-
-def _check_positive(name, what, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"field {name!r}: {what} must be a positive integer, got {value!r}")

@@ -7,162 +7,27 @@
 
 :class:`ConditionalModel` (:mod:`efa.core.conditional`) is what EFA shares with its special cases
 and peers (efa.baselines): natural parameters at asked positions, and the (pseudo)
-log-likelihood they define.
+log-likelihood they define. Its configuration, :class:`EFAConfig`, is in :mod:`efa.core.config`.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
-from efa.core import softmax, strategies
-from efa.core.attention import BLOCKS, Block
-from efa.core.conditional import ConditionalModel, context_bag, context_pairs
+from efa.core import softmax, strategies, warmstart
+from efa.core.attention import Block
+from efa.core.conditional import ConditionalModel
+from efa.core.config import EFAConfig
+from efa.core.context import context_bag, context_pairs
 from efa.core.data import Sequences
 from efa.core.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
-from efa.core.fields import ROLES, Category, Field, Value, field_from_config
-from efa.core.kernels import KERNELS, kernel_spec
+from efa.core.fields import ROLES, Category, Value
 from efa.core.mlp import mlp
-
-DIRECTIONS = ("bidirectional", "unidirectional")
-
-
-@dataclass
-class EFAConfig:
-    """Sizes and switches of an EFA network (the fields say what a token is).
-
-    Parameters
-    ----------
-    fields : list of Field
-        What a token is made of (``Category``, ``Value``, ``Attribute``), in factorisation
-        order.
-    num_layers, num_heads : int
-        Attention layers, and heads per layer.
-    head_dim : int, optional
-        Width of each head (default: the token width divided by ``num_heads``).
-    d_model : int, optional
-        Token width after the mixing network (None keeps the concatenation of the field
-        embeddings; another width needs ``mix``).
-    mix : {"none", "linear", "mlp"}
-        The network from the concatenated field embeddings to the token (``mix_hidden`` units
-        for "mlp").
-    max_len : int, optional
-        Size of the learned positional table (None: no positions, for sets).
-    direction : {"bidirectional", "unidirectional"}
-        Bidirectional: every other position is context (the masked pseudo-likelihood, Remarks
-        4–5). Unidirectional: a causal mask, the full likelihood.
-    attention : str or dict
-        An attention kernel: ``softmax``, ``linear`` (the paper's softmax-free form of Props
-        2–3) or any registered in :mod:`efa.core.kernels`, as a name or ``{"kernel": name,
-        **options}``.
-    scale : {"sqrt", "linear", "none"}
-        Score scaling: 1/√d_head (Vaswani), 1/d_head (the paper's 1/K) or none (q·k).
-    block : {"residual", "bare", "post_ln", "pre_ln", "residual_linear", "concat"}
-        The layer around attention: x + MHA(x) (the paper's experiments), Eq. 1 alone,
-        transformer blocks (with a feed-forward network of ``ffn_hidden`` units), residual
-        attention then z + W'z (the linear block whose masked logits are a CBOW mixture of
-        experts, :mod:`efa.moe`), or [x, MHA(x)] (the token kept beside the attended value,
-        Eq. 16 of the UNN note; it can leave a field out of what is carried past attention).
-    dropout : float
-        Rate on the attention and feed-forward outputs (0: none).
-    bias, out_proj : bool
-        Biases in the projections; an output projection W^O after the heads.
-    mode : {"auto", "two_stream", "copies"}
-        How the exact masked pseudo-likelihood is computed: two-stream (one pass) or in-model
-        masked copies; ``auto`` takes two-stream wherever it is exact
-        (:mod:`efa.core.strategies`).
-    chunk : int
-        Masked copies built at a time (memory against speed; the result is the same).
-    attend_self : bool
-        Whether position i attends to its own (masked) token. False is leave-one-out attention
-        (strictly causal when unidirectional, Eq. 14 of the UNN note): the masked token then
-        reaches the read-out only through the block's skip path (``concat``); a position with
-        no other position to attend to (the first one, causally) attends to its own masked
-        token alone, so its prediction is the model's prior given that token's other fields.
-    meta : dict
-        Free-form, saved with the model.
-    """
-
-    fields: list[Field]
-    num_layers: int = 2
-    num_heads: int = 2
-    head_dim: int | None = None
-    d_model: int | None = None
-    mix: str = "none"
-    mix_hidden: int = 64
-    max_len: int | None = None
-    direction: str = "bidirectional"
-    attention: str | dict = "softmax"
-    scale: str = "sqrt"
-    block: str = "residual"
-    ffn_hidden: int = 64
-    dropout: float = 0.0
-    bias: bool = True
-    out_proj: bool = True
-    mode: str = "auto"
-    chunk: int = 4096
-    attend_self: bool = True
-    meta: dict = field(default_factory=dict)  # free-form, saved with the model
-
-    def __post_init__(self):
-        if not isinstance(self.fields, list | tuple) or not all(
-                isinstance(f, Field) for f in self.fields):
-            raise TypeError(f"fields must be a list of efa fields (Category, Value, Attribute, "
-                            f"...), got {self.fields!r}")
-        names = [f.name for f in self.fields]
-        if len(set(names)) != len(names):
-            raise ValueError(f"field names must be unique, got {names}")
-        if not any(f.target for f in self.fields):
-            raise ValueError("at least one field must be a target (target=True)")
-        self.mode = strategies.ALIASES.get(self.mode, self.mode)
-        choices = {
-            "direction": DIRECTIONS,
-            "scale": ("sqrt", "linear", "none"),
-            "block": BLOCKS,
-            "mix": ("none", "linear", "mlp"),
-            "mode": strategies.MODES,
-        }
-        for key, allowed in choices.items():
-            if getattr(self, key) not in allowed:
-                raise ValueError(f"{key} must be one of {allowed}, got {getattr(self, key)!r}")
-        kernel_spec(self.attention)
-        if not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be a rate in [0, 1), got {self.dropout!r}")
-        for key in ("num_layers", "num_heads", "chunk", "mix_hidden", "ffn_hidden"):
-            v = getattr(self, key)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{key} must be a positive integer, got {v!r}")
-        for key in ("head_dim", "d_model", "max_len"):
-            v = getattr(self, key)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise ValueError(f"{key} must be a positive integer or None, got {v!r}")
-        _ = self.strategy  # refuses two_stream where it is not exact
-
-    @property
-    def causal(self) -> bool:
-        return self.direction == "unidirectional"
-
-    @property
-    def strategy(self) -> str:
-        """The exact algorithm that ``mode`` selects (efa.core.strategies)."""
-        row_local = KERNELS[kernel_spec(self.attention)["kernel"]].row_local
-        return strategies.choose(self.mode, self.num_layers, self.causal, row_local)
-
-    def to_dict(self) -> dict:
-        """The configuration as a JSON-ready dict (``EFAConfig.from_dict`` reads it back)."""
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "fields"}
-        return {"fields": [f.config() for f in self.fields], **d}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> EFAConfig:
-        d = dict(d)
-        d["fields"] = [field_from_config(f) for f in d["fields"]]
-        return cls(**d)
 
 
 class EFA(ConditionalModel):
@@ -265,7 +130,18 @@ class EFA(ConditionalModel):
         """Set every Value field's unset ``loc``/``scale`` to the mean and standard deviation
         of its observed values in ``data`` (1 if they are constant): λ₁ then sees standardised
         values and Gaussian read-outs work in standardised units. ``efa.fit`` calls this with
-        the training data; fields whose loc and scale are set are left alone. Returns self."""
+        the training data; fields whose loc and scale are set are left alone.
+
+        Parameters
+        ----------
+        data : Sequences
+            The training data (observed values at real positions are counted).
+
+        Returns
+        -------
+        EFA
+            The model itself (its encoders and read-outs updated in place).
+        """
         # Past the first test, every field is a Value (kind "value").
         for f in cast("list[Value]", self.fields):
             if f.kind != "value" or (f.loc is not None and f.scale is not None):
@@ -288,8 +164,22 @@ class EFA(ConditionalModel):
 
     # -- encode -----------------------------------------------------------------------------
     def encode(self, data: Sequences, hidden: dict[str, Tensor | bool]) -> Tensor:
-        """Token embeddings [B, I, d]; ``hidden[name]`` [B, I] marks values replaced by [MASK]
-        (``True``: every value of the field, whose encoder then need not run)."""
+        """Token embeddings: each field encoded, concatenated, mixed, plus the positions.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+        hidden : dict of str to torch.Tensor or bool
+            Per field, the values replaced by [MASK], bool of shape (B, I), or ``True`` for
+            every value of the field (whose encoder then need not run); a field not in it is
+            not hidden.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, I, d)
+            The tokens.
+        """
         parts = []
         for f in self.fields:
             enc = cast("MapEncoder | TableEncoder", self.encoders[f.name])
@@ -301,9 +191,23 @@ class EFA(ConditionalModel):
         return x
 
     def hidden_for(self, data: Sequences, target: str | None) -> dict[str, Tensor | bool]:
-        """Masks of the tokens that predict ``target`` (None: the unmasked content tokens).
+        """Masks of the tokens that predict ``target``.
+
         Missing values are always hidden; predicting target field k hides fields k, k+1, ...
-        at every position (``True``: the query stream uses only the asked positions)."""
+        at every position (``True``: the query stream uses only the asked positions).
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+        target : str or None
+            A target field (None: the unmasked content tokens, only missing values hidden).
+
+        Returns
+        -------
+        dict of str to torch.Tensor or bool
+            Per field, what :meth:`encode` hides.
+        """
         hidden: dict[str, Tensor | bool] = {name: ~m for name, m in data.observed.items()}
         if target is None:
             return hidden
@@ -313,8 +217,21 @@ class EFA(ConditionalModel):
         return hidden
 
     def allowed(self, data: Sequences) -> Tensor:
-        """[B, 1, I, I] which key j each query i may see. Each position sees itself, unless
-        ``attend_self=False``: then only where it would otherwise see nothing."""
+        """Which key j each query i may see: the real positions (j ≤ i when unidirectional).
+
+        Each position sees itself, unless ``attend_self=False``: then only where it would
+        otherwise see nothing.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences (their lengths are read).
+
+        Returns
+        -------
+        torch.Tensor, shape (B, 1, I, I)
+            The attention mask (bool).
+        """
         valid = data.valid()
         n = valid.shape[1]
         eye = torch.eye(n, dtype=torch.bool, device=valid.device)
@@ -330,11 +247,34 @@ class EFA(ConditionalModel):
     def states(self, data: Sequences, target: str, at: Tensor, want_weights: bool = False,
                head: Callable[[Tensor], Tensor] | None = None, content: Tensor | None = None,
                stream: list[Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
-        """The last layer's state [P, d] that predicts ``target`` at each asked position of
-        ``at`` [B, I] (``head(state)`` if given), and the masked queries' attention rows
-        [L, P, H, I] if ``want_weights``. ``content``: the unmasked tokens, if already encoded;
-        ``stream``: a list shared by the target fields of one batch, in which the two-stream
-        strategy keeps the content stream's layers (computed once, not once per field)."""
+        """The last layer's state that predicts ``target`` at each asked position, by the
+        configuration's strategy (:mod:`efa.core.strategies`).
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences.
+        target : str
+            The target field.
+        at : torch.Tensor, shape (B, I)
+            The asked positions (bool).
+        want_weights : bool, default False
+            Also return the masked queries' attention rows.
+        head : callable, optional
+            Applied to the states (the read-out).
+        content : torch.Tensor, shape (B, I, d), optional
+            The unmasked tokens, if already encoded.
+        stream : list of torch.Tensor, optional
+            A list shared by the target fields of one batch, in which the two-stream strategy
+            keeps the content stream's layers (computed once, not once per field).
+
+        Returns
+        -------
+        states : torch.Tensor, shape (P, d)
+            The states (``head(state)`` if given) in the order of ``at.nonzero()``.
+        weights : torch.Tensor, shape (L, P, H, I), or None
+            The attention rows, None unless ``want_weights``.
+        """
         if content is None:
             content = self.encode(data, self.hidden_for(data, None))
         query = self.encode(data, self.hidden_for(data, target))
@@ -355,7 +295,15 @@ class EFA(ConditionalModel):
         contain, as (its parameters: their bag tables and read-out biases; the read-out
         weights that are 0 in it). With those weights at 0 a bag field's logits are
         b + Σ_{j in c(i)} U[x_j] exactly (b only with ``readout_bias=True``): what
-        :func:`efa.training.train.fit_glm_first` fits first."""
+        :func:`efa.training.train.fit_glm_first` fits first.
+
+        Returns
+        -------
+        params : list of torch.Tensor
+            The GLM's parameters (empty without bag fields).
+        zero : list of torch.Tensor
+            The read-out weights that are 0 in it.
+        """
         params: list[Tensor] = []
         zero: list[Tensor] = []
         for name in getattr(self, "bags", {}):
@@ -365,13 +313,35 @@ class EFA(ConditionalModel):
         return params, zero
 
     def penalty(self) -> Tensor | None:
-        """(bag_l2 / 2)·‖U‖² of every ``Category(bag=True)`` field with a prior on U."""
+        """(bag_l2 / 2)·‖U‖² of every ``Category(bag=True)`` field with a prior on U.
+
+        Returns
+        -------
+        torch.Tensor or None
+            The sum, a scalar, added to the training loss; None where no field has a prior.
+        """
         terms = [0.5 * f.bag_l2 * f.bag_table(self.bags[f.name]).pow(2).sum()
                  for f in cast("list[Category]", self.target_fields)  # bag: a Category
                  if getattr(f, "bag", False) and f.bag_l2 > 0]
         return cast(Tensor, sum(terms)) if terms else None
 
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        """η of each field in ``at`` at its asked positions: the read-out of the masked copy's
+        state (plus the bag term), support restrictions applied.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences, on the model's device.
+        at : dict of str to torch.Tensor
+            Per target field, where to predict: bool of shape (B, I).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Per field of ``at``, η of shape (P, num_natural) in the order of
+            ``at[name].nonzero()``.
+        """
         stream: list[Tensor]
         content, stream = self.encode(data, self.hidden_for(data, None)), []
         out = {}
@@ -386,9 +356,33 @@ class EFA(ConditionalModel):
 
     def log_probs_at(self, data: Sequences, at: dict[str, Tensor], base_measure: bool = True,
                      sampling: softmax.Sampling | None = None) -> dict[str, Tensor]:
-        """As ``ConditionalModel.log_probs_at``; a category with ``vocab_chunk`` is scored
-        without its [positions × D] logits (``efa.core.softmax``), and in training with ``sampling``
-        (``fit(..., sampled_softmax=k)``) by the sampled softmax."""
+        """log p(y_i | context) of each field in ``at`` at its asked positions.
+
+        As ``ConditionalModel.log_probs_at``; a category with ``vocab_chunk`` is scored without
+        its [positions × D] logits (:mod:`efa.core.softmax`), and in training with ``sampling``
+        by the sampled softmax.
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences, on the model's device.
+        at : dict of str to torch.Tensor
+            Per target field, where to score: bool of shape (B, I).
+        base_measure : bool, default True
+            Include log h(y).
+        sampling : Sampling, optional
+            The sampled softmax (``fit(..., sampled_softmax=k)``); used in training mode only.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Per field of ``at``, shape (P,), in the order of ``at[name].nonzero()``.
+
+        Raises
+        ------
+        ValueError
+            If a ``bag=True`` category would be scored by the chunked or sampled softmax.
+        """
         sampling = sampling if self.training else None
         large = [name for name in at if self.field(name).kind == "category" and (
             sampling is not None or getattr(self.field(name), "vocab_chunk", None))]
@@ -419,9 +413,23 @@ class EFA(ConditionalModel):
     @torch.no_grad()
     def attention_weights(self, data: Sequences, target: str | None = None,
                           at: Tensor | None = None) -> Tensor:
-        """Attention weights [L, B, H, I, I]: row i of layer l is what the masked query i pays
-        to each position in the copy where i is masked (Figure 3 of the paper); rows of
-        positions not in ``at`` (default: every real position) are zero."""
+        """Attention weights: row i of layer l is what the masked query i pays to each
+        position in the copy where i is masked (Figure 3 of the paper).
+
+        Parameters
+        ----------
+        data : Sequences
+            The sequences (checked, and moved to the model's device).
+        target : str, optional
+            The target field whose masked copies are read (default: the first).
+        at : torch.Tensor, shape (B, I), optional
+            The rows wanted (bool; default: every real position).
+
+        Returns
+        -------
+        torch.Tensor, shape (L, B, H, I, I)
+            The weights; rows of positions not asked are zero.
+        """
         self.check(data)
         f = self.target(target)
         data, at = self._here(data, at)
@@ -438,62 +446,22 @@ class EFA(ConditionalModel):
         """Start this model exactly at ``base``, whose fields are a subset of this model's (a
         same-day model for a model with lagged inputs): shared modules are copied, and the
         token mixer's input columns of the fields ``base`` lacks are zeroed (their encoders keep
-        their initialisation and get gradients at once). Returns self."""
-        if self.config.mix == "none" or base.config.mix != self.config.mix:
-            raise ValueError(
-                "warm_start needs both models to mix tokens with the same 'linear'/'mlp'"
-            )
-        mine = {f.name: f for f in self.fields}
-        for f in base.fields:
-            if f.name not in mine:
-                raise ValueError(f"base has field {f.name!r}, this model does not")
-            if mine[f.name].dim != f.dim:
-                raise ValueError(
-                    f"field {f.name!r} has dim {mine[f.name].dim} here, {f.dim} in base"
-                )
-        first = lambda m: m if isinstance(m, nn.Linear) else m[0]  # noqa: E731
-        with torch.no_grad():
-            for name, module in base.named_children():
-                if name == "mix":
-                    continue
-                _copy_module(getattr(self, name), module, name)
-            _copy_module(self.mix, base.mix, "mix", skip=first(self.mix))
-            w, base_w = first(self.mix).weight, first(base.mix).weight
-            w.zero_()
-            first(self.mix).bias.copy_(first(base.mix).bias)
-            offsets, start = {}, 0
-            for f in self.fields:
-                offsets[f.name], start = start, start + f.dim
-            start = 0
-            for f in base.fields:
-                w[:, offsets[f.name] : offsets[f.name] + f.dim] = base_w[:, start : start + f.dim]
-                start += f.dim
-        return self
+        their initialisation and get gradients at once).
 
+        Parameters
+        ----------
+        base : EFA
+            The model to start from; its fields must be among this model's, with the same
+            widths, and both must mix tokens with the same "linear" or "mlp".
 
-def _copy_module(dst: nn.Module, src: nn.Module, where: str,
-                 skip: nn.Module | None = None) -> None:
-    """Copy ``src``'s parameters and buffers into ``dst`` (same structure), except ``skip``;
-    a ModuleDict copies only the keys ``src`` has."""
-    if isinstance(src, nn.ModuleDict):
-        peer = cast(nn.ModuleDict, dst)  # the same structure
-        for key, m in src.items():
-            if key not in peer:
-                raise ValueError(f"{where}.{key} has no counterpart in this model")
-            _copy_module(peer[key], m, f"{where}.{key}", skip)
-        return
-    if src is skip or dst is skip:
-        return
-    ps: dict[str, Tensor]
-    pd: dict[str, Tensor]
-    ps, pd = dict(src.named_parameters(recurse=False)), dict(dst.named_parameters(recurse=False))
-    ps.update(src.named_buffers(recurse=False))
-    pd.update(dst.named_buffers(recurse=False))
-    for key, t in ps.items():
-        if key not in pd or pd[key].shape != t.shape:
-            raise ValueError(f"{where}.{key} does not match between the two models")
-        pd[key].copy_(t)
-    for key, child in src.named_children():
-        if not hasattr(dst, key):
-            raise ValueError(f"{where}.{key} has no counterpart in this model")
-        _copy_module(getattr(dst, key), child, f"{where}.{key}", skip)
+        Returns
+        -------
+        EFA
+            The model itself.
+
+        Raises
+        ------
+        ValueError
+            If the two models do not fit together so.
+        """
+        return warmstart.warm_start(self, base)

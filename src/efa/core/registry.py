@@ -31,9 +31,18 @@ def _origin(obj: Any) -> tuple[str, str]:
 
 
 class Registry(Mapping[str, T], Generic[T]):
-    """Names → entries of one kind (``what`` names the kind in messages, e.g. "attention
-    kernel"). ``key`` gives a class's name when ``register`` is used as a plain decorator
-    (e.g. ``lambda cls: cls.name``)."""
+    """Names → entries of one kind: a read-only ``Mapping`` that only :meth:`register` and
+    :meth:`unregister` change.
+
+    Parameters
+    ----------
+    what : str
+        The kind of entry, as messages name it (e.g. ``"attention kernel"``).
+    key : callable, optional
+        Gives an entry's name when :meth:`register` is given none, e.g. as a plain class
+        decorator (``lambda cls: cls.name``). Without it, every entry needs an explicit
+        ``name``.
+    """
 
     def __init__(self, what: str, key: Callable[[Any], str] | None = None) -> None:
         self.what = what
@@ -41,8 +50,33 @@ class Registry(Mapping[str, T], Generic[T]):
         self._entries: dict[str, T] = {}
 
     def register(self, entry: Any = None, *, name: str | None = None) -> Any:
-        """Add ``entry`` under ``name`` (default: the registry's ``key`` of it) and return it;
-        with no entry, return a decorator that does so."""
+        """Add ``entry`` under ``name`` and return it; with no entry, return a decorator that
+        does so.
+
+        A name already taken by another object is refused; the same definition run again
+        (same module and qualified name, e.g. a re-run notebook cell) replaces its old self.
+
+        Parameters
+        ----------
+        entry : object, optional
+            What to register. Left out, ``register(name=...)`` is a decorator.
+        name : str, optional
+            The name to register it under (default: the registry's ``key`` of ``entry``).
+
+        Returns
+        -------
+        object
+            ``entry`` itself, or, without an entry, a decorator that registers and returns
+            its argument.
+
+        Raises
+        ------
+        TypeError
+            If there is no name (no ``name`` and no ``key``) or the name is not a non-empty
+            string.
+        ValueError
+            If the name is already registered by another definition.
+        """
         if entry is None:
             return lambda e: self.register(e, name=name)
         if name is None:
@@ -61,19 +95,62 @@ class Registry(Mapping[str, T], Generic[T]):
         return entry
 
     def unregister(self, name: str) -> T:
-        """Remove and return the entry called ``name`` (a test's or a notebook's clean-up)."""
+        """Remove and return the entry called ``name`` (a test's or a notebook's clean-up).
+
+        Parameters
+        ----------
+        name : str
+            A registered name.
+
+        Returns
+        -------
+        object
+            The entry that was registered under ``name``.
+
+        Raises
+        ------
+        UnknownName
+            If no entry has that name.
+        """
         entry = self.lookup(name)
         del self._entries[name]
         return entry
 
     def lookup(self, name: Any) -> T:
-        """The entry called ``name``, or :class:`UnknownName` listing the names there are."""
+        """The entry called ``name``; ``registry[name]`` is the same.
+
+        Parameters
+        ----------
+        name : str
+            The name to look up (anything else is an unknown name).
+
+        Returns
+        -------
+        object
+            The entry registered under ``name``.
+
+        Raises
+        ------
+        UnknownName
+            If no entry has that name; the message lists the names there are.
+        """
         if not isinstance(name, str) or name not in self._entries:
             raise self.lookup_error(name)
         return self._entries[name]
 
     def lookup_error(self, name: Any) -> UnknownName:
-        """The error :meth:`lookup` raises for a ``name`` that is not there."""
+        """The error :meth:`lookup` raises for a ``name`` that is not there.
+
+        Parameters
+        ----------
+        name : object
+            The name that was asked for.
+
+        Returns
+        -------
+        UnknownName
+            The error (not raised), its message listing the names there are.
+        """
         return UnknownName(f"unknown {self.what} {name!r}; expected one of {sorted(self)}")
 
     def __getitem__(self, name: str) -> T:

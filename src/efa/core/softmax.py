@@ -31,7 +31,18 @@ if TYPE_CHECKING:  # for annotations only
 @dataclass(frozen=True)
 class Sampling:
     """What ``fit(..., sampled_softmax=k)`` hands to the loss: k negatives per position, drawn
-    by ``generator`` from the log-proposal ``log_q[name]`` of each category target."""
+    by ``generator`` from the log-proposal ``log_q[name]`` of each category target.
+
+    Parameters
+    ----------
+    k : int
+        Negatives drawn per batch (shared by its positions).
+    log_q : dict of str to torch.Tensor
+        Per category target, the log-proposal over its D items, shape (D,)
+        (:func:`proposals`).
+    generator : torch.Generator
+        The random stream the negatives are drawn from.
+    """
 
     k: int
     log_q: dict[str, Tensor]
@@ -101,9 +112,31 @@ class _ChunkedLogProb(torch.autograd.Function):
 
 def chunked_log_prob(h: Tensor, weight: Tensor, bias: Tensor | None, y: Tensor, chunk: int,
                      excluded: tuple[Tensor, Tensor] | None = None) -> Tensor:
-    """log softmax(h Wᵀ + b)[y] [P] without holding [P × D] logits: D in chunks. ``excluded``
-    = (rows [E], items [E]): item ``items[e]`` is impossible at row ``rows[e]`` (logit
-    ``EXCLUDED``)."""
+    """log softmax(h Wᵀ + b)[y] without holding [P × D] logits: D in chunks, exact.
+
+    The backward pass recomputes each chunk's logits instead of storing them.
+
+    Parameters
+    ----------
+    h : torch.Tensor, shape (P, d)
+        States.
+    weight : torch.Tensor, shape (D, d)
+        The read-out's weights W.
+    bias : torch.Tensor, shape (D,), or None
+        Its biases b.
+    y : torch.Tensor, shape (P,)
+        The observed items (int64).
+    chunk : int
+        Items per chunk.
+    excluded : tuple of torch.Tensor, optional
+        ``(rows, items)``, each of shape (E,): item ``items[e]`` is impossible at row
+        ``rows[e]`` (logit ``EXCLUDED``).
+
+    Returns
+    -------
+    torch.Tensor, shape (P,)
+        log p(y_p) of each row.
+    """
     rows, items = excluded if excluded is not None else (None, None)
     return _ChunkedLogProb.apply(h, weight, bias, y, chunk, rows, items)
 
@@ -114,7 +147,33 @@ def sampled_log_prob(h: Tensor, weight: Tensor, bias: Tensor | None, y: Tensor, 
     """Sampled-softmax estimate of log p(y) for training: k negatives shared by the batch,
     drawn from Q (``log_q`` [D], log-probabilities) with replacement; logits corrected by
     −log(k·Q); a negative equal to a row's target (an accidental hit) or excluded at that row
-    is removed from that row's normaliser."""
+    is removed from that row's normaliser.
+
+    Parameters
+    ----------
+    h : torch.Tensor, shape (P, d)
+        States.
+    weight : torch.Tensor, shape (D, d)
+        The read-out's weights.
+    bias : torch.Tensor, shape (D,), or None
+        Its biases.
+    y : torch.Tensor, shape (P,)
+        The observed items (int64).
+    k : int
+        Negatives drawn.
+    log_q : torch.Tensor, shape (D,)
+        The proposal's log-probabilities.
+    generator : torch.Generator, optional
+        The random stream of the draws (a CPU generator: they are drawn on the CPU).
+    excluded : tuple of torch.Tensor, optional
+        ``(rows, items)``, each of shape (E,): item ``items[e]`` is impossible at row
+        ``rows[e]``.
+
+    Returns
+    -------
+    torch.Tensor, shape (P,)
+        The estimate of log p(y_p) of each row.
+    """
     q = log_q.exp()
     neg = torch.multinomial(q.cpu(), k, replacement=True, generator=generator).to(y.device)
     correction = torch.log(torch.tensor(float(k), dtype=h.dtype, device=h.device))
@@ -136,7 +195,22 @@ def sampled_log_prob(h: Tensor, weight: Tensor, bias: Tensor | None, y: Tensor, 
 
 def proposals(model: ConditionalModel, train: Sequences, kind: str) -> dict[str, torch.Tensor]:
     """log Q per category target of ``model``: the frequencies in the training sequences
-    ``train`` (add-one) or uniform; the sampled softmax draws its negatives from them."""
+    ``train`` (add-one) or uniform; the sampled softmax draws its negatives from them.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        The model; its category targets get a proposal, on its device and in its dtype.
+    train : Sequences
+        The training sequences (their predicted positions are counted).
+    kind : {"unigram", "uniform"}
+        "uniform", or the training frequencies plus one ("unigram", and any other value).
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        Per category target, log Q, shape (num_categories,).
+    """
     out = {}
     for f in model.target_fields:
         if f.kind != "category":

@@ -35,9 +35,43 @@ def two_stream(blocks: nn.ModuleList, content: Tensor, query: Tensor, allowed: T
                at: Tensor, want_weights: bool = False, chunk: int | None = None,
                head: Callable[[Tensor], Tensor] = _identity,
                stream: list[Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
-    """``stream``: a list shared by the calls for several target fields of one batch. The
-    content stream does not depend on the target, so each layer's content states are computed
-    by the first call and reused by the others (the list holds the input of every layer)."""
+    """Read-outs at the asked positions by two-stream attention: one pass per sequence.
+
+    Exact for one layer, and for causal attention at any depth, with a row-local kernel
+    (:func:`choose` refuses it elsewhere).
+
+    Parameters
+    ----------
+    blocks : torch.nn.ModuleList
+        The model's attention layers (:class:`efa.core.attention.Block`).
+    content : torch.Tensor, shape (B, I, d)
+        The unmasked tokens.
+    query : torch.Tensor, shape (B, I, d)
+        The masked tokens (the fields predicted hidden).
+    allowed : torch.Tensor, shape (B, 1, I, I)
+        Which key each query may see (bool).
+    at : torch.Tensor, shape (B, I)
+        The asked positions (bool).
+    want_weights : bool, default False
+        Also return the masked queries' attention rows.
+    chunk : int, optional
+        Unused (the strategies share a signature).
+    head : callable, optional
+        The read-out applied to the states (default: the identity).
+    stream : list of torch.Tensor, optional
+        A list shared by the calls for several target fields of one batch. The content
+        stream does not depend on the target, so each layer's content states are computed by
+        the first call and reused by the others (the list holds the input of every layer).
+
+    Returns
+    -------
+    states : torch.Tensor, shape (P, ...)
+        ``head`` of the last layer's state at each of the P asked positions, in the order of
+        ``at.nonzero()``.
+    weights : torch.Tensor, shape (L, P, H, I), or None
+        Row p: what the masked query pays to every position in its copy, per layer (None
+        unless ``want_weights``).
+    """
     b_idx, i_idx = at.nonzero(as_tuple=True)
     weights = []
     stream = [] if stream is None else stream
@@ -64,7 +98,40 @@ def copies(blocks: nn.ModuleList, content: Tensor, query: Tensor, allowed: Tenso
            want_weights: bool = False, chunk: int = 4096,
            head: Callable[[Tensor], Tensor] = _identity) -> tuple[Tensor, Tensor | None]:
     """Read-outs at the asked positions by in-model masked copies: exact for any depth,
-    direction and kernel."""
+    direction and kernel.
+
+    A one-layer model whose kernel's own form is the copy (:func:`own_is_copy`, CME
+    attention) computes them by one two-stream pass per sequence where enough positions per
+    sequence are asked.
+
+    Parameters
+    ----------
+    blocks : torch.nn.ModuleList
+        The model's attention layers (:class:`efa.core.attention.Block`).
+    content : torch.Tensor, shape (B, I, d)
+        The unmasked tokens.
+    query : torch.Tensor, shape (B, I, d)
+        The masked tokens (the fields predicted hidden).
+    allowed : torch.Tensor, shape (B, 1, I, I)
+        Which key each query may see (bool).
+    at : torch.Tensor, shape (B, I)
+        The asked positions (bool).
+    want_weights : bool, default False
+        Also return the masked queries' attention rows.
+    chunk : int, default 4096
+        Copies built at a time (memory against speed; the result is the same).
+    head : callable, optional
+        The read-out applied to the states (default: the identity).
+
+    Returns
+    -------
+    states : torch.Tensor, shape (P, ...)
+        ``head`` of the last layer's state at each of the P asked positions, in the order of
+        ``at.nonzero()``.
+    weights : torch.Tensor, shape (L, P, H, I), or None
+        Row p: what the masked query pays to every position in its copy, per layer (None
+        unless ``want_weights``).
+    """
     if len(blocks) == 1 and own_is_copy(blocks[0]) and _dense(at):
         return _own_form_copies(blocks[0], content, query, allowed, at, want_weights, chunk, head)
     b_idx, i_idx = at.nonzero(as_tuple=True)
@@ -96,7 +163,18 @@ def own_is_copy(block: nn.Module) -> bool:
     """Whether ``block``'s kernel declares that its two-stream ("own") form computes the masked
     copy exactly although it is not row-local: kernel ridge (CME) attention, whose copy i has
     the content's key set with key i replaced, a block update of one factorisation per
-    sequence. (Softmax and linear do not declare it: their copies are untouched.)"""
+    sequence. (Softmax and linear do not declare it: their copies are untouched.)
+
+    Parameters
+    ----------
+    block : torch.nn.Module
+        An attention layer (its ``attn.kernel`` is read).
+
+    Returns
+    -------
+    bool
+        The kernel's ``own_is_copy`` (False where the block has none).
+    """
     kernel = getattr(getattr(block, "attn", None), "kernel", None)
     return bool(getattr(kernel, "own_is_copy", False))
 
@@ -139,13 +217,46 @@ def sparse(at: Tensor) -> bool:
     """Whether at most one position per sequence is asked on average (next-item prediction,
     ancestral sampling): then ``copies`` (the asked rows only) costs less than two full streams
     and a read-out of every position. ``mode='auto'`` then uses it, in eval mode, wherever it
-    would use ``two_stream``."""
+    would use ``two_stream``.
+
+    Parameters
+    ----------
+    at : torch.Tensor, shape (B, I)
+        The asked positions (bool).
+
+    Returns
+    -------
+    bool
+        Whether at most B positions are asked.
+    """
     return int(at.sum()) <= at.shape[0]
 
 
 def choose(mode: str, num_layers: int, causal: bool, row_local: bool) -> str:
     """The strategy for ``mode`` ('auto' picks two-stream wherever it is exact); refuses
-    two-stream where it would not be exact."""
+    two-stream where it would not be exact.
+
+    Parameters
+    ----------
+    mode : {"auto", "two_stream", "copies"}
+        What the configuration asks for.
+    num_layers : int
+        Attention layers.
+    causal : bool
+        Whether attention is unidirectional.
+    row_local : bool
+        The kernel's ``row_local``.
+
+    Returns
+    -------
+    str
+        "two_stream" or "copies".
+
+    Raises
+    ------
+    ValueError
+        If ``mode`` is "two_stream" where it would not be exact.
+    """
     exact = row_local and (num_layers == 1 or causal)
     if mode == "auto":
         return "two_stream" if exact else "copies"

@@ -105,8 +105,24 @@ def _check_ranks(frame: pd.DataFrame, source: str) -> None:
 def read_baskets(path: PathLike) -> pd.DataFrame:
     """Read a preprocessed basket file (``order_id,product_id,rank``, int64, file order).
 
-    Raises ``ValueError`` naming the file for missing columns, non-integer values, item ids
-    below 1, or an order whose ranks are not exactly 1..n.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A file in the format of ``data_train_final.csv`` / ``data_test_final.csv``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``order_id``, ``product_id`` (the item id, 1..K) and ``rank`` (1..n within each
+        order), all int64, one row per item of a basket, in the file's row order.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` is not a file.
+    ValueError
+        Naming the file (and line) for missing columns, non-integer values, item ids below 1,
+        or an order whose ranks are not exactly 1..n.
     """
     path = require_file(path, "Instacart baskets with columns order_id,product_id,rank")
     frame = read_csv(path)
@@ -126,7 +142,22 @@ def read_baskets(path: PathLike) -> pd.DataFrame:
 def read_item_names(root: PathLike | None = None) -> pd.DataFrame:
     """Read ``item_map.csv``: ``item`` (1..K), ``product_id`` (Kaggle id), ``product_name``.
 
-    ``root`` is the file, the instacart directory, the data root, or ``None`` (data root).
+    Parameters
+    ----------
+    root : str or os.PathLike or None, default None
+        The file, the instacart directory, the data root, or ``None`` (the data root, see
+        :func:`efa.datasets.data_root`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``item`` and ``product_id`` (int64) and ``product_name`` (str), one row per
+        item, sorted by ``item``.
+
+    Raises
+    ------
+    ValueError
+        For missing columns, non-integer ids, or items that are not exactly 1..K.
     """
     path = resolve_file(
         root, "item_map.csv", _SUBDIR, "Instacart item map (item,product_id,product_name)"
@@ -148,8 +179,24 @@ def read_item_names(root: PathLike | None = None) -> pd.DataFrame:
 def read_order_products(path: PathLike) -> pd.DataFrame:
     """Read a raw Kaggle ``order_products__*.csv`` (``order_id, product_id, add_to_cart_order``).
 
-    Other columns (``reordered``) are dropped. Not shipped in the shared data: download it from
+    Not shipped in the shared data: download it from
     https://www.kaggle.com/c/instacart-market-basket-analysis/data.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        ``order_products__prior.csv`` or ``order_products__train.csv``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``order_id``, ``product_id`` and ``add_to_cart_order`` as int64, in file order;
+        other columns (``reordered``) are dropped.
+
+    Raises
+    ------
+    ValueError
+        For missing columns or non-integer values.
     """
     path = require_file(path, "Kaggle Instacart order_products__prior.csv or __train.csv")
     frame = read_csv(path, usecols=lambda c: c in RAW_COLUMNS)
@@ -158,7 +205,23 @@ def read_order_products(path: PathLike) -> pd.DataFrame:
 
 
 def load_instacart(root: PathLike | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The paper's preprocessed train and test baskets, each as from :func:`read_baskets`."""
+    """Read the paper's preprocessed train and test baskets.
+
+    Warns when a file does not have the paper's number of rows (275,345 train, 16,066 test).
+
+    Parameters
+    ----------
+    root : str or os.PathLike or None, default None
+        The instacart directory, the data root holding ``instacart/``, or ``None`` (the data
+        root, see :func:`efa.datasets.data_root`).
+
+    Returns
+    -------
+    train : pandas.DataFrame
+        ``data_train_final.csv``, as from :func:`read_baskets`.
+    test : pandas.DataFrame
+        ``data_test_final.csv``, as from :func:`read_baskets`.
+    """
     what = "Instacart preprocessed baskets (order_id,product_id,rank)"
     train = read_baskets(resolve_file(root, "data_train_final.csv", _SUBDIR, what))
     test = read_baskets(resolve_file(root, "data_test_final.csv", _SUBDIR, what))
@@ -180,10 +243,40 @@ def preprocess_kaggle(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Rebuild ``(data_train_final, data_test_final, item_map)`` from raw Kaggle frames.
 
-    ``prior`` (Kaggle's prior orders) becomes the training set and ``train`` (Kaggle's "train"
-    orders) the test set. The two outputs have exactly the columns and row order of
-    ``data_*_final.csv``; ``item_map`` has ``item, product_id`` plus ``product_name`` when the
-    Kaggle ``products`` table is given.
+    The decisions (item and basket filters, ranks, item ids) are those listed in the module
+    docstring, following the reference notebook.
+
+    Parameters
+    ----------
+    prior : pandas.DataFrame
+        Kaggle's prior orders (``order_id, product_id, add_to_cart_order``, as from
+        :func:`read_order_products`); becomes the training set.
+    train : pandas.DataFrame
+        Kaggle's "train" orders, same columns; becomes the test set.
+    min_item_count : int, default 50000
+        An item is kept when it has at least this many rows over ``prior`` and ``train``
+        together.
+    min_basket : int, default 10
+        A basket is kept when at least this many of its items remain after the item filter.
+    products : pandas.DataFrame or None, default None
+        Kaggle's ``products`` table (``product_id, product_name``); when given, ``item_map``
+        gets a ``product_name`` column.
+
+    Returns
+    -------
+    train_final : pandas.DataFrame
+        The training baskets, with exactly the columns and row order of
+        ``data_train_final.csv``.
+    test_final : pandas.DataFrame
+        The test baskets, likewise for ``data_test_final.csv``.
+    item_map : pandas.DataFrame
+        ``item, product_id`` (plus ``product_name`` when ``products`` is given), one row per
+        kept item.
+
+    Raises
+    ------
+    ValueError
+        When a frame lacks a required column.
     """
     _require_columns(prior, RAW_COLUMNS, "prior frame")
     _require_columns(train, RAW_COLUMNS, "train frame")
@@ -230,7 +323,24 @@ def split_validation(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Split training baskets into ``(train, val)`` by basket, as the reference does.
 
-    Both frames keep the input's columns and row order.
+    The ascending unique order ids are split with scikit-learn's ``train_test_split``. Both
+    outputs keep the input's columns and row order, with a fresh index.
+
+    Parameters
+    ----------
+    train : pandas.DataFrame
+        Baskets with an ``order_id`` column, e.g. the training frame of :func:`load_instacart`.
+    frac : float, default 0.25
+        The fraction of baskets that go to validation (``test_size``).
+    seed : int, default 42
+        ``random_state`` of the split.
+
+    Returns
+    -------
+    train : pandas.DataFrame
+        The rows of the training baskets.
+    val : pandas.DataFrame
+        The rows of the validation baskets.
     """
     orders = np.sort(train["order_id"].unique())
     train_orders, val_orders = train_test_split(orders, test_size=frac, random_state=seed)

@@ -13,7 +13,8 @@ row per kept rating, sorted by ``(user_id, timestamp)``, with columns
 * ``rating``    -- 1..5 (Experiment 1) or original rating - 2 in {1, 2, 3} (Experiment 2);
 * ``timestamp`` -- Unix seconds.
 
-:func:`split_users` adds a boolean ``target`` column (see below).
+:func:`~efa.datasets.movielens_split.split_users` (in :mod:`efa.datasets.movielens_split`,
+importable from here too) adds a boolean ``target`` column.
 
 Decisions taken to reproduce the reference notebooks (yixinw-lab/EFA, movielens/exp-1, exp-2):
 
@@ -44,26 +45,9 @@ Decisions taken to reproduce the reference notebooks (yixinw-lab/EFA, movielens/
    users with exactly one remaining rating are removed after the timestamp filter and before the
    per-timestamp dedup (an unreported step of the reference). Dedup can still leave a user with
    a single rating; the reference keeps such users and so do we.
-6. **User split, protocol "paper".** The reference does ``np.random.seed(42); s =
-   np.random.permutation(n_users); mid = 3 * n_users // 4; train = s[s[:mid]]; test =
-   s[s[mid:]]`` and matches these *positions* 0..n-1 against ``user_id``. Users with id >= n (and
-   the non-existent id 0) land in neither split; they are silently unused, as in the reference
-   (Exp 1: 641 train+val users / 9,736 rows, 219 test users / 3,408 rows, 42 users unused;
-   Exp 2: 631 / 8,707 and 211 / 3,038). We use ``RandomState(seed).permutation``, which is
-   what the legacy global ``np.random.seed`` + ``np.random.permutation`` computes, without
-   touching global state.
-7. **Validation, protocol "paper".** Experiment 1 splits the train users' sequences with
-   ``train_test_split(sequences, test_size=0.25, random_state=42)``, where the sequences come
-   from ``groupby("user_id")`` (sorted user ids); ``val_unit="user"`` reproduces this: 7,252
-   train / 2,484 val rows. Experiment 2 splits the per-position *samples* instead (train/val
-   leakage across positions of the same user); ``val_unit="row"`` reproduces it: 6,530 / 2,177
-   target rows. Because every sample still sees its user's whole sequence as context, in that
-   mode ``train`` and ``val`` both hold all rows of the train users and the ``target`` column
-   says which rows are predicted in that split. In ``val_unit="user"`` mode ``target`` is
-   always True.
-8. **Protocol "clean".** A proper user split: users shuffled with ``default_rng(seed)``;
-   ``round(0.25 n)`` test users, ``round(0.25 * rest)`` validation users, the others train
-   (56.25 / 18.75 / 25 %). No user is dropped.
+
+The decisions of the train / validation / test split by user are listed in
+:mod:`efa.datasets.movielens_split`.
 """
 
 from __future__ import annotations
@@ -73,10 +57,9 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import train_test_split
 
+from efa.datasets.movielens_split import Protocol, split_users
 from efa.datasets.root import read_csv, resolve_file, warn_row_count
-from efa.datasets.splits import Splits
 
 __all__ = [
     "RATING_COLUMNS",
@@ -84,7 +67,7 @@ __all__ = [
     "preprocess_sequences",
     "read_movies",
     "read_ratings",
-    "split_users",
+    "split_users",  # from efa.datasets.movielens_split
     "summary",
     "top_movies",
 ]
@@ -93,7 +76,6 @@ RATING_COLUMNS = ("user_id", "movie_id", "rating", "timestamp")
 OUTPUT_COLUMNS = ("user_id", "position", "item", "movie_id", "rating", "timestamp")
 _SUBDIR = "movielens-100k"
 
-Protocol = Literal["paper", "clean"]
 TieBreak = Literal["smaller_id", "larger_id"]
 
 PathLike = str | os.PathLike[str]
@@ -105,8 +87,24 @@ PathLike = str | os.PathLike[str]
 def read_ratings(path_or_dir: PathLike | None = None) -> pd.DataFrame:
     """Read MovieLens-100K ``u.data`` into ``user_id, movie_id, rating, timestamp`` (int64).
 
-    ``path_or_dir`` is the file, its directory, the data root, or ``None`` (data root).
-    A malformed file raises ``ValueError`` naming the file, the line and the problem.
+    Warns when a file named ``u.data`` does not have the official 100,000 lines.
+
+    Parameters
+    ----------
+    path_or_dir : str or os.PathLike or None, default None
+        The file, its directory, the data root, or ``None`` (the data root, see
+        :func:`efa.datasets.data_root`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per line of the file, in file order.
+
+    Raises
+    ------
+    ValueError
+        For a malformed file (empty, wrong number of fields, a non-integer value, a rating
+        outside 1..5), naming the file, the line and the problem.
     """
     path = resolve_file(path_or_dir, "u.data", _SUBDIR, "MovieLens-100K ratings (u.data)")
     # Parsed by hand rather than with read_csv so that errors can name the exact line; the
@@ -144,7 +142,23 @@ def read_ratings(path_or_dir: PathLike | None = None) -> pd.DataFrame:
 
 
 def read_movies(path_or_dir: PathLike | None = None) -> pd.DataFrame:
-    """Read MovieLens-100K ``u.item`` into ``movie_id`` (int64), ``title`` (str)."""
+    """Read MovieLens-100K ``u.item`` into ``movie_id`` (int64), ``title`` (str).
+
+    Parameters
+    ----------
+    path_or_dir : str or os.PathLike or None, default None
+        The file, its directory, the data root, or ``None`` (the data root).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per movie, in file order; the other columns of ``u.item`` are not read.
+
+    Raises
+    ------
+    ValueError
+        When a movie id is not an integer, naming the line.
+    """
     path = resolve_file(path_or_dir, "u.item", _SUBDIR, "MovieLens-100K movie list (u.item)")
     raw = read_csv(
         path,
@@ -177,7 +191,29 @@ def _check_ratings_frame(ratings: pd.DataFrame) -> None:
 def top_movies(
     ratings: pd.DataFrame, n: int = 50, tie_break: TieBreak = "smaller_id"
 ) -> np.ndarray:
-    """The ``n`` movie ids with the most ratings, most-rated first (ties: see module doc)."""
+    """Return the ``n`` movie ids with the most ratings, most-rated first.
+
+    Ties in the number of ratings are broken by movie id (see the module docstring, item 1).
+
+    Parameters
+    ----------
+    ratings : pandas.DataFrame
+        Ratings with a ``movie_id`` column, as from :func:`read_ratings`.
+    n : int, default 50
+        How many movies.
+    tie_break : {"smaller_id", "larger_id"}, default "smaller_id"
+        Which movie of a tie ranks first; ``"smaller_id"`` reproduces the paper.
+
+    Returns
+    -------
+    numpy.ndarray
+        The movie ids, shape ``(min(n, number of movies),)``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``tie_break``.
+    """
     counts = ratings.groupby("movie_id").size().rename("n").reset_index()
     if tie_break not in ("smaller_id", "larger_id"):
         raise ValueError(f"tie_break must be 'smaller_id' or 'larger_id', got {tie_break!r}")
@@ -245,7 +281,34 @@ def preprocess_sequences(
     n_movies: int = 50,
     tie_break: TieBreak = "smaller_id",
 ) -> pd.DataFrame:
-    """Experiment 1 data: time-ordered movie sequences (902 users, 50 movies, 13,757 rows)."""
+    """Build Experiment 1's data: time-ordered movie sequences (902 users, 50 movies, 13,757 rows).
+
+    Parameters
+    ----------
+    ratings : pandas.DataFrame
+        Raw ratings (``user_id, movie_id, rating, timestamp``), as from :func:`read_ratings`.
+    protocol : {"paper", "clean"}, default "paper"
+        How the one movie per (user, timestamp) is drawn: ``"paper"`` reproduces the reference
+        notebook, ``"clean"`` draws from one ``numpy.random.default_rng(seed)`` stream (see the
+        module docstring, item 3).
+    seed : int, default 42
+        Seed of that draw.
+    n_movies : int, default 50
+        How many of the most-rated movies are kept (:func:`top_movies`).
+    tie_break : {"smaller_id", "larger_id"}, default "smaller_id"
+        Tie-breaking of the top-movie selection.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``user_id, position, item, movie_id, rating, timestamp`` (see the module
+        docstring), one row per kept rating, sorted by ``(user_id, timestamp)``.
+
+    Raises
+    ------
+    ValueError
+        When ``ratings`` lacks a column, or for an unknown ``protocol`` or ``tie_break``.
+    """
     _check_ratings_frame(ratings)
     return _filter_and_recode(
         ratings,
@@ -266,9 +329,36 @@ def preprocess_ratings(
     min_rating: int = 3,
     tie_break: TieBreak = "smaller_id",
 ) -> pd.DataFrame:
-    """Experiment 2 data: ratings ``>= min_rating`` shifted to start at 1 (893 users, 50 movies).
+    """Build Experiment 2's data: ratings ``>= min_rating`` shifted to start at 1 (893 users).
 
-    ``rating`` in the result is ``original - (min_rating - 1)``, i.e. {1, 2, 3} by default.
+    Ratings below ``min_rating`` are dropped before the top-movie selection, and users left with
+    a single rating after the timestamp filter are removed (see the module docstring, item 5).
+
+    Parameters
+    ----------
+    ratings : pandas.DataFrame
+        Raw ratings (``user_id, movie_id, rating, timestamp``), as from :func:`read_ratings`.
+    protocol : {"paper", "clean"}, default "paper"
+        How the one movie per (user, timestamp) is drawn, as in :func:`preprocess_sequences`.
+    seed : int, default 42
+        Seed of that draw.
+    n_movies : int, default 50
+        How many of the most-rated movies are kept.
+    min_rating : int, default 3
+        The smallest rating kept.
+    tie_break : {"smaller_id", "larger_id"}, default "smaller_id"
+        Tie-breaking of the top-movie selection.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Same columns as :func:`preprocess_sequences`; ``rating`` is
+        ``original - (min_rating - 1)``, i.e. {1, 2, 3} by default.
+
+    Raises
+    ------
+    ValueError
+        When ``ratings`` lacks a column, or for an unknown ``protocol`` or ``tie_break``.
     """
     _check_ratings_frame(ratings)
     kept = ratings[ratings["rating"] >= min_rating]
@@ -284,88 +374,21 @@ def preprocess_ratings(
 
 
 def summary(frame: pd.DataFrame) -> dict[str, int | float]:
-    """Users, items, rows and sparsity ``1 - rows / (users * items)`` of a preprocessed frame."""
+    """Count the users, items, rows and sparsity of a preprocessed frame.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A frame with ``user_id`` and ``item`` columns, e.g. from :func:`preprocess_sequences`.
+
+    Returns
+    -------
+    dict
+        ``n_users``, ``n_items``, ``n_rows`` (int) and ``sparsity``
+        ``1 - rows / (users * items)`` (float; NaN for an empty frame).
+    """
     n_users = int(frame["user_id"].nunique())
     n_items = int(frame["item"].nunique())
     n_rows = len(frame)
     sparsity = 1.0 - n_rows / (n_users * n_items) if n_users and n_items else float("nan")
     return {"n_users": n_users, "n_items": n_items, "n_rows": n_rows, "sparsity": sparsity}
-
-
-# --------------------------------------------------------------------------- splitting
-
-
-def _rows_of(frame: pd.DataFrame, users: np.ndarray) -> pd.DataFrame:
-    return frame[frame["user_id"].isin(users)].reset_index(drop=True)
-
-
-def _with_target(frame: pd.DataFrame, target: np.ndarray | None = None) -> pd.DataFrame:
-    flags = np.ones(len(frame), dtype=bool) if target is None else np.asarray(target, dtype=bool)
-    return frame.assign(target=flags)
-
-
-def split_users(
-    frame: pd.DataFrame,
-    protocol: Protocol = "paper",
-    seed: int = 42,
-    *,
-    val_unit: Literal["user", "row"] = "user",
-    val_frac: float = 0.25,
-    test_frac: float = 0.25,
-) -> Splits:
-    """Split a preprocessed frame into train / val / test by user (see module doc, items 6-8).
-
-    Each frame gets a boolean ``target`` column: the rows whose value is predicted in that
-    split. With ``val_unit="row"`` the train and val frames share the train users' rows as
-    context and differ only in ``target``. ``val_frac`` is the share of the non-test part that
-    goes to validation; ``test_frac`` is fixed at 0.25 for protocol "paper".
-    """
-    if val_unit not in ("user", "row"):
-        raise ValueError(f"val_unit must be 'user' or 'row', got {val_unit!r}")
-    users = np.sort(frame["user_id"].unique())
-    n = len(users)
-    if protocol == "paper":
-        if test_frac != 0.25:
-            raise ValueError("protocol 'paper' has a fixed 75/25 user split; use 'clean'")
-        perm = np.random.RandomState(seed).permutation(n)
-        mid = 3 * n // 4
-        # The reference's quirk, kept on purpose: the permutation is indexed by itself and its
-        # values (positions 0..n-1) are then matched against user ids.
-        pool_users = users[np.isin(users, perm[perm[:mid]])]
-        test_users = perm[perm[mid:]]
-        pool = _rows_of(frame, pool_users)
-        if val_unit == "user":
-            # Sorted user ids = the order of the reference's groupby("user_id") sequence list.
-            train_part, val_part = train_test_split(
-                pool_users, test_size=val_frac, random_state=seed
-            )
-        else:
-            train_part, val_part = train_test_split(
-                np.arange(len(pool)), test_size=val_frac, random_state=seed
-            )
-    elif protocol == "clean":
-        rng = np.random.default_rng(seed)
-        perm = rng.permutation(users)
-        n_test = round(test_frac * n)
-        test_users, pool_users = perm[:n_test], perm[n_test:]
-        pool = _rows_of(frame, pool_users)
-        if val_unit == "user":
-            n_val = round(val_frac * len(pool_users))
-            val_part, train_part = pool_users[:n_val], pool_users[n_val:]
-        else:
-            rows = rng.permutation(len(pool))
-            n_val = round(val_frac * len(pool))
-            val_part, train_part = rows[:n_val], rows[n_val:]
-    else:
-        raise ValueError(f"protocol must be 'paper' or 'clean', got {protocol!r}")
-
-    test = _with_target(_rows_of(frame, test_users))
-    if val_unit == "user":
-        return Splits(
-            train=_with_target(_rows_of(pool, train_part)),
-            val=_with_target(_rows_of(pool, val_part)),
-            test=test,
-        )
-    is_val = np.zeros(len(pool), dtype=bool)
-    is_val[val_part] = True
-    return Splits(train=_with_target(pool, ~is_val), val=_with_target(pool, is_val), test=test)

@@ -32,7 +32,25 @@ def _default_candidates() -> list[Path]:
 def data_root(override: str | os.PathLike[str] | None = None) -> Path:
     """Return the directory that holds the real data sets.
 
-    Raises ``FileNotFoundError`` naming every path that was tried when none exists.
+    The root is ``override`` if given, else the environment variable ``EFA_DATA`` if set, else
+    ``Path.cwd()/'../shared/data'``. Only that one candidate is tried: a given override or
+    ``EFA_DATA`` that points nowhere is an error, not a fall-back to the default.
+
+    Parameters
+    ----------
+    override : str or os.PathLike or None, default None
+        An explicit data root; when given, neither ``EFA_DATA`` nor the default is tried.
+
+    Returns
+    -------
+    pathlib.Path
+        The resolved (absolute) data root directory.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the candidate is not a directory; the message names the path that was tried and
+        where it came from.
     """
     if override is not None:
         tried = [("override argument", Path(override))]
@@ -55,7 +73,23 @@ def data_root(override: str | os.PathLike[str] | None = None) -> Path:
 def require_file(path: str | os.PathLike[str], what: str) -> Path:
     """Return ``path`` as a ``Path`` if it is an existing file, else raise a clear error.
 
-    ``what`` describes the expected content, e.g. ``"MovieLens-100K ratings (u.data)"``.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file that should exist.
+    what : str
+        A description of the expected content for the error message, e.g.
+        ``"MovieLens-100K ratings (u.data)"``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path`` as a ``Path`` (not resolved).
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` is not an existing file.
     """
     path = Path(path)
     if not path.is_file():
@@ -71,9 +105,30 @@ def resolve_file(
 ) -> Path:
     """Find ``filename`` from a file path, a data-set directory or the data root.
 
-    ``path_or_dir`` may be the file itself, the directory holding it (e.g. ``.../ml-100k``), the
-    data root holding ``subdir/filename``, or ``None`` for ``data_root()/subdir/filename``. Users
-    who downloaded an original archive can therefore point at wherever they unpacked it.
+    Users who downloaded an original archive can point at wherever they unpacked it.
+
+    Parameters
+    ----------
+    path_or_dir : str or os.PathLike or None
+        The file itself, the directory holding it (e.g. ``.../ml-100k``), the data root holding
+        ``subdir/filename``, or ``None`` for ``data_root()/subdir/filename``. A directory is
+        searched for ``filename`` first, then for ``subdir/filename``.
+    filename : str
+        The file's name, e.g. ``"u.data"``.
+    subdir : str
+        The data set's folder under the data root, e.g. ``"movielens-100k"``.
+    what : str
+        A description of the expected content, for the error message.
+
+    Returns
+    -------
+    pathlib.Path
+        The path of the existing file.
+
+    Raises
+    ------
+    FileNotFoundError
+        When no candidate is an existing file, or (for ``None``) when there is no data root.
     """
     if path_or_dir is None:
         return require_file(data_root() / subdir / filename, what)
@@ -87,8 +142,28 @@ def resolve_file(
 
 
 def read_csv(path: str | os.PathLike[str], **kwargs: Any) -> pd.DataFrame:
-    """``pandas.read_csv`` whose failures name the file and the cause (a truncated ``.gz``
-    otherwise surfaces as a bare EOFError)."""
+    """Read a CSV file with ``pandas.read_csv``, with failures that name the file and the cause.
+
+    A truncated ``.gz`` otherwise surfaces as a bare ``EOFError``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to read.
+    **kwargs
+        Passed on to ``pandas.read_csv``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The file's contents.
+
+    Raises
+    ------
+    ValueError
+        When the file cannot be decompressed, decoded or parsed, or is empty; the message names
+        the file and the underlying error.
+    """
     import zlib
 
     import pandas as pd
@@ -104,7 +179,19 @@ def read_csv(path: str | os.PathLike[str], **kwargs: Any) -> pd.DataFrame:
 
 
 def warn_row_count(path: str | os.PathLike[str], rows: int, expected: int, what: str) -> None:
-    """Warn when a file with a documented size has another number of rows (cut short?)."""
+    """Warn when a file with a documented size has another number of rows (cut short?).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file, named in the warning.
+    rows : int
+        The number of data rows read.
+    expected : int
+        The documented number of data rows.
+    what : str
+        What the documented size belongs to, e.g. ``"official MovieLens-100K u.data"``.
+    """
     import warnings
 
     if rows != expected:

@@ -11,12 +11,28 @@ __all__ = ["Splits"]
 
 @dataclass(frozen=True)
 class Splits:
-    """Train / validation / test frames (long format, same columns in all three)."""
+    """Train / validation / test frames (long format, same columns in all three).
+
+    Parameters
+    ----------
+    train : pandas.DataFrame
+        The training rows.
+    val : pandas.DataFrame
+        The validation rows.
+    test : pandas.DataFrame
+        The test rows.
+    """
 
     train: pd.DataFrame
     val: pd.DataFrame
     test: pd.DataFrame
 
     def as_dict(self) -> dict[str, pd.DataFrame]:
-        """The splits as a dict of name → data."""
+        """Return the splits as a dict of name → data.
+
+        Returns
+        -------
+        dict of str to pandas.DataFrame
+            ``{"train": train, "val": val, "test": test}``.
+        """
         return {"train": self.train, "val": self.val, "test": self.test}

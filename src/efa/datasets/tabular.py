@@ -30,7 +30,16 @@ SIMULATION_SETTINGS = tuple((n_c, noise, corr) for n_c in (1, 5) for noise in (0
 
 
 def simulation_seeds() -> tuple[int, ...]:
-    """Recompute the seed list the way the reference notebooks do (a check on the constant)."""
+    """Recompute the seed list the way the reference notebooks do (a check on the constant).
+
+    NumPy's global random state is restored afterwards.
+
+    Returns
+    -------
+    tuple of int
+        The 20 seeds of ``np.random.seed(2023); np.random.randint(10000, size=20)``, which
+        should equal :data:`SIMULATION_SEEDS`.
+    """
     state = np.random.get_state()
     try:
         np.random.seed(2023)
@@ -41,9 +50,10 @@ def simulation_seeds() -> tuple[int, ...]:
 
 def equicorrelated(rng: np.random.RandomState | np.random.Generator, rho: float, n: int,
                    d: int) -> np.ndarray:
-    """``n`` rows of N(0, Σ) with Σ = (1 − ρ) I + ρ 11ᵀ (unit variances, correlation ``rho`` in
-    [0, 1]): x = Σ^½ z for n × d standard normals z, with Σ's symmetric square root in closed
-    form, Σ^½ = a I + c 11ᵀ, a = √(1 − ρ), c = (√(1 − ρ + dρ) − a) / d.
+    """Draw ``n`` rows of N(0, Σ) with Σ = (1 − ρ) I + ρ 11ᵀ (unit variances, correlation ρ).
+
+    x = Σ^½ z for n × d standard normals z, with Σ's symmetric square root in closed form,
+    Σ^½ = a I + c 11ᵀ, a = √(1 − ρ), c = (√(1 − ρ + dρ) − a) / d.
 
     Why not ``multivariate_normal``: it factors Σ by SVD, and this Σ has one eigenvalue repeated
     d − 1 times, so the basis LAPACK returns inside that eigenspace is not unique and changes
@@ -51,7 +61,29 @@ def equicorrelated(rng: np.random.RandomState | np.random.Generator, rho: float,
     is element-wise arithmetic with a fixed left-to-right row sum (no BLAS), so the same seed
     gives the same bits on every CPU. It takes n × d normals from ``rng``, as
     ``multivariate_normal`` does, so every later draw of a stream is the one it would have
-    been there."""
+    been there.
+
+    Parameters
+    ----------
+    rng : numpy.random.RandomState or numpy.random.Generator
+        The stream the n × d standard normals are drawn from (advanced by exactly that many).
+    rho : float
+        The correlation ρ between any two columns, in [0, 1].
+    n : int
+        The number of rows.
+    d : int
+        The number of columns.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, d)
+        The draws.
+
+    Raises
+    ------
+    ValueError
+        When ``rho`` is outside [0, 1].
+    """
     if not 0.0 <= rho <= 1.0:
         raise ValueError(f"the correlation must be in [0, 1], got {rho!r}")
     z = rng.standard_normal((n, d))
@@ -66,7 +98,7 @@ def equicorrelated(rng: np.random.RandomState | np.random.Generator, rho: float,
 def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: int = 5,
              y_noise: float = 2.0, n_cat: int = 10, shift: bool = True,
              variant: str = "code") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One simulated data set: ``train``, ``test`` with integer bins in columns x0..x{d-1}, y.
+    """Simulate one data set: ``train``, ``test`` with integer bins in columns x0..x{d-1}, y.
 
     The model of the authors' generator: x ~ N(0, Σ) with correlation ``corr`` in training and
     1 − ``corr`` in test (the covariate shift), the first d//2 columns' signs flipped, features
@@ -80,6 +112,48 @@ def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: i
     whose result depends on the CPU's BLAS kernel, and ours are another, unique, factor of the
     same Σ applied to the same normals. So a data set is a fresh draw of the authors' data
     set with its coefficients, not that data set.
+
+    Parameters
+    ----------
+    n_c : int
+        The number of covariates y depends on (the first ``n_c`` columns), in 1..d.
+    noise : float
+        The scale of the feature noise, >= 0: the observed features are the true ones plus
+        normal noise of standard deviation ``0.4 * noise`` in the first ``n_c`` columns and
+        ``0.3 * noise`` in the others.
+    corr : float
+        The training covariates' correlation, in [0, 1].
+    seed : int
+        Seed of the ``np.random.RandomState`` stream, e.g. one of :data:`SIMULATION_SEEDS`.
+    n : int, default 2000
+        Rows per split.
+    d : int, default 5
+        The number of covariates.
+    y_noise : float, default 2.0
+        Standard deviation of the response noise, >= 0.
+    n_cat : int, default 10
+        The number of quantile bins per column, >= 2.
+    shift : bool, default True
+        Whether the test covariates have correlation ``1 - corr`` (the covariate shift) rather
+        than ``corr``.
+    variant : {"code", "paper"}, default "code"
+        ``"code"``: the authors' generator (sign flip on both splits, bins over the pooled 2n
+        rows); ``"paper"``: the paper's text (sign flip on the training split only, bins per
+        split).
+
+    Returns
+    -------
+    train : pandas.DataFrame
+        ``n`` rows, columns ``x0``..``x{d-1}`` and ``y``, each an integer bin in
+        0..``n_cat`` − 1.
+    test : pandas.DataFrame
+        The same for the test split.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``variant``, ``n_c`` outside 1..d, ``corr`` outside [0, 1], ``n``, ``d``
+        or ``n_cat`` not an integer of at least 1, 1 and 2, or a negative or infinite noise.
     """
     if variant not in ("code", "paper"):
         raise ValueError(f"variant must be 'code' (the authors' generator) or 'paper', got "
@@ -125,10 +199,30 @@ def simulate(n_c: int, noise: float, corr: float, seed: int, n: int = 2000, d: i
 
 
 def as_numbers(X: pd.DataFrame, levels: dict | None = None) -> pd.DataFrame:
-    """Ordered levels read as numbers: each column of ``levels`` becomes the position of its
-    value in ``levels[column]`` (the order of an ordered category); every other column its
-    values. All columns float, so efa and the peers read them as numeric. A value not among
-    its column's levels is an error naming column and value."""
+    """Read ordered levels as numbers.
+
+    Each column of ``levels`` becomes the position of its value in ``levels[column]`` (the
+    order of an ordered category); every other column its values. All columns float, so efa
+    and the peers read them as numeric.
+
+    Parameters
+    ----------
+    X : pandas.DataFrame
+        The table.
+    levels : dict or None, default None
+        Column name → the sequence of its levels in order, e.g. :data:`CAR_LEVELS`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The same columns and index, all float.
+
+    Raises
+    ------
+    ValueError
+        When a value is not among its column's levels, or a column without levels holds a
+        value that is not a number; the message names the column and the value.
+    """
     out = {}
     for c in X:
         if levels is not None and c in levels:
@@ -153,10 +247,33 @@ AUTO_MPG_COLUMNS = ["cylinders", "displacement", "horsepower", "weight", "accele
 
 
 def auto_mpg(path: str | os.PathLike[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """auto-mpg as in the reference notebook: drop '?' horsepower, keep 4/6/8 cylinders
-    (385 rows), cylinders → 0/1/2, every other column and mpg in 3 quantile bins over all 385
-    rows, origin 1 → train (245 rows), origins 2/3 → test (140). Columns x0..x5 (cylinders,
-    displacement, horsepower, weight, acceleration, model year) and y (the mpg bin)."""
+    """Load UCI auto-mpg with the reference notebook's preprocessing and origin split.
+
+    Drop '?' horsepower, keep 4/6/8 cylinders (385 rows), cylinders → 0/1/2, every other column
+    and mpg in 3 quantile bins over all 385 rows, origin 1 → train (245 rows), origins 2/3 →
+    test (140).
+
+    Parameters
+    ----------
+    path : str or os.PathLike or None, default None
+        The CSV file (with columns ``mpg``, the six of :data:`AUTO_MPG_COLUMNS` and ``origin``);
+        ``None`` reads ``tabular/auto-mpg.csv`` under the data root.
+
+    Returns
+    -------
+    train : pandas.DataFrame
+        Columns x0..x5 (cylinders, displacement, horsepower, weight, acceleration, model year)
+        and y (the mpg bin), all integer bins.
+    test : pandas.DataFrame
+        The same columns.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    ValueError
+        When a column is missing.
+    """
     path = require_file(path or data_root() / "tabular" / "auto-mpg.csv", "UCI auto-mpg CSV")
     raw = pd.read_csv(path)
     missing = [c for c in ["mpg", *AUTO_MPG_COLUMNS, "origin"] if c not in raw]
@@ -191,14 +308,41 @@ CAR_LEVELS = {
 
 def car(path: str | os.PathLike[str] | None = None, shift: str = "buying",
         train_levels: Iterable[str] = ("low", "med")) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """UCI Car Evaluation (1,728 rows, all categorical; response ``deal``) split by one
-    feature: rows whose ``shift`` column is in ``train_levels`` train, the others test. The
-    default trains on cheap cars (buying low/med, 864 rows: unacc 526, acc 204, good 69,
-    vgood 65) and tests on expensive ones (buying high/vhigh, 864 rows: unacc 684, acc 180):
-    the test rows carry buying levels never seen in training and a different label mix, while
-    p(deal | features) is the same deterministic rule. (The reverse split has no 'good'/'vgood'
-    in training, so no model could predict them.) Columns keep their string levels as ordered
-    pandas Categoricals (the levels of :data:`CAR_LEVELS`)."""
+    """Load UCI Car Evaluation (1,728 rows, all categorical) split by one feature.
+
+    The response is ``deal``. Rows whose ``shift`` column is in ``train_levels`` train, the
+    others test. The default trains on cheap cars (buying low/med, 864 rows: unacc 526, acc 204,
+    good 69, vgood 65) and tests on expensive ones (buying high/vhigh, 864 rows: unacc 684,
+    acc 180): the test rows carry buying levels never seen in training and a different label
+    mix, while p(deal | features) is the same deterministic rule. (The reverse split has no
+    'good'/'vgood' in training, so no model could predict them.)
+
+    Parameters
+    ----------
+    path : str or os.PathLike or None, default None
+        The CSV file, with exactly the columns of :data:`CAR_COLUMNS`; ``None`` reads
+        ``tabular/car.csv`` under the data root.
+    shift : str, default "buying"
+        The feature column that splits the rows.
+    train_levels : iterable of str, default ("low", "med")
+        The levels of ``shift`` whose rows train.
+
+    Returns
+    -------
+    train : pandas.DataFrame
+        The training rows, columns of :data:`CAR_COLUMNS` with their string levels as ordered
+        pandas Categoricals (the levels of :data:`CAR_LEVELS`).
+    test : pandas.DataFrame
+        The other rows, the same columns.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    ValueError
+        For other columns, an unknown level, a ``shift`` that is not a feature column, or
+        ``train_levels`` that leave a split empty.
+    """
     path = require_file(path or data_root() / "tabular" / "car.csv", "UCI Car Evaluation CSV")
     raw = pd.read_csv(path, dtype=str)
     if list(raw) != CAR_COLUMNS:

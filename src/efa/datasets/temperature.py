@@ -99,12 +99,24 @@ def _numeric(frame: pd.DataFrame, col: str, source: str) -> pd.Series:
 def read_city_temperatures(path: PathLike | None = None) -> pd.DataFrame:
     """Read a Kaggle-format daily temperature file (plain or ``.gz``).
 
-    ``path`` is the file (e.g. a full Kaggle ``city_temperature.csv``), a directory holding
-    ``city_temperature_us47.csv.gz``, or ``None`` for the shared copy under the data root.
+    Parameters
+    ----------
+    path : str or os.PathLike or None, default None
+        The file (e.g. a full Kaggle ``city_temperature.csv``), a directory holding
+        ``city_temperature_us47.csv.gz``, or ``None`` for the shared copy under the data root.
 
-    Returns columns ``region`` (if present in the file), ``country, state, city`` (str),
-    ``date`` (datetime64), ``year, month, day`` (int64) and ``value`` (float64 degrees F, NaN
-    where the file has ``-99`` or nothing). Rows with impossible dates are dropped.
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``region`` (if present in the file), ``country, state, city`` (str), ``date``
+        (datetime64), ``year, month, day`` (int64) and ``value`` (float64 degrees F, NaN where
+        the file has ``-99`` or nothing), in file order. Rows with impossible dates (not a
+        calendar date, or a year outside 1800..2100) are dropped.
+
+    Raises
+    ------
+    ValueError
+        For a missing column or a non-numeric date part or temperature, naming the line.
     """
     path = resolve_file(
         path,
@@ -145,7 +157,21 @@ def read_city_temperatures(path: PathLike | None = None) -> pd.DataFrame:
 def read_cities(path: PathLike | None = None) -> pd.DataFrame:
     """Read a ``State,City,Latitude,Longitude`` table into ``state, city, lat, lon``.
 
-    ``path`` is the file, a directory holding ``cities.csv``, or ``None`` (data root).
+    Parameters
+    ----------
+    path : str or os.PathLike or None, default None
+        The file, a directory holding ``cities.csv``, or ``None`` (the data root).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``state`` and ``city`` (str), ``lat`` and ``lon`` (float64 degrees), one row per city.
+
+    Raises
+    ------
+    ValueError
+        For a missing column, a coordinate that is missing, not a number or out of range, or a
+        city listed twice.
     """
     path = resolve_file(
         path, "cities.csv", _SUBDIR, "city coordinates with columns State,City,Latitude,Longitude"
@@ -198,12 +224,43 @@ def paper_frame(
     country: str = "US",
     exclude_states: Sequence[str] = PAPER_EXCLUDED_STATES,
 ) -> pd.DataFrame:
-    """The paper's long frame: one row per (day, city).
+    """Build the paper's long frame: one row per (day, city).
 
-    ``temps`` comes from :func:`read_city_temperatures`, ``cities`` from :func:`read_cities`;
-    ``years`` is an inclusive range. Columns: ``state, city, city_idx, lat, lon, date, year,
-    month, day, value, target`` (``target`` is False for rows kept only as lag context). Rows
-    are sorted by ``(date, city_idx)``; see the module doc for the missing-value options.
+    The filters, the calendar, the missing-value options and the city order are those of the
+    module docstring, items 2-5.
+
+    Parameters
+    ----------
+    temps : pandas.DataFrame
+        Daily temperatures, from :func:`read_city_temperatures`.
+    cities : pandas.DataFrame
+        City coordinates, from :func:`read_cities`.
+    months : sequence of int, default (10,)
+        The modelled months, each in 1..12 (October in the paper).
+    years : tuple of (int, int), default (2007, 2019)
+        The first and last modelled year, inclusive.
+    lags : int, default 0
+        How many days before each modelled day are kept as context (``target=False``), >= 0.
+    missing : {"drop_cities", "keep"}, default "drop_cities"
+        ``"drop_cities"`` (the paper's choice) drops every city with any missing value in the
+        window; ``"keep"`` keeps the complete (city x day) grid with NaN values.
+    country : str, default "US"
+        The country kept.
+    exclude_states : sequence of str, default PAPER_EXCLUDED_STATES
+        States dropped (Alaska, Hawaii, "Additional Territories", "District of Columbia").
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``state, city, city_idx, lat, lon, date, year, month, day, value, target``
+        (``target`` is False for rows kept only as lag context), sorted by
+        ``(date, city_idx)``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``missing``, negative ``lags``, months outside 1..12, ``years`` in the
+        wrong order, a missing column, or a city with two different values on the same day.
     """
     if missing not in ("drop_cities", "keep"):
         raise ValueError(f"missing must be 'drop_cities' or 'keep', got {missing!r}")
@@ -256,7 +313,18 @@ def paper_frame(
 
 
 def city_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The cities of a :func:`paper_frame` result, one row each, in ``city_idx`` order."""
+    """List the cities of a :func:`paper_frame` result, one row each, in ``city_idx`` order.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A :func:`paper_frame` result (or a split of one).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``city_idx, state, city, lat, lon``.
+    """
     cols = ["city_idx", "state", "city", "lat", "lon"]
     return frame[cols].drop_duplicates("city_idx").sort_values("city_idx", ignore_index=True)
 
@@ -271,6 +339,22 @@ def split_years(
 
     Lag-context rows go with the year of their date, which for October is the year of the day
     they precede.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A :func:`paper_frame` result (any frame with a ``year`` column).
+    train : tuple of (int, int), default (2007, 2012)
+        The first and last training year, inclusive.
+    val : tuple of (int, int), default (2013, 2016)
+        The validation years.
+    test : tuple of (int, int), default (2017, 2019)
+        The test years.
+
+    Returns
+    -------
+    Splits
+        The rows of each year range, with a fresh index.
     """
 
     def part(years: tuple[int, int]) -> pd.DataFrame:

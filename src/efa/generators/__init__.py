@@ -2,7 +2,8 @@
 ready for ``efa.fit``.
 
 - :mod:`efa.generators.latent`: exchangeable latent-variable generators (linear-Gaussian,
-  GP-latent, Bernoulli/Poisson emissions) with their Bayes predictors.
+  GP-latent) with their Bayes predictors; :mod:`efa.generators.emissions`: the same for
+  Bernoulli/Poisson emissions; :mod:`efa.generators.draws`: the draws and checks they share.
 - :mod:`efa.generators.gp`: random functions from Gaussian processes (the UNN note's in-context
   regression data, the TNP benchmark's prior).
 - :mod:`efa.generators.teacher`: sequences from an attention teacher with known parameters and
@@ -12,6 +13,7 @@ ready for ``efa.fit``.
   data: what efa's defaults are chosen on and judged on.
 """
 
+from efa.generators.emissions import ExpFamilyLatent
 from efa.generators.gp import (
     LITERAL,
     NOISY,
@@ -26,7 +28,6 @@ from efa.generators.gp import (
 )
 from efa.generators.latent import (
     BayesPrediction,
-    ExpFamilyLatent,
     GPLatent,
     LatentSample,
     LinearGaussian,

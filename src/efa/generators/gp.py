@@ -40,12 +40,40 @@ import torch
 from torch import Tensor
 
 from efa.core.data import Sequences
-from efa.generators.latent import positive_int
+from efa.generators.draws import positive_int
 
 
 @dataclass(frozen=True)
 class NoteGP:
-    """The UNN note's data-generating process, with documented choices (module docstring)."""
+    """The UNN note's data-generating process, with documented choices (module docstring).
+
+    Parameters
+    ----------
+    length : int, default 50
+        N, the points per sequence, >= 2.
+    lengthscale : float, default 1.0
+        The RBF kernel's length-scale ℓ, > 0.
+    variance : float, default 1.0
+        The RBF kernel's variance, > 0.
+    offset_var : float, default 2.0
+        The variance of each sequence's two channel offsets e_{j,0}, e_{j,1}, >= 0.
+    noise : float, default 0.0
+        The standard deviation of the per-point observation noise ε, >= 0 (0: the literal
+        note).
+    x_low : float, default 5.0
+        The lower end of x's uniform distribution.
+    x_high : float, default 15.0
+        Its upper end, > ``x_low``.
+    p_channel : float, default 0.5
+        The probability that a point is in channel 1, in [0, 1].
+    jitter : float, default 1e-8
+        The nugget added to the RBF covariance when f is drawn, >= 0.
+
+    Raises
+    ------
+    ValueError
+        For a value outside these ranges.
+    """
 
     length: int = 50
     lengthscale: float = 1.0
@@ -77,8 +105,29 @@ NOISY = NoteGP(noise=0.1)  # the per-point-noise variant
 
 def rbf(x1: Tensor, x2: Tensor, lengthscale: float | Tensor,
         variance: float | Tensor) -> Tensor:
-    """variance · exp(−(x1_i − x2_j)² / (2 ℓ²)), [..., I, J] from [..., I] and [..., J];
-    ``lengthscale``/``variance`` scalars or [...] tensors (one per function)."""
+    """Return the RBF kernel matrix variance · exp(−(x1_i − x2_j)² / (2 ℓ²)) of scalar inputs.
+
+    Parameters
+    ----------
+    x1 : torch.Tensor, shape (..., I)
+        The first inputs.
+    x2 : torch.Tensor, shape (..., J)
+        The second inputs.
+    lengthscale : float or torch.Tensor
+        ℓ > 0: a scalar, or a ``[...]`` tensor (one per function).
+    variance : float or torch.Tensor
+        A scalar, or a ``[...]`` tensor (one per function).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., I, J)
+        The kernel matrix, in ``x1``'s dtype.
+
+    Raises
+    ------
+    ValueError
+        When a length-scale is not positive and finite.
+    """
     ell = torch.as_tensor(lengthscale, dtype=x1.dtype)
     var = torch.as_tensor(variance, dtype=x1.dtype)
     if not bool((ell > 0).all()) or not bool(torch.isfinite(ell).all()):
@@ -90,14 +139,52 @@ def rbf(x1: Tensor, x2: Tensor, lengthscale: float | Tensor,
 
 
 def cross_covariance(spec: NoteGP, x1: Tensor, k1: Tensor, x2: Tensor, k2: Tensor) -> Tensor:
-    """Cov(y1, y2) between distinct points, [..., I, J]: RBF + the shared channel offset."""
+    """Return Cov(y1, y2) between distinct points: RBF + the shared channel offset.
+
+    Parameters
+    ----------
+    spec : NoteGP
+        The process.
+    x1 : torch.Tensor, shape (..., I)
+        The first points' inputs.
+    k1 : torch.Tensor, shape (..., I)
+        Their channels (0/1).
+    x2 : torch.Tensor, shape (..., J)
+        The second points' inputs.
+    k2 : torch.Tensor, shape (..., J)
+        Their channels.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., I, J)
+        ``rbf(x1, x2) + offset_var · [k1_i == k2_j]`` (no noise: the points are distinct).
+    """
     same = (k1[..., :, None] == k2[..., None, :]).to(x1.dtype)
     return rbf(x1, x2, spec.lengthscale, spec.variance) + spec.offset_var * same
 
 
 def covariance(spec: NoteGP, x: Tensor, k: Tensor) -> Tensor:
-    """The exact covariance of y [..., N, N] (float64): RBF + channel offsets + (noise² +
-    jitter)·I. ``x`` [..., N] (or [..., N, 1]), ``k`` [..., N]."""
+    """Return the exact covariance of y: RBF + channel offsets + (noise² + jitter)·I.
+
+    Parameters
+    ----------
+    spec : NoteGP
+        The process.
+    x : torch.Tensor, shape (..., N) or (..., N, 1)
+        The points' inputs.
+    k : torch.Tensor, shape (..., N)
+        Their channels (0/1).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., N, N)
+        The covariance, float64.
+
+    Raises
+    ------
+    ValueError
+        When ``k`` does not have the shape of ``x`` (without its trailing 1).
+    """
     x = _flat_x(x).double()
     if tuple(k.shape) != tuple(x.shape):
         raise ValueError(f"k (the channels) has shape {list(k.shape)}, x has {list(x.shape)}: "
@@ -108,8 +195,30 @@ def covariance(spec: NoteGP, x: Tensor, k: Tensor) -> Tensor:
 
 
 def sample_note(spec: NoteGP, num: int, seed: int) -> Sequences:
-    """``num`` sequences of ``spec.length`` points: fields ``x`` [num, N, 1] (an attribute),
-    ``y`` [num, N] and ``channel`` [num, N] (0/1); the first position is not scored."""
+    """Draw ``num`` sequences of ``spec.length`` points, one random function each.
+
+    Parameters
+    ----------
+    spec : NoteGP
+        The process, e.g. :data:`LITERAL` or :data:`NOISY`.
+    num : int
+        The number of sequences, >= 1.
+    seed : int
+        Seed of the draws (x, channels, offsets, f, noise, in this order).
+
+    Returns
+    -------
+    Sequences
+        Fields ``x`` ``[num, N, 1]`` (an attribute), ``y`` ``[num, N]`` and ``channel``
+        ``[num, N]`` (0/1); the first position is not scored.
+
+    Raises
+    ------
+    TypeError
+        When ``spec`` is not a :class:`NoteGP`.
+    ValueError
+        When ``num`` is not a positive integer.
+    """
     if not isinstance(spec, NoteGP):
         raise TypeError(f"spec must be an efa.generators.NoteGP, got {type(spec).__name__}")
     positive_int("num", num)
@@ -132,7 +241,31 @@ def sample_note(spec: NoteGP, num: int, seed: int) -> Sequences:
 
 @dataclass(frozen=True)
 class TNPGP:
-    """The TNP benchmark's RBF prior (``regression/data/gp.py`` of tung-nd/TNP-pytorch)."""
+    """The TNP benchmark's RBF prior (``regression/data/gp.py`` of tung-nd/TNP-pytorch).
+
+    Parameters
+    ----------
+    max_num_points : int, default 50
+        m: a batch has ``num_ctx ~ U{3, …, m − 4}`` context points and
+        ``num_tar ~ U{3, …, m − num_ctx − 1}`` targets; >= 7.
+    batch_size : int, default 16
+        Functions per batch, >= 1.
+    x_low : float, default -2.0
+        The lower end of x's uniform distribution.
+    x_high : float, default 2.0
+        Its upper end, > ``x_low``.
+    max_length : float, default 0.6
+        The length-scale is ~ U[0.1, ``max_length``] per function; > 0.
+    max_scale : float, default 1.0
+        The scale is ~ U[0.1, ``max_scale``] per function (kernel variance scale²); > 0.
+    noise : float, default 0.02
+        The noise standard deviation inside the covariance, >= 0.
+
+    Raises
+    ------
+    ValueError
+        For a value outside these ranges.
+    """
 
     max_num_points: int = 50
     batch_size: int = 16
@@ -159,9 +292,21 @@ class TNPGP:
 
 @dataclass
 class TNPData:
-    """Functions of the TNP prior: ``data`` holds each function's context points first, then
-    its targets (fields ``x`` [num, N, 1], ``y`` [num, N]); ``num_context`` [num];
-    ``lengthscale``/``scale`` [num]: the kernel each function was drawn from."""
+    """Functions of the TNP prior, each with its context points first, then its targets.
+
+    Parameters
+    ----------
+    data : Sequences
+        Fields ``x`` ``[num, N, 1]`` and ``y`` ``[num, N]``; the first position is not scored.
+    num_context : torch.Tensor, shape (num,)
+        The number of context points of each function.
+    lengthscale : torch.Tensor, shape (num,)
+        The length-scale each function was drawn with.
+    scale : torch.Tensor, shape (num,)
+        The scale each function was drawn with (kernel variance scale²).
+    noise : float
+        The noise standard deviation of the prior.
+    """
 
     data: Sequences
     num_context: Tensor
@@ -170,19 +315,56 @@ class TNPData:
     noise: float
 
     def context(self) -> Tensor:
-        """[num, N] bool: the context positions."""
+        """Return the context positions.
+
+        Returns
+        -------
+        torch.Tensor of bool, shape (num, N)
+            True at the first ``num_context`` positions of each function.
+        """
         return torch.arange(self.data.max_len) < self.num_context[:, None]
 
     def targets(self) -> Tensor:
-        """[num, N] bool: the target positions."""
+        """Return the target positions.
+
+        Returns
+        -------
+        torch.Tensor of bool, shape (num, N)
+            True at the real positions after the context.
+        """
         return self.data.valid() & ~self.context()
 
 
 def sample_tnp(spec: TNPGP, num_batches: int, seed: int,
                sizes: tuple[int, int] | None = None) -> TNPData:
-    """``num_batches`` batches of ``spec.batch_size`` functions, drawn as the reference's
-    ``GPSampler(RBFKernel()).sample`` does (sizes per batch, then x, then the kernel, then y);
-    ``sizes`` = (context, targets) fixes the sizes instead (e.g. training functions)."""
+    """Draw ``num_batches`` batches of ``spec.batch_size`` functions from the TNP prior.
+
+    Drawn as the reference's ``GPSampler(RBFKernel()).sample`` does: per batch the sizes, then
+    x, then the kernel, then y. Functions of different batches have different numbers of
+    points; shorter ones are padded.
+
+    Parameters
+    ----------
+    spec : TNPGP
+        The prior.
+    num_batches : int
+        The number of batches, >= 1.
+    seed : int
+        Seed of the draws.
+    sizes : tuple of (int, int) or None, default None
+        ``(context, targets)``: fixed sizes for every batch instead of drawn ones (e.g.
+        training functions).
+
+    Returns
+    -------
+    TNPData
+        ``num_batches · batch_size`` functions.
+
+    Raises
+    ------
+    ValueError
+        When ``num_batches`` or a size is not a positive integer, or ``sizes`` is not a pair.
+    """
     positive_int("num_batches", num_batches)
     if sizes is not None:
         if len(sizes) != 2:

@@ -25,11 +25,12 @@ from typing import cast
 import torch
 from torch import nn
 
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.families import Bernoulli, Binomial, Ordinal
 from efa.core.fields import ROLES, Attribute, Category, Field, Value
-from efa.core.model import EFA, EFAConfig
-from efa.generators.latent import positive_int
+from efa.core.model import EFA
+from efa.generators.draws import positive_int
 from efa.training.scoring import evaluate
 
 __all__ = ["attention_teacher", "bayes_nll", "sample"]
@@ -39,20 +40,52 @@ def attention_teacher(fields: list[Field], max_len: int, *, num_layers: int = 1,
                       num_heads: int = 2, dim: int = 16, strength: float = 2.0,
                       value_scale: float = 3.0, unbounded_feeds: tuple[str, ...] = ROLES,
                       seed: int = 0) -> EFA:
-    """A unidirectional EFA teacher with known weights drawn from ``seed``.
+    """Build a unidirectional EFA teacher with known weights drawn from ``seed``.
 
     Each field is re-declared at width ``dim`` (Value fields keep their family, use a linear
     read-out and a linear λ₁ of y / ``value_scale``); ``num_layers`` residual softmax attention
-    layers of ``num_heads`` heads, learned positions. ``strength`` scales the embeddings and the
-    attention scores: larger makes the conditionals depend more sharply on the context (lower
-    Bayes NLL).
-    ``unbounded_feeds``: what the Value fields of families unbounded above (Poisson, negative
-    binomial, Gaussian, gamma) feed; ``("q", "k")`` lets them steer where the teacher attends
-    but keeps them out of what it attends to and out of the state carried past the attention
-    (the blocks are then ``concat`` blocks, which can leave a field out), so that a large draw
-    cannot feed larger ones through the exponential link (long sequences of counts, or two
-    layers, can otherwise explode). Every weight
-    is drawn from ``seed`` alone, so the same arguments give the same teacher.
+    layers of ``num_heads`` heads, learned positions. Every weight is drawn from ``seed``
+    alone, so the same arguments give the same teacher.
+
+    Parameters
+    ----------
+    fields : list of Field
+        The data's fields (``Category``, ``Value``, ``Attribute``); their names, vocabularies,
+        families and target flags are kept, everything else is the teacher's own.
+    max_len : int
+        The longest sequence the teacher knows (its learned positions).
+    num_layers : int, default 1
+        Attention layers.
+    num_heads : int, default 2
+        Heads per layer.
+    dim : int, default 16
+        The width of every field.
+    strength : float, default 2.0
+        Scales the embeddings and the attention scores: larger makes the conditionals depend
+        more sharply on the context (lower Bayes NLL).
+    value_scale : float, default 3.0
+        Value fields enter as y / ``value_scale``.
+    unbounded_feeds : tuple of str, default ROLES
+        What the Value fields of families unbounded above (Poisson, negative binomial,
+        Gaussian, gamma) feed. ``("q", "k")`` lets them steer where the teacher attends but
+        keeps them out of what it attends to and out of the state carried past the attention
+        (the blocks are then ``concat`` blocks, which can leave a field out), so that a large
+        draw cannot feed larger ones through the exponential link (long sequences of counts,
+        or two layers, can otherwise explode).
+    seed : int, default 0
+        Seed of the weights.
+
+    Returns
+    -------
+    EFA
+        The teacher, in float64 and in eval mode.
+
+    Raises
+    ------
+    TypeError
+        When ``fields`` is not a list of efa fields.
+    ValueError
+        For a non-positive size, ``strength`` or ``value_scale``, or no fields.
     """
     for name, v in (("max_len", max_len), ("num_layers", num_layers),
                     ("num_heads", num_heads), ("dim", dim)):
@@ -117,8 +150,36 @@ def _draw(name: str, p: torch.Tensor, strength: float, dim: int) -> None:
 @torch.no_grad()
 def sample(teacher: EFA, n: int, length: int | None = None, seed: int = 0,
            batch_size: int = 4096) -> Sequences:
-    """``n`` sequences of ``length`` positions (default: the teacher's ``max_len``) drawn from
-    the teacher, position by position and field by field (seeded; float64 values)."""
+    """Draw ``n`` sequences from the teacher, position by position and field by field.
+
+    Within a position the target fields are drawn in factorisation order, each from the
+    teacher's conditional given everything drawn before it; attributes are standard normal.
+
+    Parameters
+    ----------
+    teacher : EFA
+        A unidirectional teacher, e.g. from :func:`attention_teacher`.
+    n : int
+        The number of sequences.
+    length : int or None, default None
+        Positions per sequence, at most the teacher's ``max_len`` (its default).
+    seed : int, default 0
+        Seed of the draws.
+    batch_size : int, default 4096
+        Sequences drawn at once.
+
+    Returns
+    -------
+    Sequences
+        ``n`` sequences of ``length`` positions, one field per teacher field (values in the
+        teacher's dtype, float64 for :func:`attention_teacher`).
+
+    Raises
+    ------
+    ValueError
+        For a bidirectional teacher, a non-positive size, or a ``length`` the teacher cannot
+        take.
+    """
     if teacher.direction != "unidirectional":
         raise ValueError("sampling needs a unidirectional teacher (each position given the "
                          "previous ones); bidirectional conditionals do not define a joint")
@@ -162,14 +223,38 @@ def _sample_batch(teacher: EFA, n: int, length: int, g: torch.Generator) -> dict
 
 
 def bayes_nll(teacher: EFA, data: Sequences) -> dict[str, float]:
-    """The exact mean conditional NLL per target field of ``data`` under the teacher that drew
-    it (full log-likelihoods, nats per predicted position): the Bayes limit."""
+    """Compute the exact mean conditional NLL per target field of ``data``: the Bayes limit.
+
+    Parameters
+    ----------
+    teacher : EFA
+        The teacher that drew ``data``.
+    data : Sequences
+        Its sequences, e.g. from :func:`sample`.
+
+    Returns
+    -------
+    dict of str to float
+        Per target field, −log p(y_i | context) under the teacher (full log-likelihoods), in
+        nats per predicted position.
+    """
     return {name: -v for name, v in evaluate(teacher, data).items()}
 
 
 def student_fields(teacher: EFA) -> list[Field]:
-    """Fresh fields of the same names, kinds, vocabularies and families at efa's defaults (what
-    a user would declare for these data)."""
+    """Declare fresh fields for a student of the teacher's data, at efa's defaults.
+
+    Parameters
+    ----------
+    teacher : EFA
+        The teacher.
+
+    Returns
+    -------
+    list of Field
+        Fields of the same names, kinds, vocabularies, families and target flags (what a user
+        would declare for these data).
+    """
     out: list[Field] = []
     for f in teacher.fields:
         if isinstance(f, Category):

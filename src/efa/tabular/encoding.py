@@ -22,7 +22,25 @@ if TYPE_CHECKING:  # for annotations only
 
 
 def as_1d(y: npt.ArrayLike) -> np.ndarray:
-    """``y`` as a 1-d array (an error naming the shape otherwise)."""
+    """``y`` as a 1-d array (an error naming the shape otherwise).
+
+    A column vector, shape (n, 1), is raveled with scikit-learn's ``DataConversionWarning``.
+
+    Parameters
+    ----------
+    y : array-like
+        The labels.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n,)
+        The labels.
+
+    Raises
+    ------
+    ValueError
+        If ``y`` is not 1-dimensional (nor a column vector).
+    """
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
         from sklearn.exceptions import DataConversionWarning
@@ -38,7 +56,18 @@ def as_1d(y: npt.ArrayLike) -> np.ndarray:
 
 def lookup(levels: Iterable[Any]) -> dict:
     """Level → code (its position in ``levels``); a NumPy scalar level is also found as its
-    Python value."""
+    Python value.
+
+    Parameters
+    ----------
+    levels : iterable
+        A column's levels, in code order.
+
+    Returns
+    -------
+    dict
+        Each level (and each NumPy scalar level's Python value) → its code.
+    """
     out = {}
     for k, v in enumerate(levels):
         out[v] = k
@@ -52,7 +81,22 @@ def bin_edges(v: np.ndarray, n_bins: int, column: Hashable) -> np.ndarray:
     ``searchsorted(edges, x, "right")``). Every edge lies halfway between two distinct training
     values, so no bin is empty and no value straddles an edge. A column with at most
     ``n_bins`` distinct values keeps each apart; one with more gets quantile bins, and a
-    warning names it if ties leave it fewer than ``n_bins``."""
+    warning names it if ties leave it fewer than ``n_bins``.
+
+    Parameters
+    ----------
+    v : numpy.ndarray, shape (n,)
+        A column's finite training values.
+    n_bins : int
+        The most bins.
+    column : hashable
+        The column's name, for the warning.
+
+    Returns
+    -------
+    numpy.ndarray
+        The sorted interior edges, at most ``n_bins`` − 1 of them.
+    """
     u = np.unique(v)
     if len(u) <= n_bins:
         gaps = np.arange(1, len(u))
@@ -69,7 +113,20 @@ def bin_edges(v: np.ndarray, n_bins: int, column: Hashable) -> np.ndarray:
 
 
 def check_scalars(values: pd.Series, column: Hashable) -> None:
-    """Check that a column holds scalars only; raises naming the column."""
+    """Check that a column holds scalars only; raises naming the column.
+
+    Parameters
+    ----------
+    values : pandas.Series
+        The column's (non-missing) cells.
+    column : hashable
+        The column's name, for the error.
+
+    Raises
+    ------
+    TypeError
+        If a cell is not a string, a number, a bool or a NumPy scalar.
+    """
     for v in values:
         if not isinstance(v, str | numbers.Number | bool | np.generic):
             raise TypeError(f"column {column!r}: argument must be a string or a number, got "
@@ -78,7 +135,28 @@ def check_scalars(values: pd.Series, column: Hashable) -> None:
 
 def split_rows(y_codes: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, validation) row indices: labelled rows stratified by class where every class has
-    at least 2 of them, unlabelled rows split at random; at least one row stays in training."""
+    at least 2 of them, unlabelled rows split at random; at least one row stays in training.
+
+    Each code (the unlabelled rows' −1 included) gives ``round(fraction · rows)`` of its rows
+    to validation when it has at least 2; a table of fewer than 4 rows keeps them all in
+    training.
+
+    Parameters
+    ----------
+    y_codes : numpy.ndarray, shape (n,)
+        The rows' response codes, −1 where the label is missing.
+    fraction : float
+        The validation fraction.
+    seed : int
+        Seeds the shuffle (``numpy.random.RandomState``).
+
+    Returns
+    -------
+    train : numpy.ndarray
+        The training rows' indices, sorted.
+    validation : numpy.ndarray
+        The validation rows' indices, sorted.
+    """
     rng = np.random.RandomState(seed)
     n = len(y_codes)
     if n < 4:
@@ -95,7 +173,25 @@ def split_rows(y_codes: np.ndarray, fraction: float, seed: int) -> tuple[np.ndar
 
 
 def as_frame(X: pd.DataFrame | npt.ArrayLike) -> pd.DataFrame:
-    """``X`` as a pandas DataFrame with string column names."""
+    """``X`` as a pandas DataFrame (a DataFrame as it is, an array with columns 0, 1, …).
+
+    Parameters
+    ----------
+    X : pandas.DataFrame or array-like of shape (n, d)
+        The table.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``X`` itself if it is a DataFrame (not a copy), else a frame of the 2-d array.
+
+    Raises
+    ------
+    TypeError
+        If ``X`` is a sparse matrix.
+    ValueError
+        If ``X`` holds complex numbers or is not 2-dimensional.
+    """
     if isinstance(X, pd.DataFrame):
         return X
     if hasattr(X, "toarray") or hasattr(X, "tocsr"):
@@ -111,7 +207,31 @@ def as_frame(X: pd.DataFrame | npt.ArrayLike) -> pd.DataFrame:
 
 
 def column_kinds(est: AttentionTableClassifier, X: pd.DataFrame) -> list[str]:
-    """'cat' or 'num' per column; refuse dtypes the estimator cannot take."""
+    """'cat' or 'num' per column; refuse dtypes the estimator cannot take.
+
+    With the estimator's ``categorical`` set, the columns it names (by name or position) are
+    categorical and the others numeric; without it, floating-point columns are numeric and
+    every other column categorical.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The estimator, whose ``categorical`` is read.
+    X : pandas.DataFrame
+        The table.
+
+    Returns
+    -------
+    list of str
+        ``"cat"`` or ``"num"`` per column of ``X``.
+
+    Raises
+    ------
+    ValueError
+        If ``categorical`` names a column (or a position) that ``X`` does not have.
+    TypeError
+        If a column holds datetimes, timedeltas, complex numbers, periods or intervals.
+    """
     chosen = None
     if est.categorical is not None:
         out = [c for c in est.categorical if isinstance(c, numbers.Integral)
@@ -139,7 +259,20 @@ def column_kinds(est: AttentionTableClassifier, X: pd.DataFrame) -> list[str]:
 
 
 def nan_error(col: Hashable, rows: Sequence[int] | np.ndarray) -> ValueError:
-    """The error for a missing value in a column, naming the column and the row."""
+    """The error for a missing value in a column, naming the column and the row.
+
+    Parameters
+    ----------
+    col : hashable
+        The column's name.
+    rows : sequence of int
+        The rows with a missing value (at least one).
+
+    Returns
+    -------
+    ValueError
+        The error to raise, which points to ``missing='mask'``.
+    """
     return ValueError(
         f"column {col!r} has NaN or inf in {len(rows)} row(s) (first: row {rows[0]}); pass "
         "missing='mask' to treat missing cells as unobserved")
@@ -147,7 +280,28 @@ def nan_error(col: Hashable, rows: Sequence[int] | np.ndarray) -> ValueError:
 
 def learn_columns(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
     """Learn each column's kind and its levels, bin edges or moments from the training table
-    ``X`` onto the estimator's fitted attributes."""
+    ``X`` onto the estimator's fitted attributes.
+
+    Sets ``kinds_``, ``levels_`` (a categorical column's sorted levels, a binned column's bin
+    indices), ``bins_`` and ``bin_values_`` (each bin's training median) with
+    ``numeric="quantile"``, and ``stats_`` (mean, standard deviation) with
+    ``numeric="gaussian"``.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The estimator being fitted; its fitted attributes are written.
+    X : pandas.DataFrame
+        The training table's feature columns.
+
+    Raises
+    ------
+    ValueError
+        If a numeric column has no finite value (and as :func:`column_kinds`).
+    TypeError
+        If a categorical column holds a cell that is not a scalar (and as
+        :func:`column_kinds`).
+    """
     est.kinds_ = column_kinds(est, X)
     est.levels_, est.bins_, est.stats_, est.bin_values_ = {}, {}, {}, {}
     for c, kind in zip(X.columns, est.kinds_, strict=True):
@@ -180,8 +334,36 @@ def learn_columns(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
 
 def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hashable],
           unknown_ok: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ids [N, K] into the categorical vocabulary, values [N, K], observed [N, K] bool,
-    is_cat [K]) for the given feature columns of X."""
+    """The cells of the given feature columns of ``X``, encoded with the fitted state.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    X : pandas.DataFrame
+        The table.
+    columns : sequence of hashable
+        The K feature columns to encode.
+    unknown_ok : bool
+        Let a level that fit never saw through as unobserved even with
+        ``handle_unknown="error"``.
+
+    Returns
+    -------
+    ids : numpy.ndarray, shape (N, K)
+        int64 ids into the shared categorical vocabulary (a category's or a bin's).
+    values : numpy.ndarray, shape (N, K)
+        The standardised numbers of the numeric columns with ``numeric="gaussian"`` (0
+        elsewhere).
+    observed : numpy.ndarray, shape (N, K)
+        Bool, False at missing cells and unseen levels.
+
+    Raises
+    ------
+    ValueError
+        If a cell is missing with ``missing="error"``, a categorical cell is infinite, or a
+        level is unseen with ``handle_unknown="error"`` and not ``unknown_ok``.
+    """
     n, k = len(X), len(columns)
     ids = np.zeros((n, k), dtype=np.int64)
     vals = np.zeros((n, k), dtype=float)
@@ -234,7 +416,27 @@ def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hash
 
 def sequences(est: AttentionTableClassifier, X: pd.DataFrame, y_codes: np.ndarray | None = None,
               unknown_ok: bool = False) -> Sequences:
-    """Rows → Sequences over the K feature columns and the response (last position)."""
+    """Rows → Sequences over the K feature columns and the response (last position).
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    X : pandas.DataFrame
+        The table's feature columns.
+    y_codes : numpy.ndarray, shape (N,), optional
+        The response codes, −1 where unlabelled (default: every row unlabelled).
+    unknown_ok : bool, default False
+        As for :func:`cells`.
+
+    Returns
+    -------
+    Sequences
+        N sequences of length K + 1: the field ``cat`` (vocabulary ids), with ``num``
+        (standardised numbers) when a column is a Gaussian value and ``resp`` (the response's
+        code, at the last position) with ``response="ordinal"``; each observed where its
+        cell is.
+    """
     n = len(X)
     ids, vals, obs = cells(est, X, list(X.columns), unknown_ok)
     if y_codes is None:

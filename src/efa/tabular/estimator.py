@@ -1,5 +1,7 @@
 """The estimator room: :class:`AttentionTableClassifier`, the scikit-learn facade (parameters,
-validation, fit, predictions, imputation, gates and experts)."""
+validation, fit, predictions, imputation, gates and experts); the fitting room
+(:mod:`efa.tabular.fitting`) and the prediction room (:mod:`efa.tabular.prediction`) do the
+work."""
 
 from __future__ import annotations
 
@@ -13,22 +15,18 @@ import pandas as pd
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
+from sklearn.utils.validation import check_random_state
 
-from efa.core.data import Sequences
-from efa.core.families import HeteroscedasticGaussian, Ordinal
-from efa.core.fields import Category, Value
-from efa.core.model import EFAConfig
-from efa.tabular.encoding import (
-    as_1d,
-    as_frame,
-    learn_columns,
-    lookup,
-    sequences,
-    split_rows,
+from efa.tabular.encoding import sequences, split_rows
+from efa.tabular.fitting import (
+    build_model,
+    fit_glm_stage,
+    learn_classes,
+    learn_layout,
+    response_codes,
 )
-from efa.tabular.model import GLM_STAGE, TableEFA
+from efa.tabular.model import TableEFA
+from efa.tabular.prediction import check_table, column_proba, fill_missing
 from efa.training.train import TrainConfig, fit, seed_everything
 
 BACKBONES = ("paper", "linear")
@@ -40,55 +38,79 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    backbone : ``"paper"`` (post-LN transformer block with a ReLU feed-forward layer) or
-        ``"linear"`` (residual attention + W' residual, no LayerNorm, no biases: the CBOW mixture
-        of experts of efa.moe).
-    embedding_dim, num_heads, ffn_hidden, dropout, num_layers : sizes (paper: 20, 5, 5, 0.1, 1).
-    numeric : ``"quantile"`` (float columns cut into ``n_bins`` quantile bins on the training
-        rows) or ``"gaussian"`` (a heteroscedastic Gaussian value field per float column).
-    categorical : column names (or indices) to treat as categorical; default: every column that
-        is not floating point (integers, strings, booleans, pandas categoricals).
-    response : ``"categorical"`` (a softmax over the classes, the paper's model) or
-        ``"ordinal"`` (ordered classes, in the order of ``classes_``: a pandas Categorical
-        ``y``'s categories (e.g. unacc < acc < good < vgood), else sorted labels;
-        :class:`efa.core.families.Ordinal`, p(y = k) ∝ exp(η s_k + b_k) with one natural parameter
-        η read out at the response and learned increasing scores s; for a binned continuous
-        response, or any ordered label).
-    additive : add a GLM term to the response's natural parameter: an effect per feature
-        level and a slope per numeric column, summed over the row's observed cells (learned
-        with the network, from 0). The model class then contains the logistic regression on
-        the one-hot / numeric features (categorical response) or the adjacent-categories
-        ordinal logit (ordinal response): with the attention's read-out at 0 it is exactly
-        that GLM (tests/test_tabular.py). ``"ordinal"`` (categorical response): one GLM term
-        g enters the class logits as g s_k + b_k with learned increasing scores s, so the GLM
-        part is the adjacent-categories ordinal logit while the attention adds free logits
-        per class (the classes ordered as for ``response="ordinal"``).
-    init : ``None`` (every parameter from its initialisation, the GLM term from 0), or ``"glm"``
-        (needs ``additive``): fit the GLM part first, the network's read-out held at 0 (its
-        biases free), then every parameter from there (both stages stop early as set below;
+    backbone : {"paper", "linear"}
+        ``"paper"``: a post-LN transformer block with a ReLU feed-forward layer;
+        ``"linear"``: residual attention + W' residual, no LayerNorm, no biases (the CBOW
+        mixture of experts of :mod:`efa.moe`).
+    embedding_dim, num_heads, ffn_hidden, num_layers : int
+        The embeddings' width, the attention heads, the feed-forward layer's width and the
+        number of blocks (the paper's, and the defaults: 20, 5, 5, 1).
+    dropout : float, default 0.1
+        Dropout of the ``"paper"`` block, in [0, 1) (none in the ``"linear"`` one).
+    numeric : {"quantile", "gaussian"}
+        ``"quantile"``: float columns cut into ``n_bins`` quantile bins on the training rows;
+        ``"gaussian"``: a heteroscedastic Gaussian value field per float column.
+    n_bins : int, default 10
+        The most bins per float column with ``numeric="quantile"`` (at least 2).
+    categorical : sequence of hashable, optional
+        Column names (or indices) to treat as categorical; default: every column that is not
+        floating point (integers, strings, booleans, pandas categoricals).
+    response : {"categorical", "ordinal"}
+        ``"categorical"``: a softmax over the classes, the paper's model; ``"ordinal"``:
+        ordered classes, in the order of ``classes_`` (a pandas Categorical ``y``'s
+        categories, e.g. unacc < acc < good < vgood, else sorted labels);
+        :class:`efa.core.families.Ordinal`, p(y = k) ∝ exp(η s_k + b_k) with one natural
+        parameter η read out at the response and learned increasing scores s; for a binned
+        continuous response, or any ordered label.
+    additive : bool or "ordinal", default False
+        Add a GLM term to the response's natural parameter: an effect per feature level and a
+        slope per numeric column, summed over the row's observed cells (learned with the
+        network, from 0). The model class then contains the logistic regression on the
+        one-hot / numeric features (categorical response) or the adjacent-categories ordinal
+        logit (ordinal response): with the attention's read-out at 0 it is exactly that GLM
+        (tests/test_tabular.py). ``"ordinal"`` (categorical response only): one GLM term g
+        enters the class logits as g s_k + b_k with learned increasing scores s, so the GLM
+        part is the adjacent-categories ordinal logit while the attention adds free logits per
+        class (the classes ordered as for ``response="ordinal"``).
+    init : {None, "glm"}
+        None: every parameter from its initialisation, the GLM term from 0; ``"glm"`` (needs
+        ``additive``): fit the GLM part first, the network's read-out held at 0 (its biases
+        free), then every parameter from there (both stages stop early as set below;
         ``glm_history_`` holds the first).
-    handle_unknown : ``"error"`` (a level unseen in fit is an error naming column and value) or
-        ``"unk"`` (it is treated as unobserved: the [MASK] embedding stands for [UNK]).
-    missing : ``"error"`` (NaN in X is an error naming the column) or ``"mask"`` (a missing
-        cell is hidden from the model and not predicted). Missing labels in ``y`` are always
-        allowed: those rows train the features' likelihood only.
-    lr, batch_size, max_epochs, patience, weight_decay : Adam training; early stopping on the
-        joint pseudo-likelihood of an internal validation split (``validation_fraction`` of the
-        rows, stratified by label), best weights restored.
-    early_stopping : False trains on every row for ``max_epochs`` and keeps the last weights
-        (the paper's protocol; scikit-learn's MLP default), True holds out the split above.
-    stop_on : what the validation split scores for early stopping: ``"joint"`` (every cell's
+    handle_unknown : {"error", "unk"}
+        ``"error"``: a level unseen in fit is an error naming column and value; ``"unk"``: it
+        is treated as unobserved (the [MASK] embedding stands for [UNK]).
+    missing : {"error", "mask"}
+        ``"error"``: NaN in X is an error naming the column; ``"mask"``: a missing cell is
+        hidden from the model and not predicted. Missing labels in ``y`` are always allowed:
+        those rows train the features' likelihood only.
+    lr, batch_size, max_epochs, patience, weight_decay : float, int, int, int, float
+        Adam training: the learning rate, rows per step, the most epochs, the epochs without
+        improvement before stopping, and the weight decay (defaults 1e-2, 128, 200, 10, 0.0);
+        early stopping on the joint pseudo-likelihood of an internal validation split, best
+        weights restored.
+    validation_fraction : float, default 0.15
+        The split's fraction of the rows, in (0, 1), stratified by label.
+    shared_vocabulary : bool, default False
+        One embedding table and one read-out for every categorical column (the paper's model,
+        whose columns are all bins 0..C−1 of one scale); needs every categorical column's
+        levels among the response's classes (each column then takes the classes as its
+        levels).
+    cell_dropout : float, default 0.0
+        In training, hide each observed cell with this probability as well (from the context
+        and from the likelihood), so that rows with [MASK]s (missing cells, unseen levels with
+        ``handle_unknown="unk"``) are read as in training.
+    early_stopping : bool, default True
+        False trains on every row for ``max_epochs`` and keeps the last weights (the paper's
+        protocol; scikit-learn's MLP default), True holds out the split above.
+    stop_on : {"auto", "joint", "response"}
+        What the validation split scores for early stopping: ``"joint"`` (every cell's
         pseudo-likelihood, as trained), ``"response"`` (the response's log loss) or ``"auto"``
         (``"response"`` with ``additive``, else ``"joint"``; the choice is ``stop_on_``). A
         stage keeps its start unless an epoch beats it on this score (:func:`efa.fit`): with
         ``init="glm"`` the model never ends worse on validation than its own GLM.
-    shared_vocabulary : one embedding table and one read-out for every categorical column
-        (the paper's model, whose columns are all bins 0..C−1 of one scale); needs every
-        categorical column and the response to have the same levels.
-    cell_dropout : in training, hide each observed cell with this probability as well (from
-        the context and from the likelihood), so that rows with [MASK]s (missing cells, unseen
-        levels with ``handle_unknown="unk"``) are read as in training.
-    random_state : int, RandomState or None (seeds initialisation, split and shuffling).
+    random_state : int, RandomState or None
+        Seeds initialisation, split and shuffling.
     """
 
     def __init__(self, backbone: str = "paper", embedding_dim: int = 20, num_heads: int = 5,
@@ -182,108 +204,38 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError("init='glm' fits the GLM term first: it needs additive=True "
                              "or 'ordinal'")
 
-
     # ------------------------------------------------------------------ fit
-    def _build(self):
-        d = self.embedding_dim
-        # (with Gaussian features and an ordinal response no cell is categorical: the field
-        # then only carries [MASK] embeddings and has nothing to predict)
-        fields = [Category("cat", max(self.vocab_size_, 2), dim=d, readout_bias=True,
-                           target=any(self.is_cat_))]
-        mix, d_model = "none", None
-        if self.has_num_:
-            fields.append(Value("num", HeteroscedasticGaussian(), dim=d, encoder="linear",
-                                readout="mlp", readout_hidden=(d,), loc=0.0, scale=1.0))
-            # loc/scale fixed: _cells already standardised each float column on the fit data
-            mix, d_model = "linear", d
-        if self.response == "ordinal":
-            k = len(self.classes_)
-            fields.append(Value("resp", Ordinal(k), dim=d, encoder="table", num_values=k,
-                                readout="linear", loc=0.0, scale=1.0))
-            mix, d_model = "linear", d
-        paper = self.backbone == "paper"
-        cfg = EFAConfig(
-            fields, num_layers=self.num_layers, num_heads=self.num_heads,
-            head_dim=max(1, d // self.num_heads), d_model=d_model, mix=mix,
-            max_len=self.n_positions_, direction="bidirectional",
-            block="post_ln" if paper else "residual_linear", ffn_hidden=self.ffn_hidden,
-            dropout=self.dropout if paper else 0.0, bias=paper, scale="sqrt",
-        )
-        support = torch.zeros(self.n_positions_, max(self.vocab_size_, 2), dtype=torch.bool)
-        for pos, c in enumerate(self.columns_):
-            if self.is_cat_[pos]:
-                lo = self.offsets_[c]
-                support[pos, lo : lo + len(self.levels_[c])] = True
-        ordinal = self.response == "ordinal"
-        ordered = self.additive == "ordinal"
-        out = (1 if ordinal or ordered else len(self.classes_)) if self.additive else 0
-        return TableEFA(cfg, support, self.cell_dropout, additive=out,
-                        response="resp" if ordinal else "cat",
-                        ordered_classes=len(self.classes_) if ordered else 0)
+    # (the work is done in the fitting room, efa.tabular.fitting)
+    def _build(self) -> TableEFA:
+        return build_model(self)
 
     def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
-        """Fit on a DataFrame or 2-D array ``X`` and labels ``y`` (NaN/None: unlabelled rows)."""
+        """Fit on a DataFrame or 2-D array ``X`` and labels ``y`` (NaN/None: unlabelled rows).
+
+        Parameters
+        ----------
+        X : pandas.DataFrame or array-like of shape (n, n_features)
+            The features; column kinds as ``categorical`` says.
+        y : array-like, shape (n,)
+            The labels; NaN/None marks an unlabelled row, which trains the features'
+            likelihood only.
+
+        Returns
+        -------
+        AttentionTableClassifier
+            ``self``, fitted: ``classes_``, ``model_`` (a :class:`efa.tabular.TableEFA`),
+            ``history_``, ``stop_on_``, ``n_iter_``, and the columns' learned state.
+
+        Raises
+        ------
+        ValueError
+            If the parameters are invalid or contradict each other, or ``X`` / ``y`` cannot be
+            read (no rows or columns, fewer than 2 classes, a missing cell with
+            ``missing="error"``, ...).
+        """
         self._check_params()
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y "
-                             "is None")
-        frame = as_frame(X)
-        validate_data(self, X, reset=True, skip_check_array=True)
-        X = frame
-        if X.shape[1] < 1:
-            raise ValueError(f"X has 0 feature(s) (shape=({len(X)}, 0)) while a minimum of 1 "
-                             "is required.")
-        if len(X) == 0:
-            raise ValueError(f"Found array with 0 sample(s) (shape=(0, {X.shape[1]})) while a "
-                             "minimum of 1 is required.")
-        order = (y.categories if isinstance(y, pd.Categorical)  # a bare Categorical too
-                 else getattr(getattr(y, "cat", None), "categories", None))
-        y = as_1d(y)
-        if len(y) != len(X):
-            raise ValueError(f"X has {len(X)} rows but y has {len(y)} labels")
-        labelled = ~pd.isna(pd.Series(y, dtype=object)).to_numpy()
-        if not labelled.any():
-            raise ValueError("y has no label (every entry is missing)")
-        check_classification_targets(y[labelled])
-        self.classes_ = np.unique(y[labelled])
-        if order is not None and (self.response == "ordinal" or self.additive == "ordinal"):
-            present = set(self.classes_.tolist())
-            self.classes_ = np.asarray([c for c in order if c in present],
-                                       dtype=self.classes_.dtype)
-        if len(self.classes_) < 2:
-            raise ValueError(f"y has one class only ({self.classes_[0]!r}): a classifier needs "
-                             "at least 2 classes")
-        self._target = "__response__"  # the response's column in the internal table
-        while self._target in set(map(str, X.columns)):  # a feature may have that name too
-            self._target += "_"
-        self.feature_columns_ = list(X.columns)
-        self._index = {c: i for i, c in enumerate(X.columns)}
-        learn_columns(self, X)
-        self.has_num_ = self.numeric == "gaussian" and "num" in self.kinds_
-        self.is_cat_ = ([k == "cat" or self.numeric == "quantile" for k in self.kinds_]
-                        + [self.response == "categorical"])
-        self.columns_ = [*self.feature_columns_, self._target]
-        self.n_positions_ = len(self.columns_)
-        if self.response == "categorical":
-            self.levels_[self._target] = list(self.classes_)
-        self.offsets_, start = {}, 0
-        cats = [c for c, is_cat in zip(self.columns_, self.is_cat_, strict=True) if is_cat]
-        if self.shared_vocabulary:
-            for c in cats:
-                extra = [v for v in self.levels_[c] if v not in set(self.classes_)]
-                if extra:
-                    raise ValueError(
-                        f"shared_vocabulary=True needs every categorical column's levels among "
-                        f"the response's {list(self.classes_)}; column {c!r} has {extra}")
-                self.levels_[c] = list(self.classes_)
-            self.offsets_ = dict.fromkeys(cats, 0)
-            start = len(self.classes_)
-        else:
-            for c in cats:
-                self.offsets_[c], start = start, start + len(self.levels_[c])
-        self.vocab_size_ = start
-        self.lookup_ = {c: lookup(self.levels_[c]) for c in self.offsets_}
-        self.lookup_[self._target] = lookup(self.classes_)
+        X, y = learn_classes(self, X, y)
+        learn_layout(self, X)
         y_codes = self._y_codes(y, len(y))
 
         rng = check_random_state(self.random_state)
@@ -317,80 +269,70 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     def _fit_glm(self, train, val, cfg):
-        """The first stage of init="glm": only the GLM's parameters move, with the
-        network's read-outs (weights) at 0, so the model is the plain GLM on the response
-        (the features' cells keep a context-free prediction meanwhile)."""
-        model = self.model_
-        with torch.no_grad():
-            for readout in model.readouts.values():
-                for name, p in readout.named_parameters():
-                    if not name.endswith("bias"):
-                        p.zero_()
-        glm = {id(p) for p in model.glm_parameters()}
-        for readout in model.readouts.values():  # the features' intercepts too
-            glm |= {id(p) for n, p in readout.named_parameters() if n.endswith("bias")}
-        frozen = [p for p in model.parameters() if id(p) not in glm]
-        for p in frozen:
-            p.requires_grad_(False)
-        token = GLM_STAGE.set(model)
-        try:
-            return fit(model, train, val, cfg)
-        finally:
-            GLM_STAGE.reset(token)
-            for p in frozen:
-                p.requires_grad_(True)
+        """The first stage of init="glm" (:func:`efa.tabular.fitting.fit_glm_stage`)."""
+        return fit_glm_stage(self.model_, train, val, cfg)
 
     # ------------------------------------------------------------------ predict
-    def _check_X(self, X):
-        check_is_fitted(self, "model_")
-        frame = as_frame(X)
-        validate_data(self, X, reset=False, skip_check_array=True)
-        X = frame
-        if len(X) == 0:
-            raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
-        if hasattr(self, "feature_names_in_") and isinstance(X, pd.DataFrame) and list(
-                X.columns) == list(self.feature_names_in_):
-            return X
-        X = X.copy()
-        X.columns = self.feature_columns_
-        return X
-
-    @torch.no_grad()
-    def _column_proba(self, data: Sequences, pos: int, column) -> np.ndarray:
-        at = torch.zeros(len(data), self.n_positions_, dtype=torch.bool)
-        at[:, pos] = True
-        ordinal = column == self._target and self.response == "ordinal"
-        out = []
-        for s in range(0, len(data), 4096):
-            batch = data[torch.arange(s, min(s + 4096, len(data)))]
-            here = at[s : s + len(batch)]
-            if ordinal:
-                eta = self.model_.natural_params_at(batch, {"resp": here})["resp"]
-                out.append(self.model_.field("resp").family.probabilities(eta))
-            else:
-                out.append(self.model_.predict_mean(batch, at=here)["cat"][:, pos])
-        p = torch.cat(out).double().numpy()
-        if ordinal:
-            return p
-        lo = self.offsets_[column]
-        p = p[:, lo : lo + len(self.levels_[column])]
-        return p / p.sum(1, keepdims=True)
-
     def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
-        """p(y = class | the row's features), [n, n_classes] in the order of ``classes_``."""
-        X = self._check_X(X)
-        return self._column_proba(sequences(self, X), self.n_positions_ - 1, self._target)
+        """p(y = class | the row's features), the response masked.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame or array-like of shape (n, n_features)
+            The table, with the columns seen in fit.
+
+        Returns
+        -------
+        numpy.ndarray, shape (n, n_classes)
+            The probabilities, in the order of ``classes_``.
+        """
+        X = check_table(self, X)
+        return column_proba(self, sequences(self, X), self.n_positions_ - 1, self._target)
 
     def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
-        """The most probable class of each row of ``X``."""
+        """The most probable class of each row of ``X``.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame or array-like of shape (n, n_features)
+            The table, with the columns seen in fit.
+
+        Returns
+        -------
+        numpy.ndarray, shape (n,)
+            The labels, from ``classes_``.
+        """
         proba = self.predict_proba(X)  # first: it refuses an unfitted estimator
         return self.classes_[proba.argmax(1)]
 
     def predict_column_proba(self, X: pd.DataFrame | npt.ArrayLike, column: Hashable | None,
                              y: npt.ArrayLike | None = None) -> pd.DataFrame:
         """p(column = level | every other cell of the row, and ``y`` if given): any categorical
-        (or binned) column of X, or the response when ``column`` is None."""
-        X = self._check_X(X)
+        (or binned) column of X, or the response when ``column`` is None.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame or array-like of shape (n, n_features)
+            The table, with the columns seen in fit.
+        column : hashable or None
+            The column to predict (its name), or None for the response.
+        y : array-like of shape (n,), optional
+            The rows' labels, as context (NaN/None: not given).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One column per level (a binned column's bin indices; the classes for the
+            response), indexed as ``X``.
+
+        Raises
+        ------
+        ValueError
+            If ``column`` is a Gaussian value field.
+        KeyError
+            If ``X`` has no column ``column``.
+        """
+        X = check_table(self, X)
         if column is None:
             return pd.DataFrame(self.predict_proba(X), columns=self.classes_, index=X.index)
         pos = self._position(column)
@@ -400,54 +342,58 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         data = sequences(self, X, self._y_codes(y, len(X)))
         name = self.columns_[pos]
         levels = self.levels_[name]
-        return pd.DataFrame(self._column_proba(data, pos, name), columns=levels, index=X.index)
+        return pd.DataFrame(column_proba(self, data, pos, name), columns=levels, index=X.index)
 
     def impute(self, X: pd.DataFrame | npt.ArrayLike,
                y: npt.ArrayLike | None = None) -> pd.DataFrame:
         """X with each missing cell (NaN/None; needs ``missing='mask'``) replaced, given the
         row's observed cells, by its most probable level (categorical), the training median of
         its most probable bin (a binned number, in the column's units) or its conditional mean
-        (Gaussian). Columns keep their dtypes where the imputed values fit them."""
-        X = self._check_X(X)
+        (Gaussian). Columns keep their dtypes where the imputed values fit them.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame or array-like of shape (n, n_features)
+            The table, with the columns seen in fit.
+        y : array-like of shape (n,), optional
+            The rows' labels, as context (NaN/None: not given).
+
+        Returns
+        -------
+        pandas.DataFrame
+            A copy of ``X`` with its missing cells filled.
+        """
+        X = check_table(self, X)
         data = sequences(self, X, self._y_codes(y, len(X)))
-        hole = ~(data.observed["cat"] | data.observed.get("num", torch.zeros_like(
-            data.observed["cat"])))
-        hole[:, -1] = False
-        out = X.copy()
-        if not hole.any():
-            return out
-        with torch.no_grad():
-            mean = self.model_.predict_mean(data, at=hole)
-        for pos in range(self.n_positions_ - 1):
-            rows = hole[:, pos].numpy()
-            if not rows.any():
-                continue
-            c = self.columns_[pos]
-            if self.is_cat_[pos]:
-                p = mean["cat"][rows, pos].double().numpy()
-                lo = self.offsets_[c]
-                best = p[:, lo : lo + len(self.levels_[c])].argmax(1)
-                values = (self.bin_values_[c] if c in self.bin_values_ else self.levels_[c])
-                filled = [values[b] for b in best]
-            else:
-                mu, sd = self.stats_[c]
-                filled = mu + sd * mean["num"][rows, pos].double().numpy()
-            col = out[c].copy()
-            try:
-                col.iloc[np.flatnonzero(rows)] = filled
-            except (TypeError, ValueError):  # e.g. a level the column's dtype cannot hold
-                col = col.astype(object)
-                col.iloc[np.flatnonzero(rows)] = filled
-            out[c] = col
-        return out
+        return fill_missing(self, X, data)
 
     @torch.no_grad()
     def gates(self, X: pd.DataFrame | npt.ArrayLike, column: Hashable | None = None,
               layer: int = -1) -> np.ndarray:
         """Attention weights [n, heads, columns + 1] of the masked ``column`` (default: the
         response) over every column, its own [MASK] slot included. With the ``linear``
-        backbone these are exactly the mixture-of-experts gates π of efa.moe."""
-        X = self._check_X(X)
+        backbone these are exactly the mixture-of-experts gates π of efa.moe.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame or array-like of shape (n, n_features)
+            The table, with the columns seen in fit.
+        column : hashable, optional
+            The masked column (default: the response).
+        layer : int, default -1
+            The layer whose attention is read.
+
+        Returns
+        -------
+        numpy.ndarray, shape (n, heads, columns + 1)
+            The weights of every row and head, the response's slot last.
+
+        Raises
+        ------
+        KeyError
+            If ``X`` has no column ``column``.
+        """
+        X = check_table(self, X)
         pos = self.n_positions_ - 1 if column is None else self._position(column)
         data = sequences(self, X)
         at = torch.zeros(len(X), self.n_positions_, dtype=torch.bool)
@@ -462,10 +408,31 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                 column: Hashable | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The mixture of experts of the masked ``column`` (default: the response), ``linear``
         backbone: gates π [n, heads, columns + 1], expert logits [n, heads, columns + 1,
-        levels] over the column's levels; Σ π·f is the column's logits (efa.moe, Theorem 2)."""
+        levels] over the column's levels; Σ π·f is the column's logits (efa.moe, Theorem 2).
+
+        Parameters
+        ----------
+        X : pandas.DataFrame or array-like of shape (n, n_features)
+            The table, with the columns seen in fit.
+        column : hashable, optional
+            The masked column (default: the response); it must be categorical.
+
+        Returns
+        -------
+        gates : numpy.ndarray, shape (n, heads, columns + 1)
+            π of every row and head.
+        experts : numpy.ndarray, shape (n, heads, columns + 1, levels)
+            Each expert's logits over the column's levels.
+
+        Raises
+        ------
+        ValueError
+            Unless ``backbone="linear"``, ``num_layers=1`` and ``response="categorical"``, or
+            if ``column`` is a Gaussian value field.
+        """
         from efa.moe import mixture
 
-        X = self._check_X(X)
+        X = check_table(self, X)
         if self.backbone != "linear" or self.num_layers != 1 or self.response != "categorical":
             raise ValueError("experts() needs backbone='linear', num_layers=1 and "
                              "response='categorical' (the block whose logits are a mixture of "
@@ -485,16 +452,4 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         raise KeyError(f"no column {column!r} (columns: {self.feature_columns_})")
 
     def _y_codes(self, y, n):
-        if y is None:
-            return None
-        y = as_1d(y)
-        if len(y) != n:
-            raise ValueError(f"X has {n} rows but y has {len(y)} labels")
-        lookup = self.lookup_[self._target]
-        known = ~pd.isna(pd.Series(y, dtype=object)).to_numpy()
-        codes = np.array([lookup.get(v, -2) if k else -1 for v, k in zip(y, known, strict=True)])
-        if (codes == -2).any():
-            r = int(np.flatnonzero(codes == -2)[0])
-            raise ValueError(f"y has the label {y[r]!r} (row {r}) that fit never saw "
-                             f"(classes: {list(self.classes_)})")
-        return codes
+        return response_codes(self, y, n)

@@ -12,11 +12,12 @@ import torch
 from torch import Tensor, nn
 
 from efa.core.conditional import refuse_generic_options
+from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.encoders import LinearReadout
 from efa.core.families import Ordinal
 from efa.core.fields import EXCLUDED, Category, Value
-from efa.core.model import EFA, EFAConfig
+from efa.core.model import EFA
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.attention import Block
@@ -35,7 +36,29 @@ class TableEFA(EFA):
 
     The training loss computes each masked cell's softmax over its column's levels only (the
     same numbers as the restricted full softmax, whose excluded logits underflow to exactly 0,
-    at the cost of the column's size instead of the whole vocabulary's)."""
+    at the cost of the column's size instead of the whole vocabulary's).
+
+    :class:`efa.tabular.AttentionTableClassifier` builds it; the response is the last column.
+
+    Parameters
+    ----------
+    config : EFAConfig
+        The network and the fields (``cat``; ``num`` for Gaussian numeric columns; ``resp``
+        for an ordinal response).
+    support : torch.Tensor, shape (columns, vocabulary)
+        Bool, True where a vocabulary id is one of the column's levels.
+    cell_dropout : float, default 0.0
+        The probability that training hides an observed cell (see :meth:`loss`).
+    additive : int, default 0
+        The outputs of the response's GLM term (the classes' logits, or 1 for the ordinal
+        η); 0: no GLM term.
+    response : {"cat", "resp"}
+        The response's field: ``"cat"`` (its classes are levels of the shared vocabulary) or
+        ``"resp"`` (an ordinal Category).
+    ordered_classes : int, default 0
+        With K > 0 the GLM term g enters the K classes' logits as g s_k + b_k
+        (``additive="ordinal"``, an ``Ordinal`` family's learned increasing scores).
+    """
 
     own_objective = True  # see ConditionalModel.own_objective
     # buffers, declared for the type checker
@@ -73,8 +96,22 @@ class TableEFA(EFA):
         self.register_buffer("local_rank", rank)
 
     def additive_term(self, data: Sequences, rows: torch.Tensor) -> torch.Tensor:
-        """Σ over the row's observed feature cells of their effect on the response, [R, out]
-        for the rows ``rows`` [R] (the response cell itself and hidden cells add nothing)."""
+        """Σ over the row's observed feature cells of their effect on the response (the response
+        cell itself and hidden cells add nothing): an effect per (column, level) and a slope per
+        numeric column.
+
+        Parameters
+        ----------
+        data : Sequences
+            The rows, as sequences.
+        rows : torch.Tensor, shape (R,)
+            The rows to compute it for.
+
+        Returns
+        -------
+        torch.Tensor, shape (R, additive)
+            The GLM term of each row.
+        """
         batch = data[rows]
         width = batch.fields["cat"].shape[1]
         feats = torch.arange(width, device=rows.device) < width - 1
@@ -90,14 +127,34 @@ class TableEFA(EFA):
         return term
 
     def glm_logits(self, data: Sequences, rows: torch.Tensor) -> torch.Tensor:
-        """What the GLM term adds to the response's natural parameter at rows ``rows``."""
+        """What the GLM term adds to the response's natural parameter at rows ``rows``.
+
+        Parameters
+        ----------
+        data : Sequences
+            The rows, as sequences.
+        rows : torch.Tensor, shape (R,)
+            The rows to compute it for.
+
+        Returns
+        -------
+        torch.Tensor
+            :meth:`additive_term`, shape (R, additive), or with ``ordered_classes`` its
+            ordinal logits g s_k + b_k, shape (R, K).
+        """
         term = self.additive_term(data, rows)
         return self.glm_family.logits(term) if hasattr(self, "glm_family") else term
 
     def glm_parameters(self) -> list[nn.Parameter]:
         """The GLM's parameters: the term's effects and slopes, the ordered response's (or the
         ordered term's) scores and base measure, and the read-out's biases (the classes'
-        intercepts for a categorical response)."""
+        intercepts for a categorical response).
+
+        Returns
+        -------
+        list of torch.nn.Parameter
+            The parameters the first stage of ``init="glm"`` trains.
+        """
         out = [self.level_effect, self.slope]
         if hasattr(self, "glm_family"):
             out += list(self.glm_family.parameters())
@@ -107,10 +164,25 @@ class TableEFA(EFA):
         return out + ([bias] if bias is not None else [])
 
     def hidden_for(self, data: Sequences, target: str | None) -> dict[str, Tensor | bool]:
-        # A query token hides every field. In a table each position holds one field and the
-        # others are unobserved (so hidden) there, and the two-stream query of position i reads
-        # only its own token: this is the query of i's own field. One query stream then serves
-        # every field of a batch (field_states) instead of one per field (test, float64).
+        """Masks of the tokens that predict ``target``: a query token hides every field.
+
+        In a table each position holds one field and the others are unobserved (so hidden)
+        there, and the two-stream query of position i reads only its own token: this is the
+        query of i's own field. One query stream then serves every field of a batch
+        (:meth:`field_states`) instead of one per field (test, float64).
+
+        Parameters
+        ----------
+        data : Sequences
+            The rows, as sequences.
+        target : str or None
+            The predicted field; None: the content tokens (missing cells hidden).
+
+        Returns
+        -------
+        dict of str to torch.Tensor or bool
+            Field name → hidden mask of shape (B, I), or True (hidden everywhere).
+        """
         if target is None:
             return super().hidden_for(data, None)
         return {f.name: True for f in self.fields}
@@ -118,6 +190,35 @@ class TableEFA(EFA):
     def states(self, data: Sequences, target: str, at: Tensor, want_weights: bool = False,
                head: Callable[[Tensor], Tensor] | None = None, content: Tensor | None = None,
                stream: list[Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+        """The last layer's state that predicts ``target`` at the asked positions, as
+        :meth:`efa.EFA.states`; while this model's ``init="glm"`` first stage runs, a zero
+        state (the read-outs' weights are held at 0 then).
+
+        Parameters
+        ----------
+        data : Sequences
+            The rows, as sequences.
+        target : str
+            The predicted field.
+        at : torch.Tensor, shape (B, I)
+            Bool, the asked positions.
+        want_weights : bool, default False
+            Also return the masked queries' attention rows.
+        head : callable, optional
+            Applied to the states before they are returned.
+        content : torch.Tensor, optional
+            The unmasked tokens, if already encoded.
+        stream : list of torch.Tensor, optional
+            The content stream's layers, shared by the target fields of one batch.
+
+        Returns
+        -------
+        states : torch.Tensor, shape (P, d)
+            The states (or ``head(states)``) at the P asked positions.
+        weights : torch.Tensor or None
+            The attention rows, shape (L, P, H, I), with ``want_weights`` (None in the GLM
+            stage).
+        """
         if GLM_STAGE.get() is not self:
             return super().states(data, target, at, want_weights, head, content, stream)
         # The first stage of init="glm" holds every read-out weight at 0, so the state a
@@ -128,13 +229,41 @@ class TableEFA(EFA):
         return (h if head is None else head(h)), None
 
     def field_states(self, data: Sequences, at: dict[str, torch.Tensor]) -> dict:
-        """The last layer's state [P_f, d] at the positions ``at[f]`` of every field f, from
-        one pass over the union of the positions (see hidden_for)."""
+        """The last layer's state at the positions ``at[f]`` of every field f, from one pass
+        over the union of the positions (see :meth:`hidden_for`).
+
+        Parameters
+        ----------
+        data : Sequences
+            The rows, as sequences.
+        at : dict of str to torch.Tensor
+            Field name → the asked positions, bool of shape (B, I).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Field name → its states, shape (P_f, d), in the order of ``at[f].nonzero()``.
+        """
         union = torch.stack(list(at.values())).any(0)
         h, _ = self.states(data, next(iter(at)), union)
         return {name: h[m[union]] for name, m in at.items()}
 
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:
+        """η of each field at its asked positions, from one pass (:meth:`field_states`): the
+        read-out, restricted to the column's levels, plus the GLM term at the response.
+
+        Parameters
+        ----------
+        data : Sequences
+            The rows, as sequences.
+        at : dict of str to torch.Tensor
+            Field name → the asked positions, bool of shape (B, I).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Field name → η, shape (P_f, num_natural), in the order of ``at[f].nonzero()``.
+        """
         return self._natural_params(data, at, self.field_states(data, at))
 
     def _natural_params(self, data, at, states):
@@ -157,6 +286,25 @@ class TableEFA(EFA):
         return out
 
     def restrict(self, name: str, data: Sequences, at: Tensor, eta: Tensor) -> Tensor:
+        """The support restrictions: the field's own (``distinct``), and at a ``cat`` cell the
+        column's levels only (the other ids' logits set to ``EXCLUDED``).
+
+        Parameters
+        ----------
+        name : str
+            The field.
+        data : Sequences
+            The rows, as sequences.
+        at : torch.Tensor, shape (B, I)
+            Bool, the positions of ``eta``'s rows.
+        eta : torch.Tensor, shape (P, num_natural)
+            The natural parameters at those positions.
+
+        Returns
+        -------
+        torch.Tensor, shape (P, num_natural)
+            ``eta`` restricted.
+        """
         eta = super().restrict(name, data, at, eta)
         if name != "cat":
             return eta
@@ -170,7 +318,31 @@ class TableEFA(EFA):
         each observed cell is also hidden with probability ``cell_dropout`` (hidden from the
         context and not scored): the likelihood of a cell given a random subset of the others,
         so that the model learns to read rows with [MASK]s in them (missing cells, unseen
-        levels) as well as rows without."""
+        levels) as well as rows without.
+
+        Parameters
+        ----------
+        data : Sequences
+            The batch of rows.
+        check : bool, default False
+            Check ``data`` against the model's fields first.
+        weights : torch.Tensor, optional
+            Refused: the table's objective is its own.
+        counts : dict of str to int, optional
+            Refused, as ``weights``.
+        sampling : Sampling, optional
+            Refused, as ``weights``.
+
+        Returns
+        -------
+        torch.Tensor
+            A scalar (0, with zero gradients, when nothing is to be predicted).
+
+        Raises
+        ------
+        ValueError
+            If ``weights``, ``counts`` or ``sampling`` is given.
+        """
         refuse_generic_options(self, weights, counts, sampling)
         if check:
             self.check(data)

@@ -1,4 +1,5 @@
 """Fitting, scoring and storing a model of :mod:`efa.core`: ``train`` (``fit``, ``TrainConfig``),
-``scoring`` (log-likelihoods, ``evaluate``, predictions), ``checkpoint`` (resumable state),
+``steps`` (one optimisation step and the schedules), ``scoring`` (log-likelihoods,
+``evaluate``, predictions), ``checkpoint`` (resumable state),
 ``distributed`` (data-parallel fits), ``storage`` (``save`` / ``load``). Imports only the core.
 """

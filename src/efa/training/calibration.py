@@ -25,7 +25,23 @@ __all__ = ["Calibration", "calibration", "cdf"]
 
 
 def cdf(dist: D.Distribution, y: torch.Tensor) -> torch.Tensor:
-    """P(Y ≤ y) of each distribution in the batch at its own y (float64)."""
+    """Return P(Y ≤ y) of each distribution in the batch at its own y.
+
+    Categorical and shifted distributions are handled directly, the others through their
+    scipy law (:func:`efa.training.predictive.scipy_law`).
+
+    Parameters
+    ----------
+    dist : torch.distributions.Distribution
+        A batch of predictive distributions, e.g. from ``model.predictive``.
+    y : torch.Tensor
+        One value per distribution, the batch's shape.
+
+    Returns
+    -------
+    torch.Tensor
+        The CDF values, float64, on the CPU.
+    """
     if isinstance(dist, Shifted):
         return cdf(dist.base, y - dist.shift)
     if isinstance(dist, D.Categorical):
@@ -44,12 +60,38 @@ def _discrete(dist: D.Distribution) -> bool:
 
 @dataclass
 class Calibration:
-    """What :func:`calibration` measured. Value fields: ``levels`` and the share of
-    observations inside each central interval (``coverage``), the PIT histogram (``pit``,
-    counts in ``bins`` equal bins of [0, 1]) and the p-value of a χ² test of its uniformity.
-    Categories: the reliability curve (per bin of top-1 probability: mean ``confidence``,
-    ``accuracy``, ``count``; a tie for the top counts as 1/k of a hit) and the expected
-    calibration error ``ece`` (the count-weighted mean of ``|accuracy − confidence|``)."""
+    """What :func:`calibration` measured.
+
+    A value field fills ``levels``, ``coverage``, ``pit`` and ``pit_p_value``; a category
+    fills ``confidence``, ``accuracy``, ``count`` and ``ece``. The other fields keep their
+    empty defaults.
+
+    Parameters
+    ----------
+    field : str
+        The field measured.
+    kind : {"value", "category"}
+        Which kind of field it is.
+    n : int
+        The number of predicted positions used.
+    levels : tuple of float, default ()
+        The nominal levels of the central intervals.
+    coverage : tuple of float, default ()
+        The share of observations inside each level's central interval.
+    pit : tuple of int, default ()
+        The PIT histogram: counts in equal bins of [0, 1].
+    pit_p_value : float or None, default None
+        The p-value of a χ² test of the PIT histogram's uniformity.
+    confidence : tuple of float, default ()
+        The reliability curve: the mean top-1 probability in each non-empty bin.
+    accuracy : tuple of float, default ()
+        The share of hits in each bin (a tie of k classes for the top counts as 1/k of a hit).
+    count : tuple of int, default ()
+        The predictions in each bin.
+    ece : float or None, default None
+        The expected calibration error, the count-weighted mean of
+        ``|accuracy − confidence|``.
+    """
 
     field: str
     kind: str  # "value" or "category"
@@ -64,14 +106,33 @@ class Calibration:
     ece: float | None = None
 
     def frame(self) -> pd.DataFrame:
-        """The measurements as a DataFrame: coverage per level, or the reliability curve."""
+        """Return the measurements as a DataFrame.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``level, coverage`` for a value field, or ``confidence, accuracy, count``
+            (the reliability curve) for a category.
+        """
         if self.kind == "value":
             return pd.DataFrame({"level": self.levels, "coverage": self.coverage})
         return pd.DataFrame({"confidence": self.confidence, "accuracy": self.accuracy,
                              "count": self.count})
 
     def plot(self, path: str | Path) -> Path:
-        """A PNG: coverage against level and the PIT histogram, or the reliability curve."""
+        """Draw a figure: coverage against level and the PIT histogram, or the reliability curve.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            Where to write the figure, at 110 dpi (matplotlib picks the format from the
+            suffix, e.g. ``.png``).
+
+        Returns
+        -------
+        pathlib.Path
+            ``path``.
+        """
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=(8, 3.5) if self.kind == "value" else (4, 4))
@@ -112,13 +173,13 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
     field : str
         A target field: a value field gets interval coverage and the PIT histogram, a category
         the reliability curve and the expected calibration error.
-    levels : tuple of float
+    levels : tuple of float, default (0.5, 0.8, 0.9, 0.95)
         Central interval levels, each in (0, 1).
-    bins : int
+    bins : int, default 10
         Bins of the PIT histogram or of the reliability curve.
-    seed : int
+    seed : int, default 0
         Draws the randomisation of discrete PITs (uniform exactly under calibration).
-    batch_size : int
+    batch_size : int, default 1024
         Sequences per batch.
 
     Returns

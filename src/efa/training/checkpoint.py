@@ -32,7 +32,21 @@ KEY = "efa_checkpoint"
 
 
 def data_fingerprint(*datasets: Sequences | None) -> str:
-    """sha256 over every tensor of the given ``Sequences`` (None allowed), in a fixed order."""
+    """Hash every tensor of the given ``Sequences`` with sha256, in a fixed order.
+
+    Lengths, fields, observed masks and the scored mask all count, with their names, dtypes
+    and shapes.
+
+    Parameters
+    ----------
+    *datasets : Sequences or None
+        The data (e.g. training and validation); None stands for a missing one.
+
+    Returns
+    -------
+    str
+        The hexadecimal digest.
+    """
     h = hashlib.sha256()
     for data in datasets:
         if data is None:
@@ -56,15 +70,40 @@ def _hash_tensors(h, parts) -> None:
 
 
 def weights_fingerprint(state: dict[str, torch.Tensor]) -> str:
-    """sha256 over a state dict's tensors: ties a checkpoint to the weights its fit started
-    from, so a run with another initialisation (another seed) never resumes it."""
+    """Hash a state dict's tensors with sha256.
+
+    Ties a checkpoint to the weights its fit started from, so a run with another
+    initialisation (another seed) never resumes it.
+
+    Parameters
+    ----------
+    state : dict of str to torch.Tensor
+        A ``state_dict``.
+
+    Returns
+    -------
+    str
+        The hexadecimal digest.
+    """
     h = hashlib.sha256()
     _hash_tensors(h, sorted(state.items()))
     return h.hexdigest()
 
 
 def model_fingerprint(model: nn.Module) -> dict:
-    """What makes a model the same model: its class, config (if any) and parameter shapes."""
+    """Describe what makes a model the same model: its class, config (if any) and shapes.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model; a ``config`` attribute with ``to_dict()`` is included when present.
+
+    Returns
+    -------
+    dict
+        JSON-ready: ``class`` (the class name), ``config`` (the config as JSON, or None) and
+        ``shapes`` (each state-dict entry's shape).
+    """
     config = getattr(model, "config", None)
     return {
         "class": type(model).__name__,
@@ -74,7 +113,25 @@ def model_fingerprint(model: nn.Module) -> dict:
 
 
 def save(folder: Path, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
-    """Write a training state to ``folder`` (safetensors + JSON; never a pickle)."""
+    """Write a training state to ``folder`` (safetensors + JSON; never a pickle).
+
+    The file is written next to its final name and then moved into place, so a kill while
+    writing leaves the previous checkpoint intact.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The checkpoint directory, created if needed.
+    tensors : dict of str to torch.Tensor
+        The tensors, stored on the CPU.
+    meta : dict
+        Everything else, JSON-serialisable; stored in the file's metadata.
+
+    Returns
+    -------
+    pathlib.Path
+        The path of ``checkpoint.safetensors``.
+    """
     from safetensors.torch import save_file
 
     folder = Path(folder)
@@ -88,7 +145,24 @@ def save(folder: Path, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
 
 
 def load(folder: Path) -> tuple[dict[str, torch.Tensor], dict] | None:
-    """(tensors, meta) of the checkpoint in ``folder``, or None if there is none."""
+    """Read the checkpoint in ``folder``.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The checkpoint directory.
+
+    Returns
+    -------
+    tuple of (dict of str to torch.Tensor, dict) or None
+        ``(tensors, meta)`` as written by :func:`save`, or None when there is no checkpoint.
+
+    Raises
+    ------
+    ValueError
+        When the folder holds only a pickled checkpoint of efa 0.1 (never unpickled), or the
+        file cannot be read.
+    """
     from safetensors import safe_open
 
     folder = Path(folder)
@@ -112,7 +186,25 @@ def load(folder: Path) -> tuple[dict[str, torch.Tensor], dict] | None:
 
 
 def differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
-    """Human-readable list of the keys whose values differ between two JSON-like dicts."""
+    """List, readably, the keys whose values differ between two JSON-like dicts.
+
+    Nested dicts are compared key by key.
+
+    Parameters
+    ----------
+    saved : dict
+        The values in the checkpoint.
+    current : dict
+        The values now.
+    prefix : str, default ""
+        Put before each key (the path of a nested dict, e.g. ``"config."``).
+
+    Returns
+    -------
+    list of str
+        One line per differing key, ``"key: <saved> in the checkpoint, <current> now"``, with
+        long values shortened; ``"<absent>"`` for a key on one side only.
+    """
     out = []
     for k in sorted(set(saved) | set(current), key=str):
         a, b = saved.get(k, "<absent>"), current.get(k, "<absent>")
@@ -131,8 +223,34 @@ def _short(v) -> str:
 def save_state(folder: Path, model: nn.Module, opt: Optimizer, sched: LRScheduler,
                gen: torch.Generator, sampler: torch.Generator, history: dict,
                best_state: dict[str, torch.Tensor] | None, bad: int, fingerprint: dict) -> None:
-    """A fit's whole state after an epoch: weights, best weights, optimizer moments, random
-    states, scheduler and ``history`` (a dict), tied to ``fingerprint``."""
+    """Save a fit's whole state after an epoch, tied to ``fingerprint``.
+
+    Also writes ``history.json`` next to the checkpoint.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The checkpoint directory.
+    model : torch.nn.Module
+        The model; its current weights.
+    opt : torch.optim.Optimizer
+        The optimizer; its moments and parameter groups.
+    sched : torch.optim.lr_scheduler.LRScheduler
+        The learning-rate scheduler.
+    gen : torch.Generator
+        The fit's random generator.
+    sampler : torch.Generator
+        The batch sampler's random generator.
+    history : dict
+        The history so far, JSON-serialisable.
+    best_state : dict of str to torch.Tensor or None
+        The best weights so far, if any.
+    bad : int
+        Epochs since the last improvement.
+    fingerprint : dict
+        The fingerprints of data, model, settings and initial weights that a resumed fit
+        must match.
+    """
     tensors = {f"model/{k}": v for k, v in model.state_dict().items()}
     if best_state is not None:
         tensors |= {f"best/{k}": v for k, v in best_state.items()}
@@ -164,9 +282,47 @@ def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fin
                   model: nn.Module, opt: Optimizer, sched: LRScheduler, gen: torch.Generator,
                   sampler: torch.Generator,
                   history: type[_History]) -> tuple[_History, dict[str, torch.Tensor] | None, int]:
-    """Put a fit's state back from ``state`` (what :func:`load` read) after checking that it
-    was written for this ``fingerprint``; everything is read and checked before anything
-    changes. Returns (``history(**saved history)``, best weights or None, bad epochs)."""
+    """Put a fit's state back, after checking that it was written for this ``fingerprint``.
+
+    Everything is read and checked before anything changes, so a damaged file leaves the model,
+    optimizer, scheduler and random states as they were.
+
+    Parameters
+    ----------
+    state : tuple of (dict of str to torch.Tensor, dict)
+        What :func:`load` read.
+    folder : pathlib.Path
+        The checkpoint directory (for the messages).
+    fingerprint : dict
+        The current fingerprints: ``data``, ``model``, ``settings`` and ``initial``.
+    model : torch.nn.Module
+        Receives the saved weights.
+    opt : torch.optim.Optimizer
+        Receives the saved optimizer state.
+    sched : torch.optim.lr_scheduler.LRScheduler
+        Receives the saved scheduler state.
+    gen : torch.Generator
+        Receives the fit's saved random state.
+    sampler : torch.Generator
+        Receives the batch sampler's saved random state.
+    history : type
+        The history class, called with the saved history's entries as keywords.
+
+    Returns
+    -------
+    history : object
+        ``history(**saved history)``.
+    best : dict of str to torch.Tensor or None
+        The best weights so far, or None.
+    bad : int
+        Epochs since the last improvement.
+
+    Raises
+    ------
+    ValueError
+        When the checkpoint was written for other data, another model, other settings or
+        another initialisation (the message lists the differences), or it is damaged.
+    """
     tensors, meta = state
     path = folder / FILE
     if not isinstance(meta, dict):

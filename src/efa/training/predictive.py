@@ -22,15 +22,50 @@ __all__ = ["interval", "predictive_frame", "quantile"]
 
 
 def check_level(name: str, q: float) -> float:
-    """Check an interval level or quantile: a float in (0, 1)."""
+    """Check an interval level or quantile: a number strictly between 0 and 1.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    q : float
+        The value.
+
+    Returns
+    -------
+    float
+        ``q`` as a float.
+
+    Raises
+    ------
+    ValueError
+        When ``q`` is not an int or float (a bool is not) in (0, 1).
+    """
     if isinstance(q, bool) or not isinstance(q, int | float) or not 0 < q < 1:
         raise ValueError(f"{name} must be a number strictly between 0 and 1, got {q!r}")
     return float(q)
 
 
 def scipy_law(dist: D.Distribution) -> Any:
-    """The same law as a frozen scipy distribution (batched), for its exact CDF and inverse:
-    normal, gamma, Poisson, binomial, Bernoulli, negative binomial."""
+    """Return the same law as a frozen scipy distribution (batched), for its exact CDF and inverse.
+
+    Parameters
+    ----------
+    dist : torch.distributions.Distribution
+        A batch of normal, gamma, Poisson, binomial, Bernoulli or negative binomial
+        distributions.
+
+    Returns
+    -------
+    scipy.stats frozen distribution
+        With float64 parameters of the batch's shape (a Bernoulli as a binomial with one
+        trial).
+
+    Raises
+    ------
+    TypeError
+        For another distribution.
+    """
     as_np = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
     if isinstance(dist, D.Normal):
         return stats.norm(as_np(dist.loc), as_np(dist.scale))
@@ -50,9 +85,30 @@ def scipy_law(dist: D.Distribution) -> Any:
 
 
 def quantile(dist: D.Distribution, q: float) -> torch.Tensor:
-    """The q-quantile of each distribution in the batch (the smallest y with F(y) ≥ q for
-    discrete ones). Normal, gamma, (shifted) Poisson, binomial, negative binomial, Bernoulli; a
-    Categorical over ordered classes (an ordinal field) reads its classes in index order."""
+    """Return the q-quantile of each distribution in the batch.
+
+    For a discrete distribution, the smallest y with F(y) ≥ q.
+
+    Parameters
+    ----------
+    dist : torch.distributions.Distribution
+        Normal, gamma, (shifted) Poisson, binomial, negative binomial or Bernoulli; a
+        Categorical over ordered classes (an ordinal field) reads its classes in index order.
+    q : float
+        The quantile's level, in (0, 1).
+
+    Returns
+    -------
+    torch.Tensor
+        The quantiles, float64, on the CPU, the batch's shape.
+
+    Raises
+    ------
+    ValueError
+        When ``q`` is not in (0, 1).
+    TypeError
+        For another distribution.
+    """
     q = check_level("q", q)
     if isinstance(dist, Shifted):
         return quantile(dist.base, q) + dist.shift
@@ -74,7 +130,27 @@ def _moments(dist: D.Distribution) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def interval(dist: D.Distribution, level: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
-    """The central ``level`` interval: the (1 − level)/2 and (1 + level)/2 quantiles."""
+    """Return the central ``level`` interval: the (1 − level)/2 and (1 + level)/2 quantiles.
+
+    Parameters
+    ----------
+    dist : torch.distributions.Distribution
+        A batch of distributions, as for :func:`quantile`.
+    level : float, default 0.9
+        The interval's level, in (0, 1).
+
+    Returns
+    -------
+    lower : torch.Tensor
+        The lower ends, float64.
+    upper : torch.Tensor
+        The upper ends, float64.
+
+    Raises
+    ------
+    ValueError
+        When ``level`` is not in (0, 1).
+    """
     level = check_level("level", level)
     return quantile(dist, (1 - level) / 2), quantile(dist, (1 + level) / 2)
 
@@ -92,9 +168,9 @@ def predictive_frame(model: ConditionalModel, data: Sequences, field: str, level
         The data; its predicted positions (``data.predicted(field)``) are tabulated.
     field : str
         A target field.
-    level : float
+    level : float, default 0.9
         The central interval's level, in (0, 1).
-    batch_size : int
+    batch_size : int, default 1024
         Sequences per batch.
 
     Returns

@@ -17,7 +17,22 @@ from efa.core.data import Sequences
 
 
 def check_int(name: str, v: object, low: int | None) -> None:
-    """Check that ``v`` is an integer (not a bool) ≥ ``low`` when given; raises naming ``name``."""
+    """Check that ``v`` is an integer (not a bool), at least ``low`` when given.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    v : object
+        The value.
+    low : int or None
+        The smallest value allowed; None for no bound.
+
+    Raises
+    ------
+    ValueError
+        When ``v`` is not such an integer.
+    """
     if isinstance(v, bool) or not isinstance(v, int | np.integer) or (low is not None and v < low):
         bound = f" >= {low}" if low is not None else ""
         raise ValueError(f"{name} must be an integer{bound}, got {v!r}")
@@ -25,7 +40,29 @@ def check_int(name: str, v: object, low: int | None) -> None:
 
 def in_batches(data: Sequences, batch_size: int,
                device: torch.device | None = None) -> Iterator[tuple[torch.Tensor, Sequences]]:
-    """Yield (indices, batch) of ``data`` in batches of ``batch_size``, moved to ``device``."""
+    """Iterate over ``data`` in batches of ``batch_size`` sequences, in order.
+
+    Parameters
+    ----------
+    data : Sequences
+        The data.
+    batch_size : int
+        Sequences per batch, >= 1 (the last batch may be smaller).
+    device : torch.device or None, default None
+        Move each batch there (None: leave it where it is).
+
+    Yields
+    ------
+    indices : torch.Tensor
+        The batch's sequence indices in ``data``.
+    batch : Sequences
+        The sequences ``data[indices]``, on ``device``.
+
+    Raises
+    ------
+    ValueError
+        When ``batch_size`` is not a positive integer.
+    """
     check_int("batch_size", batch_size, 1)
     for start in range(0, len(data), batch_size):
         idx = torch.arange(start, min(start + batch_size, len(data)))
@@ -35,8 +72,22 @@ def in_batches(data: Sequences, batch_size: int,
 
 @contextlib.contextmanager
 def scoring_mode(model: ConditionalModel, data: Sequences) -> Iterator[None]:
-    """Check ``data`` against the model and score in eval mode; the model's training mode is
-    restored afterwards, also when scoring raises."""
+    """Check ``data`` against the model and score in eval mode (a context manager).
+
+    The model's training mode is restored afterwards, also when scoring raises.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        The model to score with.
+    data : Sequences
+        The data, checked with ``model.check`` on entering.
+
+    Yields
+    ------
+    None
+        Inside the block the model is in eval mode.
+    """
     model.check(data)
     was_training = model.training
     model.eval()
@@ -146,7 +197,20 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
 
 
 def check_targets(model: ConditionalModel, names: Iterable[str]) -> None:
-    """Check that ``names`` are target fields of ``model``; raises naming them."""
+    """Check that ``names`` are target fields of ``model``.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        The model.
+    names : iterable of str
+        Field names.
+
+    Raises
+    ------
+    ValueError
+        Naming the fields that are not targets, and the model's target fields.
+    """
     targets = [f.name for f in model.target_fields]
     unknown = [n for n in names if n not in targets]
     if unknown:
@@ -156,7 +220,29 @@ def check_targets(model: ConditionalModel, names: Iterable[str]) -> None:
 
 def raise_non_finite(model: ConditionalModel, batch: Sequences, idx: torch.Tensor, where: str,
                      extra: str = "") -> NoReturn:
-    """Find the first position whose log-likelihood is not finite and say where it is."""
+    """Find the first position whose log-likelihood is not finite and say where it is.
+
+    Always raises: called once a loss or score was found not finite.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        The model.
+    batch : Sequences
+        The batch with the non-finite number.
+    idx : torch.Tensor
+        The batch's sequence indices in the whole data, for the message.
+    where : str
+        What found it (e.g. ``"evaluate"``), the start of the message.
+    extra : str, default ""
+        Appended to the location in the message (e.g. the epoch).
+
+    Raises
+    ------
+    FloatingPointError
+        Naming the field, sequence, position and value of the first non-finite
+        log-likelihood, or saying that the parameters diverged when every one is finite.
+    """
     with torch.no_grad():
         lps = model.position_log_likelihoods(batch)
     for name, lp in lps.items():
@@ -177,7 +263,31 @@ def raise_non_finite(model: ConditionalModel, batch: Sequences, idx: torch.Tenso
 @torch.no_grad()
 def predictions(model: ConditionalModel, data: Sequences, name: str,
                 batch_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """(observed y, predicted mean E[y | context]) at every predicted position of ``name``."""
+    """Return the observed y and the predicted mean E[y | context] at every predicted position.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A fitted model.
+    data : Sequences
+        The data.
+    name : str
+        A target field.
+    batch_size : int, default 1024
+        Sequences per batch.
+
+    Returns
+    -------
+    observed : torch.Tensor
+        The values at the predicted positions of ``name``, in row-major order.
+    mean : torch.Tensor
+        The predicted means there (class probabilities ``[n, K]`` for a category).
+
+    Raises
+    ------
+    FloatingPointError
+        A non-finite predicted mean, naming the field, sequence and position.
+    """
     f = model.target(name)
     ys, means = [], []
     with scoring_mode(model, data):
@@ -198,7 +308,27 @@ def predictions(model: ConditionalModel, data: Sequences, name: str,
 
 
 def mean_squared_error(model: ConditionalModel, data: Sequences, name: str) -> float:
-    """Mean squared error of the predicted mean of value field ``name`` (in its units²)."""
+    """Compute the mean squared error of the predicted mean of a value field.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A fitted model.
+    data : Sequences
+        The data; every predicted position of ``name`` counts.
+    name : str
+        A target value field.
+
+    Returns
+    -------
+    float
+        The mean of (y − E[y | context])², in the field's units².
+
+    Raises
+    ------
+    ValueError
+        When ``name`` is not a value field or has no predicted position in ``data``.
+    """
     f = model.target(name)
     if f.kind != "value":
         raise ValueError(f"field {name!r} is a {f.kind}: the mean squared error needs a numeric "

@@ -173,10 +173,33 @@ class TrainConfig:
 
 @dataclass
 class History:
-    """What :func:`efa.fit` did: the training and validation loss (mean NLL per predicted
-    position) and the learning rate after every epoch, the best epoch (restored; −1 when the
-    starting weights were kept) and its validation loss, epochs run, seconds, the torch
-    threads, the starting weights' validation loss and why training stopped."""
+    """What :func:`efa.fit` did.
+
+    Losses are mean negative log-likelihoods per predicted position.
+
+    Parameters
+    ----------
+    train_loss : list of float
+        The training loss of every epoch.
+    val_loss : list of float
+        The validation loss after every epoch (empty without validation data).
+    lr : list of float
+        The learning rate after each epoch's schedule step.
+    best_epoch : int, default -1
+        The best epoch (its weights are restored); −1 when the starting weights were kept.
+    best_val : float, default inf
+        Its validation loss.
+    epochs_run : int, default 0
+        Epochs run.
+    seconds : float, default 0.0
+        Seconds of training.
+    threads : int or None, default None
+        The torch threads it trained with (numbers depend on them).
+    start_val : float or None, default None
+        The validation loss of the starting weights.
+    stopped : str, default ""
+        Why training ended: ``"patience"``, ``"max_epochs"`` or ``"time_limit"``.
+    """
 
     train_loss: list[float] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from efa.core.model import EFA, EFAConfig
+from efa.core.config import EFAConfig
+from efa.core.model import EFA
 
 if TYPE_CHECKING:  # for annotations only
     from efa.training.train import History
@@ -93,7 +94,25 @@ def save(model: EFA, path: str | Path, overwrite: bool = False,
 
 
 def load(path: str | Path) -> EFA:
-    """A model saved by :func:`efa.save` from ``path`` (safetensors + JSON, never unpickled)."""
+    """Load a model saved by :func:`efa.save` (safetensors + JSON, never unpickled).
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The folder ``save`` wrote.
+
+    Returns
+    -------
+    EFA
+        The model, rebuilt from its config, with the saved weights, in eval mode.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``config.json`` or ``model.safetensors`` is missing.
+    ValueError
+        When a file is not readable, the config is invalid, or the weights do not fit it.
+    """
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -123,8 +142,26 @@ def load(path: str | Path) -> EFA:
 
 
 def metadata(path: str | Path) -> dict:
-    """What ``save`` recorded beside a model's config: the efa and torch versions and the
-    torch thread count it was trained with (``train_threads``, None if not given)."""
+    """Read what ``save`` recorded beside a model's config.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The folder ``save`` wrote.
+
+    Returns
+    -------
+    dict
+        ``format``, ``class``, the ``efa`` and ``torch`` versions, and the torch thread count
+        it was trained with (``train_threads``, None if not given).
+
+    Raises
+    ------
+    FileNotFoundError
+        When there is no ``config.json``.
+    ValueError
+        When it is not an efa model config.
+    """
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path / 'config.json'} not found; is {path} a model saved by "

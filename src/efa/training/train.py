@@ -5,7 +5,7 @@ Works for any ``ConditionalModel`` (EFA and the factorisation baselines alike). 
 returns a non-finite number without an error that says where it came from.
 
 ``TrainConfig`` and ``History`` live in :mod:`efa.training.settings` and are importable from
-here too.
+here too; a batch's loss, the update and the schedules are in :mod:`efa.training.steps`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from efa.core import softmax
 from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
-from efa.training import checkpoint, distributed
+from efa.training import checkpoint, distributed, steps
 from efa.training.scoring import check_int, check_targets, evaluate, in_batches, raise_non_finite
 from efa.training.settings import History, StartKept, StillImproving, TimeLimitReached, TrainConfig
 
@@ -50,10 +50,26 @@ _CONTEXT: ContextVar[_Context | None] = ContextVar("efa_fit_context", default=No
 @contextlib.contextmanager
 def fit_context(device: str | None = None,
                 checkpoints: str | Path | None = None) -> Iterator[None]:
-    """Within the block, every ``fit`` without a device of its own trains on ``device``, and
+    """Set a device and job checkpoints for every ``fit`` inside the block (a context manager).
+
+    Within the block, every ``fit`` without a device of its own trains on ``device``, and
     every fit without a ``checkpoint_dir`` of its own checkpoints to ``checkpoints/fitK`` (the
-    K-th fit of the block), so that a killed job resumes its fits mid-way. `efa reproduce` runs
-    each job inside one; nothing is written onto a model or into a module."""
+    K-th fit of the block, single-process fits only, saved at most every
+    ``JOB_SAVE_SECONDS``), so that a killed job resumes its fits mid-way. ``efa reproduce``
+    runs each job inside one; nothing is written onto a model or into a module.
+
+    Parameters
+    ----------
+    device : str or None, default None
+        The device for the block's fits (None: each fit's own default).
+    checkpoints : str or pathlib.Path or None, default None
+        The job's checkpoint folder (None: no job checkpoints).
+
+    Yields
+    ------
+    None
+        The settings hold until the block ends, also when it raises.
+    """
     token = _CONTEXT.set(_Context(device, None if checkpoints is None else Path(checkpoints)))
     try:
         yield
@@ -72,8 +88,20 @@ def _job_fit_folder(size: int) -> Path | None:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch: same seed, same numbers (on the same machine, with the same
-    number of torch threads)."""
+    """Seed Python, NumPy and torch: same seed, same numbers.
+
+    The same numbers on the same machine, with the same number of torch threads.
+
+    Parameters
+    ----------
+    seed : int
+        The seed, >= 0.
+
+    Raises
+    ------
+    ValueError
+        When ``seed`` is not an integer >= 0.
+    """
     check_int("seed", seed, 0)
     random.seed(seed)
     np.random.seed(seed)
@@ -196,8 +224,34 @@ def fit_glm_first(model: ConditionalModel, train: Sequences, val: Sequences | No
     (``model.glm_part()``; for ``EFA`` the multinomial logit on context counts of its
     ``Category(bag=True)`` fields); stage 2 trains everything from that fit and, as every fit
     does, keeps it unless an epoch beats it on validation: the model never ends worse on
-    validation than the GLM it contains. Both stages take the same settings (a
-    ``checkpoint_dir`` gets a folder per stage). Returns (stage 1's history, stage 2's).
+    validation than the GLM it contains.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A model with a ``glm_part()`` that returns parameters (e.g. an ``EFA`` with a
+        ``Category(bag=True)`` target field); trained in place.
+    train : Sequences
+        Training data.
+    val : Sequences, optional
+        Validation data, as in :func:`fit`.
+    config : TrainConfig, optional
+        The settings of both stages (default ``TrainConfig()``); a ``checkpoint_dir`` gets a
+        folder per stage (``glm`` and ``all``).
+    **overrides
+        Any :class:`TrainConfig` field by name.
+
+    Returns
+    -------
+    first : History
+        Stage 1's history (the GLM alone).
+    second : History
+        Stage 2's history (every parameter).
+
+    Raises
+    ------
+    ValueError
+        When ``model`` contains no GLM to fit first.
     """
     part = getattr(model, "glm_part", None)
     params, zero = part() if part is not None else ([], [])
@@ -242,7 +296,18 @@ def _settings(config: TrainConfig | None, overrides: dict[str, Any]) -> TrainCon
 
 
 def check_device(device: str | torch.device) -> None:
-    """Refuse a device that does not exist on this machine (the CPU always does)."""
+    """Refuse a device that does not exist on this machine (the CPU always does).
+
+    Parameters
+    ----------
+    device : str or torch.device
+        E.g. ``"cuda"``, ``"cuda:1"`` or ``"cpu"``.
+
+    Raises
+    ------
+    ValueError
+        When the device's backend is not available or the index is beyond its device count.
+    """
     d = torch.device(device)
     if d.type == "cpu":
         return
@@ -264,7 +329,9 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     if n_batches == 0:
         raise ValueError(f"drop_last with {len(train)} sequences in batches of "
                          f"{cfg.batch_size} leaves no batch")
-    sched, plateau = _scheduler(opt, cfg, n_batches)
+    sched, plateau = steps.scheduler(opt, cfg, n_batches)
+    schedule = plateau or sched  # exactly one is built; its state rides in the checkpoint
+    assert schedule is not None
     hist, best_state, bad, start_epoch = History(), None, 0, 0
     initial = copy.deepcopy(model.state_dict())
     fingerprint = {
@@ -278,7 +345,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     if own and folder is not None and folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"checkpoint_dir {str(folder)!r} is a file, not a folder")
     if folder is not None and cfg.resume:
-        resumed = _resume(folder, own, fingerprint, model, opt, plateau or sched, gen, sampler)
+        resumed = _resume(folder, own, fingerprint, model, opt, schedule, gen, sampler)
         if resumed is not None:
             hist, best_state, bad = resumed
             start_epoch = hist.epochs_run
@@ -320,11 +387,11 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
             for start in range(0, n_batches * cfg.batch_size, cfg.batch_size):
                 idx = order[start : start + cfg.batch_size]
                 with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-                    loss, batch = _batch_loss(model, objective, train, idx, cfg, sampler,
-                                              sampling, rank, size)
+                    loss, batch = steps.batch_loss(model, objective, train, idx, cfg, sampler,
+                                                    sampling, rank, size)
                 if not torch.isfinite(loss):
                     raise_non_finite(model, batch, idx[rank::size], "fit", f" at epoch {epoch}")
-                _step(model, opt, sched, loss, cfg.grad_clip)
+                steps.step(model, opt, sched, loss, cfg.grad_clip)
                 total += float(loss.detach()) / size
             hist.train_loss.append(distributed.all_sum([total])[0] / n_batches)
             if val is not None:
@@ -348,7 +415,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
             # fits are not slowed down, and a kill costs at most that much of a long one.
             if folder is not None and (own or time.perf_counter() - saved >= JOB_SAVE_SECONDS):
                 if rank == 0:
-                    checkpoint.save_state(folder, model, opt, plateau or sched, gen, sampler,
+                    checkpoint.save_state(folder, model, opt, schedule, gen, sampler,
                                           asdict(hist), best_state, bad, fingerprint)
                 saved = time.perf_counter()
                 distributed.barrier()
@@ -400,78 +467,7 @@ def _resume(folder: Path, own: bool, fingerprint: dict, model, opt, sched, gen, 
         return None
 
 
-def _batch_loss(model, objective, train: Sequences, idx, cfg: TrainConfig, sampler,
-                sampling, rank: int, size: int) -> tuple[torch.Tensor, Sequences]:
-    """This rank's loss on the batch ``train[idx]`` (and the batch it was computed on)."""
-    batch = train[idx[rank::size]]
-    if batch.device != model.device:
-        batch = batch.to(model.device)
-    if size == 1 and cfg.positions is None:  # options only when used: a subclass may narrow
-        return (model.loss(batch) if sampling is None else
-                model.loss(batch, sampling=sampling)), batch
-    # Normalise by the predicted positions of the whole batch (all ranks, all positions): the
-    # ranks then sum to one process's exact-batch gradient.
-    whole = train[idx] if size > 1 else batch
-    counts = {f.name: int(whole.predicted(f.name).sum()) for f in model.target_fields}
-    weights = None
-    if cfg.positions is not None:
-        batch, weights = sample_positions(batch, cfg.positions, sampler)
-    return objective(batch, weights, counts, float(size), sampling), batch
-
-
-def _step(model, opt, sched, loss: torch.Tensor, grad_clip: float | None) -> None:
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if grad_clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    opt.step()
-    if sched is not None:
-        sched.step()
-
-
-def sample_positions(batch: Sequences, m: int,
-                     gen: torch.Generator) -> tuple[Sequences, torch.Tensor]:
-    """Keep m scored positions per sequence, uniformly at random (all when fewer), and the
-    weights n_b / m_b that make the sum of the kept terms an unbiased estimate of the sum of
-    all of them."""
-    slots = batch.scored_positions()
-    keys = torch.rand(slots.shape, generator=gen).to(slots.device)
-    keys = keys.masked_fill(~slots, 2.0)  # never picked before a real slot
-    k = min(m, slots.shape[1])
-    chosen = torch.zeros_like(slots)
-    chosen.scatter_(1, keys.topk(k, dim=1, largest=False).indices, True)
-    chosen &= slots
-    n = slots.sum(1)
-    weights = n.double() / chosen.sum(1).clamp(min=1)
-    return batch.with_scored(chosen), weights
-
-
 def _resume_key(cfg: dict) -> dict:
     """The settings a resumed run must share with the run that wrote the checkpoint."""
     return {k: v for k, v in cfg.items()
             if k not in ("progress", "checkpoint_dir", "threads", "resume", "time_limit")}
-
-
-def _scheduler(opt, cfg: TrainConfig, steps_per_epoch: int):
-    """(per-step scheduler, per-epoch plateau scheduler); exactly one is not None."""
-    if cfg.schedule == "anneal":
-        # The rate comes down exactly when validation stops responding to it; the stall test is
-        # early stopping's own (an improvement of at least min_delta on the best).
-        return None, torch.optim.lr_scheduler.ReduceLROnPlateau(
-            opt, factor=0.5, patience=0, threshold=cfg.min_delta, threshold_mode="abs"
-        )
-    if cfg.schedule == "plateau":
-        return None, torch.optim.lr_scheduler.ReduceLROnPlateau(
-            opt, factor=0.5, patience=max(1, cfg.patience // 3)
-        )
-    total = cfg.max_epochs * steps_per_epoch
-
-    def factor(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        if cfg.schedule == "constant":
-            return 1.0
-        progress = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    return torch.optim.lr_scheduler.LambdaLR(opt, factor), None

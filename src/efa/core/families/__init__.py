@@ -25,16 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 from efa.core.families.base import Family, InvalidValues
+from efa.core.families.categorical import Bernoulli, Categorical, Ordinal
 from efa.core.families.continuous import Gamma, Gaussian, HeteroscedasticGaussian, LearnedGaussian
-from efa.core.families.discrete import (
-    Bernoulli,
-    Binomial,
-    Categorical,
-    NegativeBinomial,
-    Ordinal,
-    Poisson,
-    poisson_counts,
-)
+from efa.core.families.counts import Binomial, NegativeBinomial, Poisson, poisson_counts
 from efa.core.registry import Registry
 
 __all__ = [
@@ -72,6 +65,23 @@ for _family in (
 
 
 def family_from_config(config: dict[str, Any]) -> Family:
-    """Rebuild a family from ``Family.config()``; learned parameters come from state_dict."""
+    """Rebuild a family from ``Family.config()``; learned parameters come from state_dict.
+
+    Parameters
+    ----------
+    config : dict
+        ``{"family": name, **arguments}``, as
+        :meth:`efa.core.families.base.Family.config` writes it.
+
+    Returns
+    -------
+    Family
+        A new family of the registered class ``name``, built with the arguments.
+
+    Raises
+    ------
+    UnknownName
+        If ``name`` is not a registered family (it is a ``KeyError`` and a ``ValueError``).
+    """
     args = dict(config)
     return FAMILIES.lookup(args.pop("family", None))(**args)

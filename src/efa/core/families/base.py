@@ -60,8 +60,16 @@ def _positive(name: str, value) -> float:
 
 
 class InvalidValues(ValueError):
-    """Bad target values; ``index`` is the (flat) index of the first offender in the tensor
-    that was validated, so a caller can translate it into a (sequence, position)."""
+    """Bad target values, raised by :meth:`Family.validate`.
+
+    Parameters
+    ----------
+    message : str
+        What is wrong, naming the first offender.
+    index : tuple of int, optional
+        The index of the first offender in the tensor that was validated (kept as the
+        attribute ``index``), so that a caller can translate it into a (sequence, position).
+    """
 
     def __init__(self, message: str, index: tuple[int, ...] | None = None):
         super().__init__(message)
@@ -84,6 +92,11 @@ class Family(nn.Module):
     the base class supplies ``log_prob``, the generic parts of ``validate``, ``config`` and
     ``repr``. It is an ``nn.Module`` so that a family can own learnable parameters
     (``LearnedGaussian``); calling the module applies ``link``.
+
+    Class attributes say what a family is: ``name`` (its key in ``FAMILIES`` and in saved
+    configs), ``is_discrete`` (integer targets), ``num_outputs`` (the width of the read-out z)
+    and ``num_natural`` (the width of η); ``args`` names the constructor arguments that
+    ``config`` saves.
     """
 
     name: str = "family"
@@ -91,42 +104,143 @@ class Family(nn.Module):
     num_outputs: int = 1
     num_natural: int = 1
 
+    def __init__(self) -> None:
+        super().__init__()
+
     # -- the exponential family --------------------------------------------------------------
 
     def link(self, z: Tensor) -> Tensor:
-        """Map an unconstrained readout ``z [..., num_outputs]`` to ``eta [..., num_natural]``
-        (default: the canonical link, η = z)."""
+        """Map an unconstrained read-out z to the natural parameter η.
+
+        The base class is the canonical link, η = z.
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., num_outputs)
+            The network's read-out.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., num_natural)
+            The natural parameter η.
+
+        Raises
+        ------
+        ValueError
+            If the last dimension of ``z`` is not ``num_outputs``.
+        """
         _check_last_dim(z, self.num_outputs, "z", self)
         return z
 
     def forward(self, z: Tensor) -> Tensor:
+        """Calling the family applies :meth:`link`.
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., num_outputs)
+            The network's read-out.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., num_natural)
+            The natural parameter η.
+        """
         return self.link(z)
 
     def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
-        """``link`` for a read-out made in standardised units, (y − loc) / scale: location-scale
-        families (the Gaussians) map it back to the data's units; the others ignore it."""
+        """:meth:`link` for a read-out made in standardised units, (y − loc) / scale.
+
+        Location-scale families (the Gaussians) map it back to the data's units; the others,
+        as the base class, ignore ``loc`` and ``scale``.
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., num_outputs)
+            The network's read-out, in standardised units.
+        loc : float
+            The location the values were standardised with.
+        scale : float
+            The scale the values were standardised with.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., num_natural)
+            The natural parameter η, for the values in the data's units.
+        """
         return self.link(z)
 
     def sufficient_stat(self, y: Tensor) -> Tensor:
-        """t(y) [..., num_natural] (default: t(y) = y, one natural parameter)."""
+        """The sufficient statistic t(y); the base class is t(y) = y (one natural parameter).
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (...)
+            Values (integer targets are cast to a floating dtype).
+
+        Returns
+        -------
+        torch.Tensor, shape (..., num_natural)
+            t(y).
+        """
         return _as_real(y).unsqueeze(-1)
 
     def log_partition(self, eta: Tensor) -> Tensor:
-        """A(η), the log-partition function, elementwise over the natural parameters."""
+        """A(η), the log-partition function.
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., num_natural)
+            The natural parameter.
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            A(η).
+        """
         raise NotImplementedError
 
     def log_base_measure(self, y: Tensor) -> Tensor:
-        """log h(y), the log base measure, elementwise over the values."""
+        """log h(y), the log base measure.
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (...)
+            Values.
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            log h(y), elementwise.
+        """
         raise NotImplementedError
 
     def log_prob(self, y: Tensor, eta: Tensor, base_measure: bool = True) -> Tensor:
-        """``<eta, t(y)> - A(eta) + log h(y)``, shape ``[...]``.
+        """The log-density ⟨η, t(y)⟩ − A(η) + log h(y).
 
-        With ``base_measure=False`` the ``log h(y)`` term is dropped. It does not depend on
-        eta, so gradients are unchanged, but the value is then *not* a log-likelihood. This is
+        With ``base_measure=False`` the log h(y) term is dropped. It does not depend on
+        η, so gradients are unchanged, but the value is then *not* a log-likelihood. This is
         the reporting convention of the EFA paper, whose Poisson "cross-entropy" omits the
-        ``-log y!`` term; use ``base_measure=True`` (the default) for comparable
+        −log y! term; use ``base_measure=True`` (the default) for comparable
         log-likelihoods, and say which one you report.
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (...)
+            Values (cast to ``eta``'s dtype).
+        eta : torch.Tensor, shape (..., num_natural)
+            The natural parameter.
+        base_measure : bool
+            Whether to add log h(y).
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            The log-density of each value.
+
+        Raises
+        ------
+        ValueError
+            If the last dimension of ``eta`` is not ``num_natural``.
         """
         _check_last_dim(eta, self.num_natural, "eta", self)
         y = y.to(eta.dtype)
@@ -136,15 +250,50 @@ class Family(nn.Module):
         return lp
 
     def mean(self, eta: Tensor) -> Tensor:
-        """E[y] under ``eta``."""
+        """E[y] under η.
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., num_natural)
+            The natural parameter.
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            The mean of each distribution.
+        """
         raise NotImplementedError
 
     def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """Draw one y per element of ``eta``'s batch shape (no gradient)."""
+        """Draw one y per element of η's batch shape (no gradient).
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., num_natural)
+            The natural parameter.
+        generator : torch.Generator, optional
+            The random number generator (default: torch's global one).
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            The draws: ``torch.long`` for discrete families, ``eta``'s dtype otherwise.
+        """
         raise NotImplementedError
 
     def distribution(self, eta: Tensor) -> torch.distributions.Distribution:
-        """The equivalent ``torch.distributions`` object (of the unshifted variable)."""
+        """The equivalent ``torch.distributions`` object (of the unshifted variable).
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., num_natural)
+            The natural parameter.
+
+        Returns
+        -------
+        torch.distributions.Distribution
+            The distribution, with batch shape ``eta.shape[:-1]``.
+        """
         raise NotImplementedError
 
     # -- validation -----------------------------------------------------------------------
@@ -152,10 +301,24 @@ class Family(nn.Module):
     def validate(self, y: Any, where: str) -> None:
         """Raise ``ValueError`` unless ``y`` is a valid target tensor for this family.
 
-        ``where`` names the data in the message, e.g. ``"field 'rating'"``. Checks are strict:
-        discrete families need an integer dtype (whole-valued floats are rejected too, so a
-        silent ``float -> long`` truncation can never happen), continuous ones a floating
-        dtype; then finiteness and the support.
+        Checks are strict: discrete families need an integer dtype (whole-valued floats are
+        rejected too, so a silent ``float -> long`` truncation can never happen), continuous
+        ones a floating dtype; then finiteness and the support.
+
+        Parameters
+        ----------
+        y : torch.Tensor
+            The target values (any shape).
+        where : str
+            Names the data in the message, e.g. ``"field 'rating'"``.
+
+        Raises
+        ------
+        InvalidValues
+            If some values are NaN, infinite, not whole (discrete families) or outside the
+            support; it is a ``ValueError`` whose ``index`` is the first offender's.
+        ValueError
+            If ``y`` is not a tensor or has the wrong kind of dtype.
         """
         if not isinstance(y, Tensor):
             raise ValueError(
@@ -211,10 +374,26 @@ class Family(nn.Module):
         return {k: getattr(self, k) for k in self.args}
 
     def config(self) -> dict[str, Any]:
-        """JSON-serialisable constructor arguments; learned parameters live in state_dict."""
+        """The family as a JSON-serialisable dict (its name and constructor arguments).
+
+        Learned parameters are not in it: they live in ``state_dict``.
+
+        Returns
+        -------
+        dict
+            ``{"family": name, **arguments}``, which
+            :func:`efa.core.families.family_from_config` rebuilds the family from.
+        """
         return {"family": self.name, **self._config_args()}
 
     def extra_repr(self) -> str:
+        """The constructor arguments, for ``repr``.
+
+        Returns
+        -------
+        str
+            ``"name=value, ..."``.
+        """
         return ", ".join(f"{k}={v!r}" for k, v in self._config_args().items())
 
 
@@ -223,7 +402,15 @@ class Family(nn.Module):
 
 class Shifted(torch.distributions.Distribution):
     """y = shift + z with z ~ ``base`` (a family with ``shift``, e.g. ratings 1 + Poisson):
-    moments, samples and ``log_prob`` of y itself."""
+    moments, samples and ``log_prob`` of y itself.
+
+    Parameters
+    ----------
+    base : torch.distributions.Distribution
+        The distribution of z.
+    shift : int
+        The shift added to z.
+    """
 
     arg_constraints: dict = {}
 
@@ -244,7 +431,31 @@ class Shifted(torch.distributions.Distribution):
         return self.base.variance
 
     def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> Tensor:
+        """Draw y = shift + z.
+
+        Parameters
+        ----------
+        sample_shape : torch.Size or sequence of int
+            The shape of draws per distribution (default: one draw).
+
+        Returns
+        -------
+        torch.Tensor
+            The draws, of shape ``sample_shape + batch_shape``.
+        """
         return self.base.sample(torch.Size(sample_shape)) + self.shift
 
     def log_prob(self, value: Tensor) -> Tensor:
+        """log p(y) = log p_base(y − shift).
+
+        Parameters
+        ----------
+        value : torch.Tensor
+            Values of y, broadcastable to the batch shape.
+
+        Returns
+        -------
+        torch.Tensor
+            Their log-probabilities.
+        """
         return self.base.log_prob(value - self.shift)

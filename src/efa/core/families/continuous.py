@@ -26,6 +26,16 @@ class Gaussian(Family):
     log h = -y^2 / (2 sigma^2) - log(2 pi sigma^2) / 2. For a learned sigma use
     ``LearnedGaussian`` (one global sigma) or ``HeteroscedasticGaussian`` (per prediction):
     they have two natural parameters, so they are separate classes rather than a mode here.
+
+    Parameters
+    ----------
+    sigma : float
+        The standard deviation σ (> 0, finite).
+
+    Raises
+    ------
+    ValueError
+        If ``sigma`` is not a positive finite number.
     """
 
     name = "gaussian"
@@ -42,29 +52,119 @@ class Gaussian(Family):
         self.sigma = float(sigma)
 
     def link(self, z: Tensor) -> Tensor:
+        """η = z / σ²: the read-out is the mean μ.
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., 1)
+            The mean μ.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., 1)
+            The natural parameter η.
+        """
         _check_last_dim(z, self.num_outputs, "z", self)
         return z / self.sigma**2
 
     def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        """η for the mean μ = loc + scale · z read out in standardised units.
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., 1)
+            The mean in standardised units.
+        loc : float
+            The location the values were standardised with.
+        scale : float
+            The scale the values were standardised with.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., 1)
+            The natural parameter η, in the data's units (σ is in the data's units).
+        """
         return self.link(loc + scale * z)
 
     def log_partition(self, eta: Tensor) -> Tensor:
+        """A(η) = σ² η² / 2.
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., 1)
+            The natural parameter.
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            A(η).
+        """
         return 0.5 * self.sigma**2 * eta[..., 0] ** 2
 
     def log_base_measure(self, y: Tensor) -> Tensor:
+        """log h(y) = −y² / (2σ²) − log(2πσ²) / 2.
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (...)
+            Values.
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            log h(y).
+        """
         var = self.sigma**2
         return -(_as_real(y) ** 2) / (2 * var) - 0.5 * (_LOG_2PI + math.log(var))
 
     def mean(self, eta: Tensor) -> Tensor:
+        """The mean μ = σ² η.
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., 1)
+            The natural parameter.
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            μ.
+        """
         return self.sigma**2 * eta[..., 0]
 
     def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Draw y ~ N(μ, σ²) (no gradient).
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., 1)
+            The natural parameter.
+        generator : torch.Generator, optional
+            The random number generator (default: torch's global one).
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            The draws, in ``eta``'s dtype.
+        """
         mu = self.mean(eta.detach())
         return mu + self.sigma * torch.randn(
             mu.shape, generator=generator, dtype=mu.dtype, device=mu.device
         )
 
     def distribution(self, eta: Tensor) -> torch.distributions.Normal:
+        """N(μ, σ²) as a ``torch.distributions.Normal``.
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., 1)
+            The natural parameter.
+
+        Returns
+        -------
+        torch.distributions.Normal
+            Batch shape ``eta.shape[:-1]``.
+        """
         return torch.distributions.Normal(self.mean(eta), self.sigma)
 
 
@@ -116,6 +216,16 @@ class LearnedGaussian(_NormalNatural):
     sigma is stored as the parameter ``log_sigma`` (scalar), initialised to
     ``log(init_sigma)``. ``config`` records only ``init_sigma``; the learned value travels
     with ``state_dict`` like any other parameter.
+
+    Parameters
+    ----------
+    init_sigma : float
+        The initial σ (> 0, finite).
+
+    Raises
+    ------
+    ValueError
+        If ``init_sigma`` is not a positive finite number.
     """
 
     name = "learned_gaussian"
@@ -132,10 +242,39 @@ class LearnedGaussian(_NormalNatural):
         return self.log_sigma.exp()
 
     def link(self, z: Tensor) -> Tensor:
+        """η = (μ / σ², −1 / (2σ²)) with the mean μ = z and the learned σ.
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., 1)
+            The mean μ.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., 2)
+            The natural parameter η.
+        """
         _check_last_dim(z, self.num_outputs, "z", self)
         return self._natural(z[..., 0], self.log_sigma.to(z.dtype).exp())
 
     def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        """η for the mean μ = loc + scale · z read out in standardised units; σ is learned in
+        the data's units.
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., 1)
+            The mean in standardised units.
+        loc : float
+            The location the values were standardised with.
+        scale : float
+            The scale the values were standardised with.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., 2)
+            The natural parameter η, in the data's units.
+        """
         return self.link(loc + scale * z)  # σ is learned in the data's units
 
 
@@ -144,6 +283,16 @@ class HeteroscedasticGaussian(_NormalNatural):
 
     sigma = softplus(raw) + ``min_scale``. The floor (default 1e-4) keeps the likelihood
     bounded: without it the model can drive sigma -> 0 on a well-fit point and log p -> inf.
+
+    Parameters
+    ----------
+    min_scale : float
+        The floor on σ (≥ 0, finite).
+
+    Raises
+    ------
+    ValueError
+        If ``min_scale`` is negative or not finite.
     """
 
     name = "heteroscedastic_gaussian"
@@ -155,10 +304,39 @@ class HeteroscedasticGaussian(_NormalNatural):
         self.min_scale = _non_negative("min_scale", min_scale)
 
     def link(self, z: Tensor) -> Tensor:
+        """η = (μ / σ², −1 / (2σ²)) with μ = z₀ and σ = softplus(z₁) + ``min_scale``.
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., 2)
+            The mean and the raw scale.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., 2)
+            The natural parameter η.
+        """
         _check_last_dim(z, self.num_outputs, "z", self)
         return self._natural(z[..., 0], F.softplus(z[..., 1]) + self.min_scale)
 
     def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        """η for a read-out in standardised units: μ = loc + scale · z₀ and
+        σ = scale · (softplus(z₁) + ``min_scale``).
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., 2)
+            The mean and the raw scale, in standardised units.
+        loc : float
+            The location the values were standardised with.
+        scale : float
+            The scale the values were standardised with.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., 2)
+            The natural parameter η, in the data's units.
+        """
         _check_last_dim(z, self.num_outputs, "z", self)
         sigma = scale * (F.softplus(z[..., 1]) + self.min_scale)
         return self._natural(loc + scale * z[..., 0], sigma)
@@ -170,6 +348,16 @@ class Gamma(Family):
     alpha = softplus(z0) + ``floor``, beta = softplus(z1) + ``floor`` (default 1e-4, which
     keeps eta strictly inside the domain). eta = (alpha - 1, -beta), t = (log y, y),
     A = lgamma(eta1 + 1) - (eta1 + 1) log(-eta2), h = 1. Mean alpha / beta.
+
+    Parameters
+    ----------
+    floor : float
+        The floor on α and β (≥ 0, finite).
+
+    Raises
+    ------
+    ValueError
+        If ``floor`` is negative or not finite.
     """
 
     name, args, num_outputs, num_natural = "gamma", ("floor",), 2, 2
@@ -179,6 +367,18 @@ class Gamma(Family):
         self.floor = _non_negative("floor", floor)
 
     def link(self, z: Tensor) -> Tensor:
+        """η = (α − 1, −β) with α = softplus(z₀) + ``floor`` and β = softplus(z₁) + ``floor``.
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., 2)
+            The raw shape and rate.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., 2)
+            The natural parameter η.
+        """
         _check_last_dim(z, self.num_outputs, "z", self)
         alpha_beta = F.softplus(z) + self.floor
         return torch.stack([alpha_beta[..., 0] - 1, -alpha_beta[..., 1]], dim=-1)
@@ -187,27 +387,102 @@ class Gamma(Family):
         return eta[..., 0] + 1, -eta[..., 1]
 
     def sufficient_stat(self, y: Tensor) -> Tensor:
+        """t(y) = (log y, y).
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (...)
+            Positive values.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., 2)
+            t(y).
+        """
         y = _as_real(y)
         return torch.stack([torch.log(y), y], dim=-1)
 
     def log_partition(self, eta: Tensor) -> Tensor:
+        """A(η) = lgamma(α) − α log β, with α = η₁ + 1 and β = −η₂.
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., 2)
+            The natural parameter.
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            A(η).
+        """
         alpha, beta = self._shape_rate(eta)
         return torch.lgamma(alpha) - alpha * torch.log(beta)
 
     def log_base_measure(self, y: Tensor) -> Tensor:
+        """log h(y) = 0.
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (...)
+            Values.
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            Zeros.
+        """
         return torch.zeros_like(_as_real(y))
 
     def mean(self, eta: Tensor) -> Tensor:
+        """The mean α / β.
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., 2)
+            The natural parameter.
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            α / β.
+        """
         alpha, beta = self._shape_rate(eta)
         return alpha / beta
 
     def sample(self, eta: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Draw y ~ Gamma(α, β) (no gradient); a draw that underflows to 0 becomes the
+        smallest positive number of the dtype, so it stays in the support.
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., 2)
+            The natural parameter.
+        generator : torch.Generator, optional
+            The random number generator (default: torch's global one).
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            The draws, in ``eta``'s dtype.
+        """
         alpha, beta = self._shape_rate(eta.detach())
         y = torch._standard_gamma(alpha, generator=generator) / beta
         # Small shapes can underflow to 0, which is outside the support (as torch does).
         return y.clamp(min=torch.finfo(y.dtype).tiny)
 
     def distribution(self, eta: Tensor) -> torch.distributions.Gamma:
+        """Gamma(α, β) as a ``torch.distributions.Gamma`` (shape α, rate β).
+
+        Parameters
+        ----------
+        eta : torch.Tensor, shape (..., 2)
+            The natural parameter.
+
+        Returns
+        -------
+        torch.distributions.Gamma
+            Batch shape ``eta.shape[:-1]``.
+        """
         return torch.distributions.Gamma(*self._shape_rate(eta))
 
     def _check_support(self, y: Tensor, where: str) -> None:

@@ -31,15 +31,13 @@ query, k(q, q) − k(K, q)ᵀ (k(K, K) + λI)⁻¹ k(K, q) (a column after the v
 read-out can turn the attention into the GP's predictive distribution (mean and variance), not
 the mean alone.
 
-Attention masks. The key set of query i is its row of ``allowed``; different rows mean
-different kernel matrices. :class:`CME` recognises the masks the model produces and solves
-them with one Cholesky factorisation per (sequence, head): a key set shared by every query
-(with padding), a causal prefix (leading sub-blocks of the factor), and the query's own
-position added to or removed from either (a Schur-complement step: a downdate through the
-inverse's column and a bordering update). Any other mask falls back to one factorisation per
-query. The two-stream "own" form (query i sees its own key and value at position i) is the
-masked copy i exactly, so :func:`efa.core.strategies.copies` computes a one-layer CME model's copies
-with one factorisation per sequence (``own_is_copy``).
+Attention masks. The key set of query i is its row of ``allowed``; :class:`CME` recognises
+the masks the model produces (a key set shared by every query, a causal prefix, either with
+the query's own position added or removed) and solves them with one Cholesky factorisation per
+(sequence, head), any other mask with one per query (:mod:`efa.core.kernels.cmesolve`). The
+two-stream "own" form (query i sees its own key and value at position i) is the masked copy i
+exactly, so :func:`efa.core.strategies.copies` computes a one-layer CME model's copies with one
+factorisation per sequence (``own_is_copy``).
 
 Degenerate input: an empty key set gives output 0 (the prior mean) and zero weights; a singular
 kernel matrix (duplicate keys with λ = 0 in :func:`cme`; :class:`CME` keeps λ ≥ λ_min > 0) and
@@ -55,6 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from efa.core.kernels.base import Kernel, register_kernel
+from efa.core.kernels.cmesolve import cholesky, mask_pattern, per_query_weights, structured_weights
 
 SIMILARITIES = ("rbf", "exponential", "linear", "rbf+linear")
 
@@ -64,9 +63,34 @@ SIMILARITIES = ("rbf", "exponential", "linear", "rbf+linear")
 
 def similarity(a: Tensor, b: Tensor, kind: str, bandwidth: float | Tensor, scale: float = 1.0,
                rbf_dims: int | None = None) -> Tensor:
-    """k(a_i, b_j) [..., Ia, Ib] for a [..., Ia, d], b [..., Ib, d]; ``bandwidth`` γ is a
-    number or a tensor broadcasting against [..., 1, 1]; ``rbf_dims``: the RBF's features of
-    ``rbf+linear``."""
+    """The similarity k(a_i, b_j) of every pair of rows (the module's ``similarity`` kinds).
+
+    Parameters
+    ----------
+    a : torch.Tensor, shape (..., Ia, d)
+        First points.
+    b : torch.Tensor, shape (..., Ib, d)
+        Second points.
+    kind : {"rbf", "exponential", "linear", "rbf+linear"}
+        The similarity.
+    bandwidth : float or torch.Tensor
+        γ > 0, a number or a tensor broadcasting against (..., 1, 1) (the ``rbf+linear``
+        kernel's linear part has none).
+    scale : float, default 1.0
+        Factor on the squared distances and dot products.
+    rbf_dims : int, optional
+        ``rbf+linear`` only: the RBF's leading features (between 1 and d − 1).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Ia, Ib)
+        k(a_i, b_j).
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is unknown, or ``rbf_dims`` is out of range for ``rbf+linear``.
+    """
     if kind == "rbf+linear":
         r = _rbf_dims(rbf_dims, a.shape[-1])
         return (similarity(a[..., :r], b[..., :r], "rbf", bandwidth, scale)
@@ -85,8 +109,34 @@ def similarity(a: Tensor, b: Tensor, kind: str, bandwidth: float | Tensor, scale
 
 def pair_similarity(a: Tensor, b: Tensor, kind: str, bandwidth: float | Tensor, scale: float = 1.0,
                     rbf_dims: int | None = None) -> Tensor:
-    """k(a_i, b_i) [..., I] row by row for a, b [..., I, d]; ``bandwidth`` a number or a
-    tensor broadcasting against [..., 1, 1] (as in :func:`similarity`)."""
+    """The similarity k(a_i, b_i) row by row: the diagonal of :func:`similarity` alone.
+
+    Parameters
+    ----------
+    a : torch.Tensor, shape (..., I, d)
+        First points.
+    b : torch.Tensor, shape (..., I, d)
+        Second points, one per row of ``a``.
+    kind : {"rbf", "exponential", "linear", "rbf+linear"}
+        The similarity.
+    bandwidth : float or torch.Tensor
+        γ > 0, a number or a tensor broadcasting against (..., 1, 1) (as in
+        :func:`similarity`).
+    scale : float, default 1.0
+        Factor on the squared distances and dot products.
+    rbf_dims : int, optional
+        ``rbf+linear`` only: the RBF's leading features.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., I)
+        k(a_i, b_i).
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is unknown, or ``rbf_dims`` is out of range for ``rbf+linear``.
+    """
     if kind == "rbf+linear":
         r = _rbf_dims(rbf_dims, a.shape[-1])
         return (pair_similarity(a[..., :r], b[..., :r], "rbf", bandwidth, scale)
@@ -116,25 +166,44 @@ def _finite(t: Tensor, what: str) -> Tensor:
     return t
 
 
-def _cholesky(m: Tensor, ridge_zero: bool) -> Tensor:
-    chol, info = torch.linalg.cholesky_ex(m)
-    if (info > 0).any():
-        hint = ("duplicate or linearly dependent keys with ridge 0: use a ridge > 0"
-                if ridge_zero else "increase the ridge (min_ridge)")
-        raise ValueError(f"CME attention: the kernel matrix k(K, K) + λI is singular ({hint})")
-    return chol
-
-
 # --------------------------------------------------------------------------- the formula
 
 
 def cme_weights(q: Tensor, k: Tensor, ridge: float | Tensor, similarity_kind: str = "rbf",
                 bandwidth: float | Tensor = 1.0, scale: float = 1.0, key_mask: Tensor | None = None,
                 rbf_dims: int | None = None) -> Tensor:
-    """α = (k(K, K) + λI)⁻¹ k(K, q) as weights [..., Iq, Ik] (0 on masked keys).
+    """α = (k(K, K) + λI)⁻¹ k(K, q) as attention weights (0 on masked keys).
 
-    q [..., Iq, d], k [..., Ik, d]; ``ridge`` λ ≥ 0 and ``bandwidth`` γ > 0 are numbers or
-    tensors broadcasting against [..., 1, 1]; ``key_mask`` [..., Ik] bool selects the keys."""
+    Parameters
+    ----------
+    q : torch.Tensor, shape (..., Iq, d)
+        Queries.
+    k : torch.Tensor, shape (..., Ik, d)
+        Keys.
+    ridge : float or torch.Tensor
+        λ ≥ 0, a number or a tensor broadcasting against (..., 1, 1).
+    similarity_kind : {"rbf", "exponential", "linear", "rbf+linear"}, default "rbf"
+        The similarity k (:func:`similarity`).
+    bandwidth : float or torch.Tensor, default 1.0
+        γ > 0, a number or a tensor broadcasting against (..., 1, 1).
+    scale : float, default 1.0
+        Factor on the squared distances and dot products.
+    key_mask : torch.Tensor, shape (..., Ik), optional
+        Which keys are in the set (bool; default: all).
+    rbf_dims : int, optional
+        ``rbf+linear`` only: the RBF's leading features.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq, Ik)
+        The weights; shape (..., Iq, 0) when there are no keys.
+
+    Raises
+    ------
+    ValueError
+        If the similarity is unknown, λ < 0, γ ≤ 0 (or either not finite), an input or kernel
+        value is not finite, or the kernel matrix is singular.
+    """
     if similarity_kind not in SIMILARITIES:
         raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity_kind!r}")
     lam = torch.as_tensor(ridge, dtype=q.dtype, device=q.device)
@@ -156,7 +225,7 @@ def cme_weights(q: Tensor, k: Tensor, ridge: float | Tensor, similarity_kind: st
     eye = torch.eye(ik, dtype=q.dtype, device=q.device)
     # Masked keys are decoupled: their rows and columns are the identity's, their rhs is 0.
     mat = g * mf[..., :, None] * mf[..., None, :] + lam * eye + torch.diag_embed(1 - mf)
-    chol = _cholesky(mat, bool((lam == 0).any()))
+    chol = cholesky(mat, bool((lam == 0).any()))
     alpha = torch.cholesky_solve(kq * mf[..., :, None], chol)
     return (alpha * mf[..., :, None]).transpose(-1, -2)
 
@@ -164,8 +233,40 @@ def cme_weights(q: Tensor, k: Tensor, ridge: float | Tensor, similarity_kind: st
 def cme(q: Tensor, k: Tensor, v: Tensor, ridge: float | Tensor, similarity_kind: str = "rbf",
         bandwidth: float | Tensor = 1.0, scale: float = 1.0,
         key_mask: Tensor | None = None) -> Tensor:
-    """CME attention Vᵀ (k(K, K) + λI)⁻¹ k(K, q): [..., Iq, dv] for values v [..., Ik, dv]
-    (see :func:`cme_weights`). With no keys the output is 0, the GP's prior mean."""
+    """CME attention Vᵀ (k(K, K) + λI)⁻¹ k(K, q), the GP posterior mean at the queries.
+
+    With no keys the output is 0, the GP's prior mean.
+
+    Parameters
+    ----------
+    q : torch.Tensor, shape (..., Iq, d)
+        Queries.
+    k : torch.Tensor, shape (..., Ik, d)
+        Keys.
+    v : torch.Tensor, shape (..., Ik, dv)
+        Values.
+    ridge : float or torch.Tensor
+        λ ≥ 0 (the GP's noise variance), a number or a tensor broadcasting against
+        (..., 1, 1).
+    similarity_kind : {"rbf", "exponential", "linear", "rbf+linear"}, default "rbf"
+        The similarity k (the GP's covariance).
+    bandwidth : float or torch.Tensor, default 1.0
+        γ > 0.
+    scale : float, default 1.0
+        Factor on the squared distances and dot products.
+    key_mask : torch.Tensor, shape (..., Ik), optional
+        Which keys are in the set (bool; default: all).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq, dv)
+        The attended values.
+
+    Raises
+    ------
+    ValueError
+        As :func:`cme_weights`, and if a value is not finite.
+    """
     _finite(v, "values")
     return cme_weights(q, k, ridge, similarity_kind, bandwidth, scale, key_mask) @ v
 
@@ -176,11 +277,34 @@ def cme(q: Tensor, k: Tensor, v: Tensor, ridge: float | Tensor, similarity_kind:
 @register_kernel
 class CME(Kernel):
     """CME attention with a learned bandwidth γ and ridge λ per head (see the module's
-    docstring). Options: ``similarity`` (one of SIMILARITIES), ``bandwidth`` and
-    ``ridge`` (initial γ and λ), ``min_ridge`` (λ's floor, > 0: λ = min_ridge + exp(ρ)),
-    ``learn`` (False: γ and λ stay fixed buffers), ``rbf_dims`` (the RBF's leading features of
-    ``rbf+linear``), ``posterior_variance`` (append the GP posterior variance to each head's
-    output: one more column per head, :meth:`extra_outputs`)."""
+    docstring).
+
+    Parameters
+    ----------
+    num_heads : int
+        Number of heads H (one γ and one λ per head).
+    head_dim : int
+        Width d of each head's queries and keys.
+    scale : float
+        Factor on the squared distances and dot products of the similarity.
+    causal : bool
+        Whether the model is unidirectional (the mask comes with each call).
+    **options
+        Each optional:
+
+        - ``similarity`` ("rbf"): one of ``SIMILARITIES``;
+        - ``bandwidth`` (1.0) and ``ridge`` (1.0): the initial γ and λ, > 0;
+        - ``min_ridge`` (1e-4): λ's floor, > 0 and below ``ridge``: λ = min_ridge + exp(ρ);
+        - ``learn`` (True): False keeps γ and λ fixed buffers;
+        - ``rbf_dims`` (None): the RBF's leading features of ``rbf+linear`` (with it only);
+        - ``posterior_variance`` (False): append the GP posterior variance to each head's
+          output, one more column per head (``extra_outputs``).
+
+    Raises
+    ------
+    ValueError
+        If an option is unknown or invalid.
+    """
 
     name = "cme"
     # Query i's weights depend on every key of its context jointly (a kernel matrix solve).
@@ -248,22 +372,78 @@ class CME(Kernel):
         return int(bool(options.get("posterior_variance", False)))
 
     def options(self) -> dict[str, Any]:
+        """The kernel's options as it was built (initial γ and λ, not the learned ones).
+
+        Returns
+        -------
+        dict
+            Every option of ``DEFAULTS`` with its value.
+        """
         return {k: self._init[k] for k in self.DEFAULTS}
 
     def bandwidth(self) -> Tensor:
-        """γ per head [H] (> 0)."""
+        """The bandwidth γ of each head.
+
+        Returns
+        -------
+        torch.Tensor, shape (H,)
+            γ = exp(β) > 0.
+        """
         return self.log_bandwidth.exp()
 
     def ridge(self) -> Tensor:
-        """λ per head [H] (≥ min_ridge > 0)."""
+        """The ridge λ of each head.
+
+        Returns
+        -------
+        torch.Tensor, shape (H,)
+            λ = min_ridge + exp(ρ) > min_ridge > 0.
+        """
         return self.min_ridge + self.log_ridge.exp()
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor,
                 own: tuple[Tensor, Tensor] | None = None, q_pos: Tensor | None = None,
                 k_pos: Tensor | None = None, need_weights: bool = True,
                 structured: bool = True) -> tuple[Tensor, Tensor]:
-        """``structured=False`` forces one factorisation per query (the general path, used by
-        the tests as a second computation)."""
+        """CME attention under the mask: each query's GP posterior mean given its key set.
+
+        Parameters
+        ----------
+        q : torch.Tensor, shape (B, H, Iq, d)
+            Queries.
+        k : torch.Tensor, shape (B, H, Ik, d)
+            Keys.
+        v : torch.Tensor, shape (B, H, Ik, dv)
+            Values.
+        allowed : torch.Tensor, shape (B, 1 or H, Iq, Ik)
+            Which key each query may see (bool): its key set.
+        own : tuple of torch.Tensor, optional
+            ``(k_own, v_own)``, each of shape (B, H, I, d): query i's own key and value at
+            position i (two-stream; Iq == Ik).
+        q_pos : torch.Tensor, shape (B or 1, Iq), optional
+            Unused (CME attention has no positions).
+        k_pos : torch.Tensor, shape (B or 1, Ik), optional
+            Unused.
+        need_weights : bool, default True
+            Ignored: the weights are always returned.
+        structured : bool, default True
+            False forces one factorisation per query (the general path, used by the tests as
+            a second computation).
+
+        Returns
+        -------
+        out : torch.Tensor, shape (B, H, Iq, dv) or (B, H, Iq, dv + 1)
+            The attended values, and with ``posterior_variance`` the GP's posterior variance
+            at the query in a last column.
+        weights : torch.Tensor, shape (B, H, Iq, Ik)
+            The weights α (not normalised; 0 outside the key set).
+
+        Raises
+        ------
+        ValueError
+            If an input or kernel value is not finite (the exponential similarity may
+            overflow).
+        """
         kind, s, r = self.similarity, self.scale, self.rbf_dims
         bw = self.bandwidth().to(q.dtype)[None, :, None, None]
         lam = self.ridge().to(q.dtype)[None, :, None, None]
@@ -275,8 +455,8 @@ class CME(Kernel):
         g = _finite(similarity(k, k, kind, bw, s, r), "kernel values k(K, K)")
         kq = _finite(similarity(k, q, kind, bw, s, r), "kernel values k(K, q)")
         ctx = _Context(kind, s, bw, lam, q, k, g, kq, own, r)
-        pattern = _pattern(a) if structured else None
-        w = _per_query(ctx, a) if pattern is None else _structured(ctx, *pattern)
+        pattern = mask_pattern(a) if structured else None
+        w = per_query_weights(ctx, a) if pattern is None else structured_weights(ctx, *pattern)
         out = w @ v
         diag = torch.diagonal(w, dim1=-2, dim2=-1) if own is not None else None
         if own is not None:
@@ -314,118 +494,3 @@ class _Context:
     def pair(self, a: Tensor, b: Tensor) -> Tensor:
         return _finite(pair_similarity(a, b, self.kind, self.bw, self.scale, self.rbf_dims),
                        "kernel values")
-
-
-def _pattern(a: Tensor):
-    """Recognise ``allowed`` [B, Hm, Iq, Ik]: ('shared', m, None) when every query has the same
-    key set m [B, Hm, Ik]; for square masks, with d [B, Hm, I] = the diagonal, ('full', m, d)
-    when query i sees m plus/minus itself, ('causal', m, d) when it sees {j < i} ∩ m
-    plus/minus itself; None otherwise."""
-    iq, ik = a.shape[-2:]
-    if iq != ik:
-        if bool((a == a[..., :1, :]).all()):
-            return "shared", a[..., 0, :], None
-        return None
-    n = ik
-    d = torch.diagonal(a, dim1=-2, dim2=-1)
-    if n == 1:
-        return "full", d, d
-    eye = torch.eye(n, dtype=torch.bool, device=a.device)
-    off = a & ~eye
-    cols = torch.arange(n, device=a.device)
-    m = off[..., (cols + 1) % n, cols]  # m_j from a row other than j
-    if bool((off == (m[..., None, :] & ~eye)).all()):
-        return "full", m, d
-    lower = torch.ones(n, n, dtype=torch.bool, device=a.device).tril(-1)  # [i, j]: j < i
-    m = torch.cat([off[..., n - 1, : n - 1], torch.zeros_like(d[..., :1])], -1)
-    if bool((off == (m[..., None, :] & lower)).all()):
-        return "causal", m, d
-    return None
-
-
-def _structured(ctx: _Context, kind: str, m: Tensor, d: Tensor | None) -> Tensor:
-    """Weights [B, H, Iq, Ik] for the recognised masks from one Cholesky factor per
-    (sequence, head) of M = k(K_m, K_m) + λI (keys outside m decoupled)."""
-    g, lam = ctx.g, ctx.lam
-    n = g.shape[-1]
-    mf = m.to(g.dtype)
-    eye = torch.eye(n, dtype=g.dtype, device=g.device)
-    mat = g * mf[..., :, None] * mf[..., None, :] + lam * eye + torch.diag_embed(1 - mf)
-    chol = _cholesky(mat, False)
-    if kind == "shared":
-        alpha = torch.cholesky_solve(ctx.kq * mf[..., :, None], chol)
-        return (alpha * mf[..., :, None]).transpose(-1, -2)
-    d = cast(Tensor, d)  # the square masks ("full", "causal") come with their diagonal
-
-    own = ctx.own is not None
-    cols = torch.eye(n, dtype=torch.bool, device=g.device)  # [j, i]: j == i
-    if kind == "full":
-        # Query i's base set R_i: m, without i when i's own key replaces it (two-stream) or
-        # when i may not see itself; key i is then added back (own key, or k_i where i ∉ m).
-        drop = m if own else m & ~d
-        add = d if own else d & ~m
-        base = m[..., :, None] & ~(cols & drop[..., None, :])
-    else:
-        drop = torch.zeros_like(d)
-        add = d
-        base = m[..., :, None] & cols.new_ones(n, n).triu(1)  # [j, i]: j < i
-
-    def solve(x: Tensor) -> Tensor:
-        """The base-set solve (M restricted to R_i)⁻¹ x_i, column by column (x [.., n, c·n],
-        c blocks of n columns, zero outside R_i)."""
-        if kind == "full":
-            y = torch.cholesky_solve(x, chol)
-            if bool(drop.any()):
-                # Removing key i: (M_{-i})⁻¹ x = [M⁻¹x − u_i (M⁻¹x)_i / u_ii] with u_i = M⁻¹e_i.
-                u = torch.cholesky_inverse(chol)
-                blocks = []
-                for y_c in y.split(n, dim=-1):
-                    coef = torch.diagonal(y_c, dim1=-2, dim2=-1) / torch.diagonal(
-                        u, dim1=-2, dim2=-1)
-                    blocks.append(y_c - u * torch.where(drop, coef, 0)[..., None, :])
-                y = torch.cat(blocks, -1)
-            return y
-        # Causal: the leading block of the factor is the factor of the leading block, so a
-        # prefix system is two triangular solves with the rhs and the middle masked.
-        p = base.to(x.dtype).repeat(*([1] * (base.dim() - 1)), x.shape[-1] // n)
-        y = torch.linalg.solve_triangular(chol, x * p, upper=False) * p
-        return torch.linalg.solve_triangular(chol.mT, y, upper=True)
-
-    basef = base.to(g.dtype)
-    kq = ctx.kq * basef
-    if not bool(add.any()):
-        return (solve(kq) * basef).transpose(-1, -2)
-    newk = ctx.new_keys()
-    bm = ctx.cross_new() * basef
-    y = solve(torch.cat([bm, kq], -1))
-    sb, sk = y[..., :n] * basef, y[..., n:] * basef
-    lam_i = lam[..., 0]
-    # Bordering: the Schur complement of the added key is ≥ λ in exact arithmetic.
-    schur = (ctx.pair(newk, newk) + lam_i - (bm * sb).sum(-2)).clamp_min(lam_i)
-    a_new = (ctx.pair(newk, ctx.q) - (bm * sk).sum(-2)) / schur * add
-    alpha = sk - sb * a_new[..., None, :]
-    return alpha.transpose(-1, -2) + torch.diag_embed(a_new)
-
-
-def _per_query(ctx: _Context, a: Tensor) -> Tensor:
-    """Weights for any mask: one factorisation per query of its own kernel matrix (with the
-    query's own key at position i in the two-stream form)."""
-    g, kq, lam = ctx.g, ctx.kq.transpose(-1, -2), ctx.lam  # kq [B, H, Iq, Ik]
-    b, h = g.shape[:2]
-    iq, ik = a.shape[-2:]
-    af = a.to(g.dtype).expand(b, h, iq, ik)
-    gi = g[..., None, :, :].expand(b, h, iq, ik, ik)
-    if ctx.own is not None:
-        e = torch.eye(iq, dtype=torch.bool, device=g.device)
-        bown = ctx.cross_new().transpose(-1, -2)  # [B, H, I(query), Ik]: k(own_i, k_j)
-        c = ctx.pair(ctx.own[0], ctx.own[0])
-        gi = torch.where(e[:, :, None], bown[..., :, None, :], gi)
-        gi = torch.where(e[:, None, :], bown[..., :, :, None], gi)
-        gi = torch.where(e[:, :, None] & e[:, None, :], c[..., :, None, None], gi)
-        kq = torch.where(e, ctx.pair(ctx.own[0], ctx.q)[..., None], kq)
-    eye = torch.eye(ik, dtype=g.dtype, device=g.device)
-    mat = gi * af[..., :, None] * af[..., None, :] + lam[..., None] * eye \
-        + torch.diag_embed(1 - af)
-    chol = _cholesky(mat, False)
-    alpha = torch.cholesky_solve((kq * af)[..., None], chol)[..., 0]
-    return alpha * af

@@ -13,7 +13,7 @@ with μ = E_u[t]. ∇F = μ + z − λ/α − E_p[t] and −∇²F = I/α + Cov_
   residual that shrinks with the gradient, so the iteration stays quadratic), an Armijo
   backtracking line search on F (robust for any α, however far λ* is from αz), and a
   stopping rule α‖∇F‖ ≤ tol·‖λ‖ (+ the rounding floor of the dtype). Per-query iteration
-  counts and a converged flag are returned.
+  counts and a converged flag are returned. (The numerics: :mod:`efa.core.kernels.newton`.)
 - :func:`fenchel_lambda`: λ* with gradients by the implicit function theorem (a custom
   autograd Function: one more CG solve with the Hessian at λ* in the backward pass, no
   unrolling). Optionally solved in float64 for float32 inputs.
@@ -29,13 +29,13 @@ template at j = q (two-stream).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from efa.core.kernels.base import register_kernel
+from efa.core.kernels.newton import DEFAULT_TOL, cov_times, hessian_solve, newton, tilted
 from efa.core.kernels.preference import (
     PreferenceKernel,
     check_prior,
@@ -44,28 +44,7 @@ from efa.core.kernels.preference import (
     template_scores,
 )
 
-DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
-
-
 # --------------------------------------------------------------------------- the dual problem
-
-
-def _norm(x: Tensor) -> Tensor:
-    return torch.linalg.vector_norm(x, dim=-1)
-
-
-def tilted(lam: Tensor, t: Tensor, own: Tensor | None,
-           log_u: Tensor) -> tuple[Tensor, Tensor]:
-    """(p [..., Iq, Ik], log Σ_j u_j e^{⟨t_j, λ⟩} [..., Iq]) for a normalised log prior."""
-    logits = log_u + template_scores(lam, t, own)
-    lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-    return torch.exp(logits - lse), lse[..., 0]
-
-
-def cov_times(p: Tensor, h: Tensor, t: Tensor, own: Tensor | None, v: Tensor) -> Tensor:
-    """Cov_p[t] v = Σ_j p_j t_j ⟨t_j, v⟩ − h⟨h, v⟩ (h = E_p[t]), per query."""
-    tv = template_scores(v, t, own)
-    return template_mean(p * tv, t, own) - h * (h * v).sum(-1, keepdim=True)
 
 
 def _alpha(alpha, like: Tensor) -> Tensor:
@@ -76,8 +55,28 @@ def _alpha(alpha, like: Tensor) -> Tensor:
 
 def dual_objective(lam: Tensor, z: Tensor, t: Tensor, log_u: Tensor, alpha: float | Tensor,
                    own: Tensor | None = None) -> Tensor:
-    """F(λ) of Eq. 8 per query [..., Iq] (log_u need not be normalised; α a number or a
-    tensor broadcasting to [..., Iq])."""
+    """F(λ) of Eq. 8 per query, the dual objective.
+
+    Parameters
+    ----------
+    lam : torch.Tensor, shape (..., Iq, d)
+        λ per query.
+    z : torch.Tensor, shape (..., Iq, d)
+        Evidence.
+    t : torch.Tensor, shape (..., Ik, d)
+        Templates shared by the queries.
+    log_u : torch.Tensor, shape (..., Iq, Ik)
+        Log prior (−inf: masked; need not be normalised).
+    alpha : float or torch.Tensor
+        α > 0, a number or a tensor broadcasting to (..., Iq).
+    own : torch.Tensor, shape (..., Iq, d), optional
+        Query q's own template at j = q (two-stream; Iq = Ik).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq)
+        F(λ).
+    """
     alpha = _alpha(alpha, z)
     log_u = torch.log_softmax(log_u, dim=-1)
     mu = template_mean(log_u.exp(), t, own)
@@ -87,7 +86,28 @@ def dual_objective(lam: Tensor, z: Tensor, t: Tensor, log_u: Tensor, alpha: floa
 
 def primal_objective(p: Tensor, z: Tensor, t: Tensor, log_u: Tensor, alpha: float | Tensor,
                      own: Tensor | None = None) -> Tensor:
-    """Eq. 3 at p [..., Iq, Ik]: (α/2)‖μ + z − E_p[t]‖² + KL(p ‖ u), per query."""
+    """Eq. 3 at p: (α/2)‖μ + z − E_p[t]‖² + KL(p ‖ u), per query, the primal objective.
+
+    Parameters
+    ----------
+    p : torch.Tensor, shape (..., Iq, Ik)
+        A distribution of each query over the templates.
+    z : torch.Tensor, shape (..., Iq, d)
+        Evidence.
+    t : torch.Tensor, shape (..., Ik, d)
+        Templates shared by the queries.
+    log_u : torch.Tensor, shape (..., Iq, Ik)
+        Log prior (−inf: masked; need not be normalised).
+    alpha : float or torch.Tensor
+        α > 0, a number or a tensor broadcasting to (..., Iq).
+    own : torch.Tensor, shape (..., Iq, d), optional
+        Query q's own template at j = q (two-stream; Iq = Ik).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq)
+        The objective at p.
+    """
     alpha = _alpha(alpha, z)
     log_u = torch.log_softmax(log_u, dim=-1)
     mu = template_mean(log_u.exp(), t, own)
@@ -96,118 +116,72 @@ def primal_objective(p: Tensor, z: Tensor, t: Tensor, log_u: Tensor, alpha: floa
     return alpha[..., 0] / 2 * fit + kl
 
 
-def cg(matvec: Callable[[Tensor], Tensor], b: Tensor, rtol: Tensor, max_iter: int) -> Tensor:
-    """Conjugate gradients for A x = b per query (A symmetric positive definite, given by
-    ``matvec``), each query stopped when ‖r‖ ≤ rtol·‖b‖."""
-    x = torch.zeros_like(b)
-    r = b.clone()
-    d = r.clone()
-    rr = (r * r).sum(-1, keepdim=True)
-    stop = (rtol * _norm(b))[..., None] ** 2
-    tiny = torch.finfo(b.dtype).tiny
-    for _ in range(max_iter):
-        active = rr > stop
-        if not bool(active.any()):
-            break
-        ad = matvec(d)
-        dad = (d * ad).sum(-1, keepdim=True)
-        a = torch.where(active, rr / dad.clamp_min(tiny), 0)
-        x = x + a * d
-        r = r - a * ad
-        rr_new = (r * r).sum(-1, keepdim=True)
-        beta = torch.where(active, rr_new / rr.clamp_min(tiny), 0)
-        d = torch.where(active, r + beta * d, d)
-        rr = torch.where(active, rr_new, rr)
-    return x
-
-
 def solve_dual(z: Tensor, t: Tensor, log_u: Tensor, alpha: Tensor, own: Tensor | None = None,
                tol: float | None = None, max_iter: int = 50,
                start: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """λ* of Eq. 8 per query by safeguarded Newton (no gradients). ``alpha`` broadcasts to
-    [..., Iq, 1]. Returns (λ* [..., Iq, d], Newton iterations [..., Iq], converged [..., Iq])."""
-    return _newton(z, t, log_u, alpha, own, tol, max_iter, start)[:3]
+    """λ* of Eq. 8 per query by safeguarded Newton (no gradients).
 
+    Parameters
+    ----------
+    z : torch.Tensor, shape (..., Iq, d)
+        Evidence.
+    t : torch.Tensor, shape (..., Ik, d)
+        Templates shared by the queries.
+    log_u : torch.Tensor, shape (..., Iq, Ik)
+        Log prior (−inf: masked; need not be normalised).
+    alpha : torch.Tensor
+        α > 0, broadcasting to (..., Iq, 1).
+    own : torch.Tensor, shape (..., Iq, d), optional
+        Query q's own template at j = q (two-stream; Iq = Ik).
+    tol : float, optional
+        Stop at α‖∇F‖ ≤ tol·‖λ‖ (+ the dtype's rounding floor); default 1e-5 in float32,
+        1e-10 in float64.
+    max_iter : int, default 50
+        Most Newton iterations.
+    start : torch.Tensor, shape (..., Iq, d), optional
+        Starting λ (default: the closed-form approximation αz).
 
-def _newton(z, t, log_u, alpha, own, tol, max_iter, start):
-    """solve_dual, also returning the tilt p̃ and its mean at λ*."""
-    with torch.no_grad():
-        dtype = z.dtype
-        tol = DEFAULT_TOL.get(dtype, 1e-5) if tol is None else tol
-        eps = torch.finfo(dtype).eps
-        log_u = torch.log_softmax(log_u, dim=-1)
-        mu = template_mean(log_u.exp(), t, own)
-        b = mu + z
-        lam = alpha * z if start is None else start.clone()
-        iters = torch.zeros(lam.shape[:-1], dtype=torch.long, device=lam.device)
-        cg_steps = min(t.shape[-1], t.shape[-2]) + 1
-
-        finite = torch.isfinite(log_u)
-
-        def objective(lam):
-            """(p, F, the magnitude of F's terms (its rounding scale), h, ∇F)."""
-            logits = log_u + template_scores(lam, t, own)
-            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-            p = torch.exp(logits - lse)
-            lb, ll = (lam * b).sum(-1), (lam * lam).sum(-1) / (2 * alpha[..., 0])
-            h = template_mean(p, t, own)
-            biggest = torch.where(finite, logits.abs(), 0).amax(-1)  # log-sum-exp's rounding
-            return (p, lb - ll - lse[..., 0], lb.abs() + ll + biggest, h,
-                    b - lam / alpha - h)
-
-        p, f, mag, h, g = objective(lam)
-        for it in range(max_iter + 1):
-            res = alpha[..., 0] * _norm(g)
-            size = _norm(lam)
-            floor = 8 * eps * (alpha[..., 0] * (_norm(b) + _norm(h)) + size)
-            done = res <= tol * size + floor
-            if bool(done.all()) or it == max_iter:
-                break
-            iters += ~done
-            # Inexact Newton: CG to a relative residual ~ (relative gradient)² (quadratic; CG
-            # steps are cheap next to the exponentials of the tilt).
-            rel = res / size.clamp_min(torch.finfo(dtype).tiny)
-            rtol = (rel * rel).clamp(min=eps, max=0.1)
-            step = cg(lambda v, p=p, h=h: v / alpha + cov_times(p, h, t, own, v), g, rtol,
-                      cg_steps)
-            step = torch.where(done[..., None], 0, step)
-            # Backtracking: Armijo on F, or (near the optimum, where F's change drowns in its
-            # rounding) a smaller gradient.
-            slope = (g * step).sum(-1)
-            gnorm = _norm(g)
-            eta = torch.ones_like(f)
-            for _ in range(60):
-                new = lam + eta[..., None] * step
-                p_new, f_new, mag_new, h_new, g_new = objective(new)
-                ok = done | (f_new >= f + 1e-4 * eta * slope - 16 * eps * (mag + mag_new))
-                ok |= (_norm(g_new) <= (1 - 1e-4 * eta) * gnorm) & (f_new >= f - 16 * eps * (
-                    mag + mag_new))
-                if bool(ok.all()):
-                    break
-                eta = torch.where(ok, eta, eta / 2)
-            lam, p, f, mag, h, g = new, p_new, f_new, mag_new, h_new, g_new
-        return lam, iters, done, p, h
+    Returns
+    -------
+    lam : torch.Tensor, shape (..., Iq, d)
+        λ*.
+    iterations : torch.Tensor, shape (..., Iq)
+        Newton iterations of each query.
+    converged : torch.Tensor, shape (..., Iq)
+        Whether each query met the stopping rule (bool).
+    """
+    return newton(z, t, log_u, alpha, own, tol, max_iter, start)[:3]
 
 
 def stationarity(lam: Tensor, z: Tensor, t: Tensor, own: Tensor | None, log_u: Tensor,
                  alpha: Tensor) -> Tensor:
     """∇F(λ) = μ + z − λ/α − E_p[t] (zero at λ*), differentiable in everything but λ's
-    role as the solution."""
+    role as the solution.
+
+    Parameters
+    ----------
+    lam : torch.Tensor, shape (..., Iq, d)
+        λ per query.
+    z : torch.Tensor, shape (..., Iq, d)
+        Evidence.
+    t : torch.Tensor, shape (..., Ik, d)
+        Templates shared by the queries.
+    own : torch.Tensor, shape (..., Iq, d), or None
+        Query q's own template at j = q (two-stream; Iq = Ik).
+    log_u : torch.Tensor, shape (..., Iq, Ik)
+        Log prior (need not be normalised).
+    alpha : torch.Tensor
+        α > 0, broadcasting to (..., Iq, 1).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq, d)
+        ∇F(λ).
+    """
     log_u = torch.log_softmax(log_u, dim=-1)
     mu = template_mean(log_u.exp(), t, own)
     p, _ = tilted(lam, t, own, log_u)
     return mu + z - lam / alpha - template_mean(p, t, own)
-
-
-def _hessian_solve(lam, t, own, log_u, alpha, g, tol, p=None, h=None):
-    """(I/α + Cov_p̃[t])⁻¹ g with p̃ the tilt at λ (or ``p``, with mean ``h``; no gradients)."""
-    with torch.no_grad():
-        if p is None:
-            p, _ = tilted(lam, t, own, torch.log_softmax(log_u, dim=-1))
-            h = template_mean(p, t, own)
-        rtol = torch.full(g.shape[:-1], tol, dtype=g.dtype, device=g.device)
-        steps = 2 * (min(t.shape[-1], t.shape[-2]) + 1)
-        return cg(lambda v: v / alpha + cov_times(p, h, t, own, v), g, rtol, steps)
 
 
 def _implicit_grads(inputs, needs, fn, w):
@@ -228,7 +202,7 @@ class _DualSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, t, own, log_u, alpha, tol, max_iter, info):
-        lam, iters, done, p, h = _newton(z, t, log_u, alpha, own, tol, max_iter, None)
+        lam, iters, done, p, h = newton(z, t, log_u, alpha, own, tol, max_iter, None)
         if info is not None:
             info["iterations"], info["converged"] = iters, done
         ctx.save_for_backward(lam, z, t, own, log_u, alpha, p, h)
@@ -238,7 +212,7 @@ class _DualSolve(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_lam):
         lam, z, t, own, log_u, alpha, p, h = ctx.saved_tensors
-        w = _hessian_solve(lam, t, own, log_u, alpha, g_lam, min(ctx.tol, 1e-6), p, h)
+        w = hessian_solve(lam, t, own, log_u, alpha, g_lam, min(ctx.tol, 1e-6), p, h)
         needs = list(ctx.needs_input_grad[:5])
         grads = _implicit_grads(
             (z, t, own, log_u, alpha), needs,
@@ -254,7 +228,7 @@ class _SecondOrder(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, t, own, log_u, alpha, tol):
-        lam = _hessian_solve(torch.zeros_like(z), t, own, log_u, alpha, z, tol)
+        lam = hessian_solve(torch.zeros_like(z), t, own, log_u, alpha, z, tol)
         ctx.save_for_backward(lam, t, own, log_u, alpha)
         ctx.tol = tol
         return lam
@@ -262,7 +236,7 @@ class _SecondOrder(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_lam):
         lam, t, own, log_u, alpha = ctx.saved_tensors
-        w = _hessian_solve(torch.zeros_like(lam), t, own, log_u, alpha, g_lam, ctx.tol)
+        w = hessian_solve(torch.zeros_like(lam), t, own, log_u, alpha, g_lam, ctx.tol)
         needs = [False, *ctx.needs_input_grad[1:5]]
 
         def a_times_lam(z_, t_, o_, l_, a_):
@@ -287,10 +261,41 @@ def fenchel_lambda(z: Tensor, t: Tensor, log_u: Tensor, alpha: float | Tensor,
                    own: Tensor | None = None, tol: float | None = None, max_iter: int = 50,
                    dtype: torch.dtype | None = None,
                    info: dict | None = None) -> Tensor:
-    """λ* of Eq. 8 per query, differentiable (implicit gradients). ``alpha``: a number or a
-    tensor broadcasting to [..., Iq] (e.g. [1, H, 1] per head); ``dtype``: solve in this
-    precision (e.g. torch.float64) and return λ* in z's; ``info`` (a dict) receives the
-    Newton iteration counts and converged flags."""
+    """λ* of Eq. 8 per query, differentiable (implicit gradients).
+
+    Parameters
+    ----------
+    z : torch.Tensor, shape (..., Iq, d)
+        Evidence.
+    t : torch.Tensor, shape (..., Ik, d)
+        Templates shared by the queries.
+    log_u : torch.Tensor, shape (..., Iq, Ik)
+        Log prior (−inf: masked; need not be normalised).
+    alpha : float or torch.Tensor
+        α > 0, a number or a tensor broadcasting to (..., Iq) (e.g. [1, H, 1] per head).
+    own : torch.Tensor, shape (..., Iq, d), optional
+        Query q's own template at j = q (two-stream; Iq = Ik).
+    tol : float, optional
+        Newton's stopping tolerance (default 1e-5 in float32, 1e-10 in float64, of the
+        solve's dtype; see :func:`solve_dual`).
+    max_iter : int, default 50
+        Most Newton iterations.
+    dtype : torch.dtype, optional
+        Solve in this precision (e.g. ``torch.float64``) and return λ* in z's.
+    info : dict, optional
+        Receives the Newton iteration counts (``"iterations"``) and converged flags
+        (``"converged"``).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq, d)
+        λ*, in z's dtype.
+
+    Raises
+    ------
+    ValueError
+        If α is not finite and > 0, or the prior masks every template of a query.
+    """
     z_, t_, own_, log_u_, a_ = _prepare(z, t, log_u, alpha, own, dtype)
     lam = _DualSolve.apply(z_, t_, own_, log_u_, a_, tol, max_iter, info)
     return lam.to(z.dtype)
@@ -299,14 +304,60 @@ def fenchel_lambda(z: Tensor, t: Tensor, log_u: Tensor, alpha: float | Tensor,
 def second_order_lambda(z: Tensor, t: Tensor, log_u: Tensor, alpha: float | Tensor,
                         own: Tensor | None = None, tol: float | None = None,
                         dtype: torch.dtype | None = None) -> Tensor:
-    """Eq. 14: λ = α(I + αΣ_u)⁻¹z with Σ_u = Cov_u[t] per query, differentiable."""
+    """Eq. 14: λ = α(I + αΣ_u)⁻¹z with Σ_u = Cov_u[t] per query, differentiable.
+
+    Parameters
+    ----------
+    z : torch.Tensor, shape (..., Iq, d)
+        Evidence.
+    t : torch.Tensor, shape (..., Ik, d)
+        Templates shared by the queries.
+    log_u : torch.Tensor, shape (..., Iq, Ik)
+        Log prior (−inf: masked; need not be normalised).
+    alpha : float or torch.Tensor
+        α > 0, a number or a tensor broadcasting to (..., Iq).
+    own : torch.Tensor, shape (..., Iq, d), optional
+        Query q's own template at j = q (two-stream; Iq = Ik).
+    tol : float, optional
+        The conjugate gradients' relative residual (default 1e-5 in float32, 1e-10 in
+        float64, of the solve's dtype).
+    dtype : torch.dtype, optional
+        Solve in this precision and return λ in z's.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq, d)
+        λ, in z's dtype.
+
+    Raises
+    ------
+    ValueError
+        If α is not finite and > 0, or the prior masks every template of a query.
+    """
     z_, t_, own_, log_u_, a_ = _prepare(z, t, log_u, alpha, own, dtype)
     tol = DEFAULT_TOL.get(z_.dtype, 1e-5) if tol is None else tol
     return _SecondOrder.apply(z_, t_, own_, log_u_, a_, tol).to(z.dtype)
 
 
 def tilt_weights(lam: Tensor, t: Tensor, log_u: Tensor, own: Tensor | None = None) -> Tensor:
-    """p̃ ∝ u exp⟨t, λ⟩ (Eq. 10) [..., Iq, Ik]."""
+    """p̃ ∝ u exp⟨t, λ⟩ (Eq. 10), the tilt of the prior at λ.
+
+    Parameters
+    ----------
+    lam : torch.Tensor, shape (..., Iq, d)
+        λ per query.
+    t : torch.Tensor, shape (..., Ik, d)
+        Templates shared by the queries.
+    log_u : torch.Tensor, shape (..., Iq, Ik)
+        Log prior (−inf: masked; need not be normalised).
+    own : torch.Tensor, shape (..., Iq, d), optional
+        Query q's own template at j = q (two-stream; Iq = Ik).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq, Ik)
+        The weights p̃, summing to 1.
+    """
     return torch.softmax(log_u + template_scores(lam, t, own), dim=-1)
 
 
@@ -314,7 +365,20 @@ def tilt_weights(lam: Tensor, t: Tensor, log_u: Tensor, own: Tensor | None = Non
 
 
 def check_tol(tol: object, where: str) -> None:
-    """Check a solver tolerance: a finite float > 0."""
+    """Check a solver tolerance: None, or a number in (0, 1).
+
+    Parameters
+    ----------
+    tol : object
+        The tolerance.
+    where : str
+        Words that start the error message (e.g. which kernel).
+
+    Raises
+    ------
+    ValueError
+        If ``tol`` is neither None nor a number (not a bool) in (0, 1).
+    """
     if tol is not None and not (isinstance(tol, int | float) and not isinstance(tol, bool)
                                 and 0 < tol < 1):
         raise ValueError(f"{where}tol must be a number in (0, 1) or null, got {tol!r}")
@@ -323,10 +387,31 @@ def check_tol(tol: object, where: str) -> None:
 @register_kernel
 class Fenchel(PreferenceKernel):
     """Exact attention as inference: p̃ ∝ u exp⟨t, λ*⟩ with λ* from the dual (Eq. 8),
-    t = scale·k, z = q. Options beyond the preference prior's: ``tol`` (None: 1e-5 in
-    float32, 1e-10 in float64), ``max_iter`` (50) and ``precision`` ("float64" to solve in
-    double precision whatever the model's dtype; None: the model's). The last solve's Newton
-    iteration counts are kept in ``last_solve``."""
+    t = scale·k, z = q.
+
+    The last solve's Newton iteration counts and converged flags are kept in ``last_solve``.
+
+    Parameters
+    ----------
+    num_heads : int
+        Number of heads H (one α per head).
+    head_dim : int
+        Width d of each head's queries and keys.
+    scale : float
+        Factor on the keys: the templates are t = scale·k.
+    causal : bool
+        Whether the model is unidirectional.
+    **options
+        Those of :class:`~efa.core.kernels.preference.PreferenceKernel` (the preference
+        prior and α), and ``tol`` (None: 1e-5 in float32, 1e-10 in float64), ``max_iter``
+        (50) and ``precision`` ("float64" to solve in double precision whatever the model's
+        dtype; "float32"; None: the model's).
+
+    Raises
+    ------
+    ValueError
+        If an option is unknown or invalid.
+    """
 
     name = "fenchel"
     DEFAULTS: ClassVar[dict[str, Any]] = {
@@ -353,11 +438,50 @@ class Fenchel(PreferenceKernel):
 
     def templates(self, q: Tensor, k: Tensor,
                   k_own: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        """The templates t the dual is solved over (the scaled keys)."""
+        """The templates t the dual is solved over (the scaled keys).
+
+        Parameters
+        ----------
+        q : torch.Tensor, shape (B, H, Iq, d)
+            Queries (unused here).
+        k : torch.Tensor, shape (B, H, Ik, d)
+            Keys.
+        k_own : torch.Tensor, shape (B, H, I, d), or None
+            Query i's own key at position i (two-stream).
+
+        Returns
+        -------
+        t : torch.Tensor, shape (B, H, Ik, d)
+            scale·k.
+        own : torch.Tensor, shape (B, H, I, d), or None
+            scale·k_own.
+        """
         return k * self.scale, None if k_own is None else k_own * self.scale
 
     def tilt(self, q: Tensor, k: Tensor, log_u: Tensor, k_own: Tensor | None,
              q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """p̃ ∝ u exp⟨t, λ*⟩ with λ* solved per query (:func:`fenchel_lambda`).
+
+        Parameters
+        ----------
+        q : torch.Tensor, shape (B, H, Iq, d)
+            Queries (the evidence z).
+        k : torch.Tensor, shape (B, H, Ik, d)
+            Keys (the templates are t = scale·k).
+        log_u : torch.Tensor, shape (B, H, Iq, Ik)
+            The preference prior.
+        k_own : torch.Tensor, shape (B, H, I, d), or None
+            Query i's own key at position i (two-stream).
+        q_pos : torch.Tensor, shape (B or 1, Iq)
+            Positions of the queries (unused).
+        k_pos : torch.Tensor, shape (B or 1, Ik)
+            Positions of the keys (unused).
+
+        Returns
+        -------
+        torch.Tensor, shape (B, H, Iq, Ik)
+            The weights p̃, summing to 1 over the allowed keys.
+        """
         t, own = self.templates(q, k, k_own)
         a = self.alpha().to(q.dtype)[None, :, None]
         precision = self.opts["precision"]

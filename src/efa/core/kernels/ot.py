@@ -45,7 +45,27 @@ def check_cost(M: Tensor | Sequence[Sequence[float]],
                where: str = "cost matrix M") -> Tensor:
     """M as a tensor if it is square, symmetric, non-negative, NaN-free and each diagonal
     entry is the smallest of its column (Paper A, footnote 11, non-strictly: its own synonym
-    example has M = 0 inside a group); otherwise a ValueError saying which entry is wrong."""
+    example has M = 0 inside a group); otherwise a ValueError saying which entry is wrong.
+
+    Parameters
+    ----------
+    M : torch.Tensor or sequence of sequences of float, shape (..., m, m)
+        The costs between templates (a list of lists is read as float64). Entries may be
+        +inf (no transport), symmetrically.
+    where : str, default "cost matrix M"
+        What the errors call it.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., m, m)
+        ``M`` as a tensor.
+
+    Raises
+    ------
+    ValueError
+        If ``M`` is not a square matrix of numbers, has NaN or negative entries, is not
+        symmetric, or an off-diagonal entry is below its column's diagonal entry.
+    """
     if not torch.is_tensor(M):
         try:
             M = torch.as_tensor(M, dtype=torch.float64)
@@ -81,7 +101,34 @@ def check_cost(M: Tensor | Sequence[Sequence[float]],
 
 def ot_weights(t: Tensor, z: Tensor, log_u: Tensor, M: Tensor, alpha: float | Tensor,
                gamma: float | Tensor) -> Tensor:
-    """Eq. 24: p*(t) over the template space [..., m] for evidence z [..., d]."""
+    """Eq. 24: p*(t) over the template space for evidence z.
+
+    Parameters
+    ----------
+    t : torch.Tensor, shape (..., m, d)
+        The templates.
+    z : torch.Tensor, shape (..., d)
+        The evidence.
+    log_u : torch.Tensor, shape (..., m)
+        Log prior (−inf where u = 0; need not be normalised).
+    M : torch.Tensor, shape (..., m, m)
+        Transport costs, checked by :func:`check_cost`.
+    alpha : float or torch.Tensor
+        Reliability α > 0.
+    gamma : float or torch.Tensor
+        Entropic regularisation γ > 0.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., m)
+        The weights p*, summing to 1.
+
+    Raises
+    ------
+    ValueError
+        If α or γ is not finite and > 0, ``M`` is not a valid cost matrix, or the prior gives
+        zero mass to every template.
+    """
     positive(alpha, "alpha")
     positive(gamma, "gamma")
     M = check_cost(M).to(t.dtype)
@@ -103,14 +150,52 @@ def _mix(s: Tensor, log_u: Tensor, M: Tensor, gamma, allowed: Tensor | None = No
 
 
 def ot_true_preference(log_u: Tensor, M: Tensor, gamma: float | Tensor) -> Tensor:
-    """ũ = argmin_p W_γ(p, u; M) (Prop. 1, Eq. 39) [..., m]."""
+    """ũ = argmin_p W_γ(p, u; M) (Prop. 1, Eq. 39): Eq. 24 at α = 0.
+
+    Parameters
+    ----------
+    log_u : torch.Tensor, shape (..., m)
+        Log prior (−inf where u = 0; need not be normalised).
+    M : torch.Tensor, shape (..., m, m)
+        Transport costs, checked by :func:`check_cost`.
+    gamma : float or torch.Tensor
+        Entropic regularisation γ > 0.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., m)
+        The true preference ũ.
+
+    Raises
+    ------
+    ValueError
+        If γ is not finite and > 0, ``M`` is not a valid cost matrix, or the prior gives zero
+        mass to every template.
+    """
     positive(gamma, "gamma")
     M = check_cost(M).to(log_u.dtype)
     return _mix(torch.zeros_like(log_u), log_u, M, gamma)
 
 
 def ot_true_mean(t: Tensor, log_u: Tensor, M: Tensor, gamma: float | Tensor) -> Tensor:
-    """μ̃ = E_ũ[t] (Eq. 40) [..., d]."""
+    """μ̃ = E_ũ[t] (Eq. 40), the mean template under the true preference.
+
+    Parameters
+    ----------
+    t : torch.Tensor, shape (..., m, d)
+        The templates.
+    log_u : torch.Tensor, shape (..., m)
+        Log prior (−inf where u = 0; need not be normalised).
+    M : torch.Tensor, shape (..., m, m)
+        Transport costs.
+    gamma : float or torch.Tensor
+        Entropic regularisation γ > 0.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., d)
+        μ̃.
+    """
     return (ot_true_preference(log_u, M, gamma)[..., None, :] @ t)[..., 0, :]
 
 
@@ -151,9 +236,32 @@ COSTS = ("sqeuclidean", "positions")
 @register_kernel
 class OT(PreferenceKernel):
     """Entropic-OT attention (Eq. 24) over the keys a query may see, t = scale·k, z = q.
-    Options beyond the preference prior's: ``gamma`` (1.0, > 0) and ``learn_gamma`` (True:
-    log γ learned per head); ``cost`` ("sqeuclidean", "positions" or a matrix over positions)
-    and ``cost_scale`` (1.0, > 0)."""
+
+    Parameters
+    ----------
+    num_heads : int
+        Number of heads H (one α and one γ per head).
+    head_dim : int
+        Width d of each head's queries and keys.
+    scale : float
+        Factor on the keys: the templates are t = scale·k.
+    causal : bool
+        Whether the model is unidirectional.
+    **options
+        Those of :class:`~efa.core.kernels.preference.PreferenceKernel` (the preference
+        prior and α), and:
+
+        - ``gamma`` (1.0, > 0) and ``learn_gamma`` (True: log γ learned per head);
+        - ``cost``: "sqeuclidean" (cost_scale·‖t_i − t_j‖², the default), "positions"
+          (cost_scale·``|i − j|``) or a matrix over positions (a list of lists, checked by
+          :func:`check_cost`);
+        - ``cost_scale`` (1.0, > 0).
+
+    Raises
+    ------
+    ValueError
+        If an option is unknown or invalid.
+    """
 
     cost_matrix: Tensor  # a buffer when the cost is given as a matrix (declared for mypy)
 
@@ -201,11 +309,35 @@ class OT(PreferenceKernel):
                                  persistent=False)
 
     def gamma(self) -> Tensor:
-        """The entropic regularisation γ of each head (learned, > 0)."""
+        """The entropic regularisation γ of each head (learned unless ``learn_gamma=False``).
+
+        Returns
+        -------
+        torch.Tensor, shape (H,)
+            γ = exp(log γ) > 0.
+        """
         return self.log_gamma.exp()
 
     def base_costs(self, t: Tensor, k_pos: Tensor) -> Tensor:
-        """M [B|1, H|1, Ik, Ik] between the context templates."""
+        """The costs M between the context templates.
+
+        Parameters
+        ----------
+        t : torch.Tensor, shape (B, H, Ik, d)
+            Templates (scaled keys), read by the "sqeuclidean" cost.
+        k_pos : torch.Tensor, shape (B or 1, Ik)
+            Positions of the keys, read by the position costs.
+
+        Returns
+        -------
+        torch.Tensor, shape (B or 1, H or 1, Ik, Ik)
+            M, 0 on the diagonal.
+
+        Raises
+        ------
+        ValueError
+            If a given cost matrix covers fewer positions than the data have.
+        """
         cost, c = self.opts["cost"], self.opts["cost_scale"]
         if cost == "positions":
             pos = k_pos.to(t.dtype)
@@ -222,8 +354,24 @@ class OT(PreferenceKernel):
         return c * base.masked_fill(torch.eye(t.shape[-2], dtype=torch.bool, device=t.device), 0)
 
     def own_costs(self, t: Tensor, own: Tensor, base: Tensor) -> Tensor:
-        """[B, H, Iq, Ik]: the cost between query q's own template and template j (0 at
-        j = q). Position costs do not depend on the template: row q of ``base``."""
+        """The cost between query q's own template and template j (0 at j = q).
+
+        Position costs do not depend on the template: row q of ``base``.
+
+        Parameters
+        ----------
+        t : torch.Tensor, shape (B, H, Ik, d)
+            Context templates.
+        own : torch.Tensor, shape (B, H, Iq, d)
+            Each query's own template (two-stream; Iq = Ik).
+        base : torch.Tensor, shape (B or 1, H or 1, Ik, Ik)
+            The context's costs (from ``base_costs``).
+
+        Returns
+        -------
+        torch.Tensor, shape (B, H, Iq, Ik)
+            The own template's costs, one row per query.
+        """
         if self.opts["cost"] != "sqeuclidean":
             return base.expand(*own.shape[:-2], *base.shape[-2:])
         sq = (t * t).sum(-1)
@@ -232,8 +380,24 @@ class OT(PreferenceKernel):
         return self.opts["cost_scale"] * mine.clamp_min(0).masked_fill(eye, 0)
 
     def costs(self, t: Tensor, own: Tensor | None, k_pos: Tensor) -> Tensor:
-        """M [B|1, H|1, Iq|1, Ik, Ik]: the cost between templates i and j for query q (query
-        q's own template replaces template q: row and column q of its matrix)."""
+        """The cost matrix of each query's template space.
+
+        Query q's own template replaces template q: row and column q of its matrix.
+
+        Parameters
+        ----------
+        t : torch.Tensor, shape (B, H, Ik, d)
+            Context templates.
+        own : torch.Tensor, shape (B, H, Iq, d), or None
+            Each query's own template (two-stream; Iq = Ik); None: every query shares M.
+        k_pos : torch.Tensor, shape (B or 1, Ik)
+            Positions of the keys.
+
+        Returns
+        -------
+        torch.Tensor, shape (B or 1, H or 1, Iq or 1, Ik, Ik)
+            M between templates i and j for query q.
+        """
         base = self.base_costs(t, k_pos)
         if own is None:
             return base[:, :, None]
@@ -245,6 +409,31 @@ class OT(PreferenceKernel):
 
     def tilt(self, q: Tensor, k: Tensor, log_u: Tensor, k_own: Tensor | None,
              q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Eq. 24 over the keys each query may see.
+
+        Computed by two matrix products (exp(−M/γ) factorised), in float64 where float32
+        would under-flow, and in the log domain where even that would.
+
+        Parameters
+        ----------
+        q : torch.Tensor, shape (B, H, Iq, d)
+            Queries (the evidence z).
+        k : torch.Tensor, shape (B, H, Ik, d)
+            Keys (the templates are t = scale·k).
+        log_u : torch.Tensor, shape (B, H, Iq, Ik)
+            The preference prior (−inf: outside the query's template space).
+        k_own : torch.Tensor, shape (B, H, I, d), or None
+            Query i's own key at position i (two-stream).
+        q_pos : torch.Tensor, shape (B or 1, Iq)
+            Positions of the queries (unused).
+        k_pos : torch.Tensor, shape (B or 1, Ik)
+            Positions of the keys (for the position costs).
+
+        Returns
+        -------
+        torch.Tensor, shape (B, H, Iq, Ik)
+            The weights p*, 0 outside each query's template space.
+        """
         t = k * self.scale
         own = None if k_own is None else k_own * self.scale
         a = self.alpha().to(q.dtype)[None, :, None, None]
@@ -263,8 +452,28 @@ class OT(PreferenceKernel):
     def true_preference(self, k: Tensor, allowed: Tensor, q_pos: Tensor | None = None,
                         k_pos: Tensor | None = None,
                         k_own: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """(ũ [B, H, Iq, Ik], μ̃ [B, H, Iq, d]) of Eqs. 39–40 for every query, in template
-        units (t = scale·k)."""
+        """ũ and μ̃ of Eqs. 39–40 for every query, in template units (t = scale·k).
+
+        Parameters
+        ----------
+        k : torch.Tensor, shape (B, H, Ik, d)
+            Keys.
+        allowed : torch.Tensor, shape (B, 1 or H, Iq, Ik)
+            Which key each query may see (bool): its template space.
+        q_pos : torch.Tensor, shape (B or 1, Iq), optional
+            Positions of the queries (default 0, 1, ...).
+        k_pos : torch.Tensor, shape (B or 1, Ik), optional
+            Positions of the keys (default 0, 1, ...).
+        k_own : torch.Tensor, shape (B, H, I, d), optional
+            Query i's own key at position i (two-stream).
+
+        Returns
+        -------
+        u : torch.Tensor, shape (B, H, Iq, Ik)
+            The true preference ũ of each query.
+        mean : torch.Tensor, shape (B, H, Iq, d)
+            Its mean template μ̃.
+        """
         if q_pos is None:
             q_pos = torch.arange(allowed.shape[-2], device=k.device)[None]
         if k_pos is None:

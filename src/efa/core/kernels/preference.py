@@ -41,7 +41,25 @@ def relative_position_bucket(relative_position: Tensor, bidirectional: bool,
     Bidirectional (encoder): half the buckets for keys after the query. Causal (decoder):
     every key after the query falls into bucket 0. Of the remaining buckets, half are exact
     distances 0..max_exact−1, the other half logarithmically wider up to ``max_distance``
-    (computed in float32, as T5 does, so that the bucket boundaries agree exactly)."""
+    (computed in float32, as T5 does, so that the bucket boundaries agree exactly).
+
+    Parameters
+    ----------
+    relative_position : torch.Tensor
+        Key position minus query position, any shape (integers).
+    bidirectional : bool
+        True: encoder bucketing (keys on both sides); False: causal (decoder) bucketing.
+    num_buckets : int, default 32
+        Number of buckets.
+    max_distance : int, default 128
+        Distance from which on every key falls into the last bucket (of its side).
+
+    Returns
+    -------
+    torch.Tensor
+        The bucket index in 0..num_buckets−1 of each entry (int64, the shape of
+        ``relative_position``).
+    """
     rel = relative_position.long()
     buckets = torch.zeros_like(rel)
     if bidirectional:
@@ -61,8 +79,21 @@ def relative_position_bucket(relative_position: Tensor, bidirectional: bool,
 
 
 def with_own(s: Tensor, own_diag: Tensor | None) -> Tensor:
-    """``s`` [..., Iq, Ik] with entry (q, q) replaced by ``own_diag`` [..., Iq] (two-stream:
-    query q holds its own template at position q)."""
+    """``s`` with entry (q, q) replaced by ``own_diag`` (two-stream: query q holds its own
+    template at position q).
+
+    Parameters
+    ----------
+    s : torch.Tensor, shape (..., Iq, Ik)
+        A matrix per query and template (Iq = Ik).
+    own_diag : torch.Tensor, shape (..., Iq), or None
+        The entries for the queries' own templates; None returns ``s`` unchanged.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq, Ik)
+        ``s`` with its diagonal replaced (a new tensor), or ``s`` itself.
+    """
     if own_diag is None:
         return s
     eye = torch.eye(s.shape[-1], dtype=torch.bool, device=s.device)
@@ -70,8 +101,22 @@ def with_own(s: Tensor, own_diag: Tensor | None) -> Tensor:
 
 
 def template_scores(lam: Tensor, t: Tensor, own: Tensor | None = None) -> Tensor:
-    """⟨t_j, λ_q⟩ [..., Iq, Ik] for λ [..., Iq, d] and templates t [..., Ik, d] shared by the
-    queries; with ``own`` [..., Iq, d] (Iq = Ik) query q's template at j = q is own_q."""
+    """⟨t_j, λ_q⟩ for every query q and template j.
+
+    Parameters
+    ----------
+    lam : torch.Tensor, shape (..., Iq, d)
+        One vector λ_q per query (the evidence z, or the dual variable).
+    t : torch.Tensor, shape (..., Ik, d)
+        Templates shared by the queries.
+    own : torch.Tensor, shape (..., Iq, d), optional
+        Query q's own template, which replaces t_q for it (two-stream; Iq = Ik).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq, Ik)
+        The scores.
+    """
     s = lam @ t.transpose(-1, -2)
     if own is not None:  # in place: s is a fresh tensor (cheaper than a masked copy)
         torch.diagonal(s, dim1=-2, dim2=-1).copy_((lam * own).sum(-1))
@@ -79,7 +124,22 @@ def template_scores(lam: Tensor, t: Tensor, own: Tensor | None = None) -> Tensor
 
 
 def template_mean(w: Tensor, t: Tensor, own: Tensor | None = None) -> Tensor:
-    """Σ_j w_qj t_j [..., Iq, d] (with query q's own template at j = q)."""
+    """Σ_j w_qj t_j for every query q (with query q's own template at j = q).
+
+    Parameters
+    ----------
+    w : torch.Tensor, shape (..., Iq, Ik)
+        Weights of each query over the templates.
+    t : torch.Tensor, shape (..., Ik, d)
+        Templates shared by the queries.
+    own : torch.Tensor, shape (..., Iq, d), optional
+        Query q's own template, which replaces t_q for it (two-stream; Iq = Ik).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., Iq, d)
+        The weighted means.
+    """
     m = w @ t
     if own is not None:
         m = m + torch.diagonal(w, dim1=-2, dim2=-1)[..., None] * (own - t)
@@ -87,7 +147,20 @@ def template_mean(w: Tensor, t: Tensor, own: Tensor | None = None) -> Tensor:
 
 
 def check_prior(log_u: Tensor, where: str = "") -> None:
-    """Refuse a prior that leaves a query no template (its tilt would be 0/0 = NaN)."""
+    """Refuse a prior that leaves a query no template (its tilt would be 0/0 = NaN).
+
+    Parameters
+    ----------
+    log_u : torch.Tensor, shape (..., Iq, Ik)
+        Log prior of each query over the templates (−inf: masked).
+    where : str, default ""
+        Words inserted into the error after "the preference prior" (e.g. which kernel).
+
+    Raises
+    ------
+    ValueError
+        If some query's row of ``log_u`` is −inf throughout, naming its index.
+    """
     empty = torch.isneginf(log_u).all(-1)
     if bool(empty.any()):
         idx = [int(i) for i in empty.nonzero()[0]]
@@ -101,15 +174,55 @@ def check_prior(log_u: Tensor, where: str = "") -> None:
 
 
 def generalized_weights(t: Tensor, z: Tensor, log_u: Tensor, alpha: float | Tensor) -> Tensor:
-    """Eq. 17: p_j ∝ u_j exp(α⟨t_j, z⟩) for templates t [..., n, d], evidence z [..., d] and a
-    log prior log_u [..., n] (−inf: masked; need not be normalised)."""
+    """Eq. 17: p_j ∝ u_j exp(α⟨t_j, z⟩), the closed-form approximation of attention as
+    inference.
+
+    Parameters
+    ----------
+    t : torch.Tensor, shape (..., n, d)
+        Templates.
+    z : torch.Tensor, shape (..., d)
+        Evidence.
+    log_u : torch.Tensor, shape (..., n)
+        Log prior over the templates (−inf: masked; need not be normalised).
+    alpha : float or torch.Tensor
+        Reliability α > 0 (a tensor broadcasting against (..., n)).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., n)
+        The weights p, summing to 1.
+
+    Raises
+    ------
+    ValueError
+        If α is not finite and > 0, or the prior masks every template.
+    """
     alpha = positive(alpha, "alpha")
     check_prior(log_u)
     return torch.softmax(log_u + alpha * (t @ z[..., None])[..., 0], dim=-1)
 
 
 def positive(x: _Number, name: str) -> _Number:
-    """``x`` if every entry is a finite number > 0, else a ValueError naming ``name``."""
+    """``x`` if every entry is a finite number > 0, else a ValueError naming ``name``.
+
+    Parameters
+    ----------
+    x : float or torch.Tensor
+        The number(s) to check (a bool is not a number here).
+    name : str
+        The name the error gives them.
+
+    Returns
+    -------
+    float or torch.Tensor
+        ``x`` itself.
+
+    Raises
+    ------
+    ValueError
+        If an entry is ≤ 0, infinite or NaN (or ``x`` is not a number).
+    """
     bad = (x <= 0) | ~torch.isfinite(x) if torch.is_tensor(x) else not (
         isinstance(x, int | float) and not isinstance(x, bool) and 0 < x < math.inf)
     if (bool(bad.any()) if torch.is_tensor(bad) else bad):
@@ -118,17 +231,39 @@ def positive(x: _Number, name: str) -> _Number:
 
 
 class PreferenceKernel(Kernel):
-    """Base of the attention-as-inference kernels. Options (all JSON):
+    """Base of the attention-as-inference kernels: it builds the preference prior log u and
+    leaves the tilt (``tilt``) to the subclass.
 
-    - ``alpha`` (1.0): initial reliability α > 0 of every head; ``learn_alpha`` (True): learn
-      log α per head.
-    - ``relative`` ("none"): T5 relative-position buckets in log u: "auto" (causal bucketing
-      for unidirectional models, bidirectional otherwise), "bidirectional", "causal";
-      ``num_buckets`` (32), ``max_distance`` (128) as in T5. The biases start at 0.
-    - ``context`` (0): rank r of the context-dependent preference network, 0 = off:
-      log u_qj += a(k_j) + ⟨b(k_j), C c_q⟩ with a, b a small MLP (``context_hidden`` units) of
-      the key and c_q the mean key over the templates query q may see. Its output layer
-      starts at 0, so every kernel starts as its uniform-prior form.
+    Parameters
+    ----------
+    num_heads : int
+        Number of heads H.
+    head_dim : int
+        Width d of each head's queries and keys.
+    scale : float
+        Factor on the keys: the templates are t = scale·k.
+    causal : bool
+        Whether the model is unidirectional (decides ``relative="auto"``).
+    **options
+        The options (all JSON), each optional:
+
+        - ``alpha`` (1.0): initial reliability α > 0 of every head; ``learn_alpha`` (True):
+          learn log α per head.
+        - ``relative`` ("none"): T5 relative-position buckets in log u: "auto" (causal
+          bucketing for unidirectional models, bidirectional otherwise), "bidirectional",
+          "causal"; ``num_buckets`` (32), ``max_distance`` (128) as in T5. The biases start
+          at 0.
+        - ``context`` (0): rank r of the context-dependent preference network, 0 = off:
+          log u_qj += a(k_j) + ⟨b(k_j), C c_q⟩ with a, b a small MLP (``context_hidden``
+          units, 16) of the key and c_q the mean key over the templates query q may see. Its
+          output layer starts at 0, so every kernel starts as its uniform-prior form.
+
+        Subclasses add their own (``DEFAULTS``).
+
+    Raises
+    ------
+    ValueError
+        If an option is unknown or out of its range.
     """
 
     DEFAULTS: ClassVar[dict[str, Any]] = {
@@ -192,12 +327,42 @@ class PreferenceKernel(Kernel):
 
     # -- the preference prior ------------------------------------------------------------------
     def alpha(self) -> Tensor:
-        """α per head [H]."""
+        """The reliability α of each head.
+
+        Returns
+        -------
+        torch.Tensor, shape (H,)
+            α = exp(log α) > 0.
+        """
         return self.log_alpha.exp()
 
     def log_preference(self, k: Tensor, allowed: Tensor, q_pos: Tensor, k_pos: Tensor,
                        k_own: Tensor | None = None) -> Tensor:
-        """log u [B, H, Iq, Ik] (not normalised; −inf where ``allowed`` is False)."""
+        """The preference prior log u of every query over the keys it may see.
+
+        Parameters
+        ----------
+        k : torch.Tensor, shape (B, H, Ik, d)
+            Keys (the context-dependent network reads them).
+        allowed : torch.Tensor, shape (B, 1 or H, Iq, Ik)
+            Which key each query may see (bool).
+        q_pos : torch.Tensor, shape (B or 1, Iq)
+            Positions of the queries (for the relative-position buckets).
+        k_pos : torch.Tensor, shape (B or 1, Ik)
+            Positions of the keys.
+        k_own : torch.Tensor, shape (B, H, I, d), optional
+            Query i's own key at position i (two-stream).
+
+        Returns
+        -------
+        torch.Tensor, shape (B, H, Iq, Ik)
+            log u, not normalised; −inf where ``allowed`` is False.
+
+        Raises
+        ------
+        ValueError
+            If a query may see no key.
+        """
         b, h, ik, _ = k.shape
         iq = q_pos.shape[-1]
         lp = k.new_zeros(1, 1, 1, 1)
@@ -232,12 +397,62 @@ class PreferenceKernel(Kernel):
     # -- the kernel -----------------------------------------------------------------------
     def tilt(self, q: Tensor, k: Tensor, log_u: Tensor, k_own: Tensor | None,
              q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """Weights [B, H, Iq, Ik] over the templates t = scale·k for evidence z = q."""
+        """Weights over the templates t = scale·k for evidence z = q (each subclass's own).
+
+        Parameters
+        ----------
+        q : torch.Tensor, shape (B, H, Iq, d)
+            Queries (the evidence).
+        k : torch.Tensor, shape (B, H, Ik, d)
+            Keys (the templates before scaling).
+        log_u : torch.Tensor, shape (B, H, Iq, Ik)
+            The preference prior (from ``log_preference``).
+        k_own : torch.Tensor, shape (B, H, I, d), or None
+            Query i's own key at position i (two-stream).
+        q_pos : torch.Tensor, shape (B or 1, Iq)
+            Positions of the queries.
+        k_pos : torch.Tensor, shape (B or 1, Ik)
+            Positions of the keys.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, H, Iq, Ik)
+            The weights, 0 where log u = −inf.
+        """
         raise NotImplementedError
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor,
                 own: tuple[Tensor, Tensor] | None = None, q_pos: Tensor | None = None,
                 k_pos: Tensor | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor]:
+        """Attend: the values weighted by the tilt of the preference prior.
+
+        Parameters
+        ----------
+        q : torch.Tensor, shape (B, H, Iq, d)
+            Queries.
+        k : torch.Tensor, shape (B, H, Ik, d)
+            Keys.
+        v : torch.Tensor, shape (B, H, Ik, dv)
+            Values.
+        allowed : torch.Tensor, shape (B, 1 or H, Iq, Ik)
+            Which key each query may see (bool).
+        own : tuple of torch.Tensor, optional
+            ``(k_own, v_own)``, each of shape (B, H, I, d): query i's own key and value at
+            position i (two-stream; Iq == Ik).
+        q_pos : torch.Tensor, shape (B or 1, Iq), optional
+            Positions of the queries (default 0, 1, ...).
+        k_pos : torch.Tensor, shape (B or 1, Ik), optional
+            Positions of the keys (default 0, 1, ...).
+        need_weights : bool, default True
+            Ignored: the weights are always returned.
+
+        Returns
+        -------
+        out : torch.Tensor, shape (B, H, Iq, dv)
+            The attended values.
+        weights : torch.Tensor, shape (B, H, Iq, Ik)
+            The weights.
+        """
         if q_pos is None:
             q_pos = torch.arange(q.shape[-2], device=q.device)[None]
         if k_pos is None:
@@ -251,4 +466,11 @@ class PreferenceKernel(Kernel):
         return out, w
 
     def options(self) -> dict[str, Any]:
+        """The kernel's options, defaults filled in, as a JSON-ready dict.
+
+        Returns
+        -------
+        dict
+            Every option of ``DEFAULTS`` with its value.
+        """
         return dict(self.opts)

@@ -1,0 +1,282 @@
+"""The fitting room of the table estimator: the labels' classes and codes, the layout of the
+internal table (the response's column, which positions are categorical, the categorical cells'
+shared vocabulary), the :class:`~efa.tabular.model.TableEFA` built from that fitted state, and
+the first stage of ``init="glm"``. Like :mod:`efa.tabular.encoding`, the functions read and
+write the estimator's fitted state, the scikit-learn way."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import torch
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import validate_data
+
+from efa.core.families import HeteroscedasticGaussian, Ordinal
+from efa.core.fields import Category, Field, Value
+from efa.core.model import EFAConfig
+from efa.tabular.encoding import as_1d, as_frame, learn_columns, lookup
+from efa.tabular.model import GLM_STAGE, TableEFA
+from efa.training.train import fit
+
+if TYPE_CHECKING:  # for annotations only
+    from efa.core.data import Sequences
+    from efa.tabular.estimator import AttentionTableClassifier
+    from efa.training.train import History, TrainConfig
+
+
+def learn_classes(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike,
+                  y: npt.ArrayLike) -> tuple[pd.DataFrame, np.ndarray]:
+    """Check the training table and its labels, and learn the classes (``classes_``).
+
+    The classes are the sorted labels; with an ordered response (``response="ordinal"`` or
+    ``additive="ordinal"``) and a pandas Categorical ``y``, its categories' order instead.
+    Records ``n_features_in_`` (and ``feature_names_in_``) as scikit-learn does.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The estimator being fitted.
+    X : pandas.DataFrame or array-like of shape (n, n_features)
+        The training table.
+    y : array-like, shape (n,)
+        The labels (NaN/None: unlabelled rows).
+
+    Returns
+    -------
+    X : pandas.DataFrame
+        The table as a DataFrame.
+    y : numpy.ndarray, shape (n,)
+        The labels as a 1-d array.
+
+    Raises
+    ------
+    ValueError
+        If ``y`` is None, is not a classification target, or has no label or one class
+        only, ``X`` has no row or no column, or their lengths differ.
+    """
+    if y is None:
+        raise ValueError(f"{type(est).__name__} requires y to be passed, but the target y "
+                         "is None")
+    frame = as_frame(X)
+    validate_data(est, X, reset=True, skip_check_array=True)
+    X = frame
+    if X.shape[1] < 1:
+        raise ValueError(f"X has 0 feature(s) (shape=({len(X)}, 0)) while a minimum of 1 "
+                         "is required.")
+    if len(X) == 0:
+        raise ValueError(f"Found array with 0 sample(s) (shape=(0, {X.shape[1]})) while a "
+                         "minimum of 1 is required.")
+    order = (y.categories if isinstance(y, pd.Categorical)  # a bare Categorical too
+             else getattr(getattr(y, "cat", None), "categories", None))
+    y = as_1d(y)
+    if len(y) != len(X):
+        raise ValueError(f"X has {len(X)} rows but y has {len(y)} labels")
+    labelled = ~pd.isna(pd.Series(y, dtype=object)).to_numpy()
+    if not labelled.any():
+        raise ValueError("y has no label (every entry is missing)")
+    check_classification_targets(y[labelled])
+    est.classes_ = np.unique(y[labelled])
+    if order is not None and (est.response == "ordinal" or est.additive == "ordinal"):
+        present = set(est.classes_.tolist())
+        est.classes_ = np.asarray([c for c in order if c in present],
+                                  dtype=est.classes_.dtype)
+    if len(est.classes_) < 2:
+        raise ValueError(f"y has one class only ({est.classes_[0]!r}): a classifier needs "
+                         "at least 2 classes")
+    return X, y
+
+
+def learn_layout(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
+    """Learn the layout of the internal table from the training table ``X``.
+
+    The response takes the last position, under a column name no feature has; each column's
+    kind and levels come from :func:`efa.tabular.encoding.learn_columns`. Sets
+    ``feature_columns_``, ``columns_``, ``n_positions_``, ``is_cat_`` (which positions are
+    cells of the categorical field), ``has_num_``, and the shared vocabulary: ``offsets_``
+    (each categorical column's first id), ``vocab_size_`` and ``lookup_`` (level → code).
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The estimator being fitted, with its ``classes_`` learned.
+    X : pandas.DataFrame
+        The training table's feature columns.
+
+    Raises
+    ------
+    ValueError
+        With ``shared_vocabulary=True``, if a categorical column has a level that is not a
+        class (and as :func:`efa.tabular.encoding.learn_columns`).
+    """
+    est._target = "__response__"  # the response's column in the internal table
+    while est._target in set(map(str, X.columns)):  # a feature may have that name too
+        est._target += "_"
+    est.feature_columns_ = list(X.columns)
+    est._index = {c: i for i, c in enumerate(X.columns)}
+    learn_columns(est, X)
+    est.has_num_ = est.numeric == "gaussian" and "num" in est.kinds_
+    est.is_cat_ = ([k == "cat" or est.numeric == "quantile" for k in est.kinds_]
+                   + [est.response == "categorical"])
+    est.columns_ = [*est.feature_columns_, est._target]
+    est.n_positions_ = len(est.columns_)
+    if est.response == "categorical":
+        est.levels_[est._target] = list(est.classes_)
+    est.offsets_, start = {}, 0
+    cats = [c for c, is_cat in zip(est.columns_, est.is_cat_, strict=True) if is_cat]
+    if est.shared_vocabulary:
+        for c in cats:
+            extra = [v for v in est.levels_[c] if v not in set(est.classes_)]
+            if extra:
+                raise ValueError(
+                    f"shared_vocabulary=True needs every categorical column's levels among "
+                    f"the response's {list(est.classes_)}; column {c!r} has {extra}")
+            est.levels_[c] = list(est.classes_)
+        est.offsets_ = dict.fromkeys(cats, 0)
+        start = len(est.classes_)
+    else:
+        for c in cats:
+            est.offsets_[c], start = start, start + len(est.levels_[c])
+    est.vocab_size_ = start
+    est.lookup_ = {c: lookup(est.levels_[c]) for c in est.offsets_}
+    est.lookup_[est._target] = lookup(est.classes_)
+
+
+def response_codes(est: AttentionTableClassifier, y: npt.ArrayLike | None,
+                   n: int) -> np.ndarray | None:
+    """The labels' codes: each label's position in ``classes_``, −1 where it is missing.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    y : array-like of shape (n,), optional
+        The labels (NaN/None: missing).
+    n : int
+        The number of rows of the table ``y`` belongs to.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n,) or None
+        The codes; None when ``y`` is None.
+
+    Raises
+    ------
+    ValueError
+        If ``y`` does not have ``n`` labels, or has a label that fit never saw.
+    """
+    if y is None:
+        return None
+    y = as_1d(y)
+    if len(y) != n:
+        raise ValueError(f"X has {n} rows but y has {len(y)} labels")
+    lookup = est.lookup_[est._target]
+    known = ~pd.isna(pd.Series(y, dtype=object)).to_numpy()
+    codes = np.array([lookup.get(v, -2) if k else -1 for v, k in zip(y, known, strict=True)])
+    if (codes == -2).any():
+        r = int(np.flatnonzero(codes == -2)[0])
+        raise ValueError(f"y has the label {y[r]!r} (row {r}) that fit never saw "
+                         f"(classes: {list(est.classes_)})")
+    return codes
+
+
+def build_model(est: AttentionTableClassifier) -> TableEFA:
+    """The network of the fitted layout, freshly initialised: the categorical field ``cat``
+    over the shared vocabulary, a Gaussian value field ``num`` for ``numeric="gaussian"`` and
+    an ordinal field ``resp`` for ``response="ordinal"``, in the ``"paper"`` (post-LN) or
+    ``"linear"`` (``residual_linear``) block.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The estimator being fitted, its layout learned (:func:`learn_layout`).
+
+    Returns
+    -------
+    TableEFA
+        The model, with each column's support and the response's GLM term as the
+        estimator's parameters ask.
+    """
+    d = est.embedding_dim
+    # (with Gaussian features and an ordinal response no cell is categorical: the field
+    # then only carries [MASK] embeddings and has nothing to predict)
+    fields: list[Field] = [Category("cat", max(est.vocab_size_, 2), dim=d, readout_bias=True,
+                                    target=any(est.is_cat_))]
+    mix, d_model = "none", None
+    if est.has_num_:
+        fields.append(Value("num", HeteroscedasticGaussian(), dim=d, encoder="linear",
+                            readout="mlp", readout_hidden=(d,), loc=0.0, scale=1.0))
+        # loc/scale fixed: _cells already standardised each float column on the fit data
+        mix, d_model = "linear", d
+    if est.response == "ordinal":
+        k = len(est.classes_)
+        fields.append(Value("resp", Ordinal(k), dim=d, encoder="table", num_values=k,
+                            readout="linear", loc=0.0, scale=1.0))
+        mix, d_model = "linear", d
+    paper = est.backbone == "paper"
+    cfg = EFAConfig(
+        fields, num_layers=est.num_layers, num_heads=est.num_heads,
+        head_dim=max(1, d // est.num_heads), d_model=d_model, mix=mix,
+        max_len=est.n_positions_, direction="bidirectional",
+        block="post_ln" if paper else "residual_linear", ffn_hidden=est.ffn_hidden,
+        dropout=est.dropout if paper else 0.0, bias=paper, scale="sqrt",
+    )
+    support = torch.zeros(est.n_positions_, max(est.vocab_size_, 2), dtype=torch.bool)
+    for pos, c in enumerate(est.columns_):
+        if est.is_cat_[pos]:
+            lo = est.offsets_[c]
+            support[pos, lo : lo + len(est.levels_[c])] = True
+    ordinal = est.response == "ordinal"
+    ordered = est.additive == "ordinal"
+    out = (1 if ordinal or ordered else len(est.classes_)) if est.additive else 0
+    return TableEFA(cfg, support, est.cell_dropout, additive=out,
+                    response="resp" if ordinal else "cat",
+                    ordered_classes=len(est.classes_) if ordered else 0)
+
+
+def fit_glm_stage(model: TableEFA, train: Sequences, val: Sequences | None,
+                  cfg: TrainConfig) -> History:
+    """The first stage of ``init="glm"``: only the GLM's parameters move, with the network's
+    read-outs (weights) at 0, so the model is the plain GLM on the response (the features'
+    cells keep a context-free prediction meanwhile).
+
+    The read-outs' weights are set to 0 and every parameter but the GLM's and the read-outs'
+    biases is frozen for the stage (and released after it).
+
+    Parameters
+    ----------
+    model : TableEFA
+        The model, with a GLM term.
+    train : Sequences
+        The training rows.
+    val : Sequences or None
+        The validation rows, for early stopping.
+    cfg : TrainConfig
+        The training settings (:func:`efa.fit`'s).
+
+    Returns
+    -------
+    History
+        The stage's training history.
+    """
+    with torch.no_grad():
+        for readout in model.readouts.values():
+            for name, p in readout.named_parameters():
+                if not name.endswith("bias"):
+                    p.zero_()
+    glm = {id(p) for p in model.glm_parameters()}
+    for readout in model.readouts.values():  # the features' intercepts too
+        glm |= {id(p) for n, p in readout.named_parameters() if n.endswith("bias")}
+    frozen = [p for p in model.parameters() if id(p) not in glm]
+    for p in frozen:
+        p.requires_grad_(False)
+    token = GLM_STAGE.set(model)
+    try:
+        return fit(model, train, val, cfg)
+    finally:
+        GLM_STAGE.reset(token)
+        for p in frozen:
+            p.requires_grad_(True)

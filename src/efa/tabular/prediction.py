@@ -1,0 +1,155 @@
+"""The prediction room of the table estimator: a table checked against the fitted columns, the
+probabilities of one column given the others, and the imputation of missing cells, read from
+the fitted estimator's state."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import torch
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from efa.core.data import Sequences
+from efa.tabular.encoding import as_frame
+
+if TYPE_CHECKING:  # for annotations only
+    from efa.core.families import Ordinal
+    from efa.core.fields import Value
+    from efa.tabular.estimator import AttentionTableClassifier
+
+
+def check_table(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike) -> pd.DataFrame:
+    """``X`` checked against the columns seen in fit, as a DataFrame with the fitted columns'
+    names.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    X : pandas.DataFrame or array-like of shape (n, n_features)
+        The table.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``X`` itself when its columns are the fitted names, else a copy renamed to them.
+
+    Raises
+    ------
+    sklearn.exceptions.NotFittedError
+        If the estimator is not fitted.
+    ValueError
+        If ``X`` has no row, or not the columns seen in fit.
+    """
+    check_is_fitted(est, "model_")
+    frame = as_frame(X)
+    validate_data(est, X, reset=False, skip_check_array=True)
+    X = frame
+    if len(X) == 0:
+        raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
+    if hasattr(est, "feature_names_in_") and isinstance(X, pd.DataFrame) and list(
+            X.columns) == list(est.feature_names_in_):
+        return X
+    X = X.copy()
+    X.columns = est.feature_columns_
+    return X
+
+
+@torch.no_grad()
+def column_proba(est: AttentionTableClassifier, data: Sequences, pos: int,
+                 column: Hashable) -> np.ndarray:
+    """p(column = level | the other cells) of every row, the column masked (in batches of
+    4096 rows).
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    data : Sequences
+        The rows, encoded (:func:`efa.tabular.encoding.sequences`).
+    pos : int
+        The column's position (the response's is the last).
+    column : hashable
+        The column's name in the internal table.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, levels)
+        The probabilities over the column's levels (for the response, its classes).
+    """
+    at = torch.zeros(len(data), est.n_positions_, dtype=torch.bool)
+    at[:, pos] = True
+    ordinal = column == est._target and est.response == "ordinal"
+    out = []
+    for s in range(0, len(data), 4096):
+        batch = data[torch.arange(s, min(s + 4096, len(data)))]
+        here = at[s : s + len(batch)]
+        if ordinal:
+            eta = est.model_.natural_params_at(batch, {"resp": here})["resp"]
+            family = cast("Ordinal", cast("Value", est.model_.field("resp")).family)
+            out.append(family.probabilities(eta))
+        else:
+            out.append(est.model_.predict_mean(batch, at=here)["cat"][:, pos])
+    p = torch.cat(out).double().numpy()
+    if ordinal:
+        return p
+    lo = est.offsets_[column]
+    p = p[:, lo : lo + len(est.levels_[column])]
+    return p / p.sum(1, keepdims=True)
+
+
+def fill_missing(est: AttentionTableClassifier, X: pd.DataFrame,
+                 data: Sequences) -> pd.DataFrame:
+    """``X`` with each missing cell replaced by its most probable level (categorical), the
+    training median of its most probable bin (binned) or its conditional mean (Gaussian),
+    given the row's observed cells.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    X : pandas.DataFrame
+        The table, checked (:func:`check_table`).
+    data : Sequences
+        Its rows, encoded; the unobserved feature cells are the ones filled.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy of ``X``; a column whose dtype cannot hold its imputed values becomes
+        ``object``.
+    """
+    hole = ~(data.observed["cat"] | data.observed.get("num", torch.zeros_like(
+        data.observed["cat"])))
+    hole[:, -1] = False
+    out = X.copy()
+    if not hole.any():
+        return out
+    with torch.no_grad():
+        mean = est.model_.predict_mean(data, at=hole)
+    for pos in range(est.n_positions_ - 1):
+        rows = hole[:, pos].numpy()
+        if not rows.any():
+            continue
+        c = est.columns_[pos]
+        if est.is_cat_[pos]:
+            p = mean["cat"][rows, pos].double().numpy()
+            lo = est.offsets_[c]
+            best = p[:, lo : lo + len(est.levels_[c])].argmax(1)
+            values = (est.bin_values_[c] if c in est.bin_values_ else est.levels_[c])
+            filled = [values[b] for b in best]
+        else:
+            mu, sd = est.stats_[c]
+            filled = mu + sd * mean["num"][rows, pos].double().numpy()
+        col = out[c].copy()
+        try:
+            col.iloc[np.flatnonzero(rows)] = filled
+        except (TypeError, ValueError):  # e.g. a level the column's dtype cannot hold
+            col = col.astype(object)
+            col.iloc[np.flatnonzero(rows)] = filled
+        out[c] = col
+    return out
