@@ -433,3 +433,22 @@ def test_a_model_with_a_scalar_parameter_fits_and_checkpoints(tmp_path):
     assert hist.epochs_run == 2 and float(model.field("y").family.sigma) != 2.0
     assert checkpoint_mod.weights_fingerprint({"s": torch.tensor(1.0)}) != \
         checkpoint_mod.weights_fingerprint({"s": torch.tensor(2.0)})
+
+
+def test_the_default_batch_size_follows_the_data(capsys):
+    """256 sequences per step from 4,096 training sequences on; below, the largest power of two
+    ≤ n/16 (at least 16), so an epoch has at least 16 steps; a multiple of the world size."""
+    from efa.training.settings import default_batch_size
+
+    assert [default_batch_size(n) for n in (10, 150, 512, 800, 4095, 4096, 50_000)] == \
+        [16, 16, 32, 32, 128, 256, 256]
+    assert default_batch_size(800, world=3) == 30 and default_batch_size(10, world=32) == 32
+    data = efa.Sequences.from_lists({"x": [[i % 5, (i + 1) % 5] for i in range(40)]})
+    model = efa.EFA(efa.EFAConfig([efa.Category("x", 5)], max_len=2))
+    hist = efa.fit(model, data, max_epochs=1, progress=True, threads=1)
+    assert hist.batch_size == 16  # recorded, and said once
+    assert capsys.readouterr().err.count("16 sequences per step, chosen for 40") == 1
+    hist = efa.fit(model, data, max_epochs=1, batch_size=8, progress=True, threads=1)
+    assert hist.batch_size == 8 and "chosen" not in capsys.readouterr().err
+    with pytest.raises(ValueError, match="batch_size"):
+        efa.TrainConfig(batch_size=0)

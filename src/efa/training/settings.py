@@ -44,8 +44,10 @@ class TrainConfig:
         AdamW's learning rate.
     weight_decay : float
         AdamW's decoupled weight decay.
-    batch_size : int
-        Sequences per step.
+    batch_size : int or None
+        Sequences per step. None (the default): chosen from the number of training sequences
+        by :func:`default_batch_size` (256, fewer for small data so that an epoch takes at
+        least 16 steps); :class:`History` records the size used.
     max_epochs : int
         At most this many passes over the training data.
     patience : int
@@ -107,7 +109,7 @@ class TrainConfig:
 
     lr: float = 6e-3
     weight_decay: float = 0.0
-    batch_size: int = 256
+    batch_size: int | None = None  # None: default_batch_size(len(train))
     max_epochs: int = 200
     patience: int = 3
     schedule: str = "anneal"
@@ -141,8 +143,10 @@ class TrainConfig:
             self.monitor = tuple(self.monitor)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        for name in ("batch_size", "max_epochs", "patience", "eval_batch_size"):
+        for name in ("max_epochs", "patience", "eval_batch_size"):
             check_int(name, getattr(self, name), 1)
+        if self.batch_size is not None:
+            check_int("batch_size", self.batch_size, 1)
         check_int("warmup_steps", self.warmup_steps, 0)
         check_int("seed", self.seed, None)
         if self.threads is not None:
@@ -199,6 +203,9 @@ class History:
         The validation loss of the starting weights.
     stopped : str, default ""
         Why training ended: ``"patience"``, ``"max_epochs"`` or ``"time_limit"``.
+    batch_size : int or None, default None
+        The sequences per step it trained with (chosen from the data when the settings left
+        it unset).
     """
 
     train_loss: list[float] = field(default_factory=list)
@@ -211,3 +218,33 @@ class History:
     threads: int | None = None  # torch threads it trained with (numbers depend on them)
     start_val: float | None = None  # validation loss of the starting weights
     stopped: str = ""  # why training ended: "patience", "max_epochs", "time_limit"
+    batch_size: int | None = None  # the sequences per step it trained with
+
+
+def default_batch_size(n: int, world: int = 1) -> int:
+    """The batch size ``fit`` uses when the settings leave it unset.
+
+    256 sequences per step; with fewer than 4,096 training sequences, the largest power of two
+    at most n / 16 (and at least 16), so that an epoch takes at least 16 steps. A fixed 256
+    gave small data sets one to three steps per epoch, and early stopping ended such fits
+    before they had learned anything (800 sequences of two fields: the movie's held-out
+    log-likelihood stayed at the frequencies' −3.32 with 256; −2.78 with 32). At 4,096
+    sequences and more the size is 256, the setting every committed teacher result used.
+
+    Parameters
+    ----------
+    n : int
+        The number of training sequences.
+    world : int, default 1
+        Processes training together (torchrun): the size is rounded down to a multiple of
+        it, and is at least ``world``.
+
+    Returns
+    -------
+    int
+        Sequences per step (over all processes).
+    """
+    size = 256
+    while size > 16 and size * 16 > n:
+        size //= 2
+    return max(world, size - size % world)

@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,14 @@ from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.training import checkpoint, distributed, steps
 from efa.training.scoring import check_int, check_targets, evaluate, in_batches, raise_non_finite
-from efa.training.settings import History, StartKept, StillImproving, TimeLimitReached, TrainConfig
+from efa.training.settings import (
+    History,
+    StartKept,
+    StillImproving,
+    TimeLimitReached,
+    TrainConfig,
+    default_batch_size,
+)
 
 JOB_SAVE_SECONDS = 60.0
 
@@ -319,6 +326,13 @@ def check_device(device: str | torch.device) -> None:
 
 def _fit(model, train, val, cfg: TrainConfig) -> History:
     rank, size = distributed.world()
+    chosen = cfg.batch_size is None
+    if chosen:
+        cfg = replace(cfg, batch_size=default_batch_size(len(train), size))
+        if cfg.progress and rank == 0:
+            print(f"fit: {cfg.batch_size} sequences per step, chosen for {len(train)} training "
+                  "sequences (pass batch_size= to set it)", file=sys.stderr, flush=True)
+    assert cfg.batch_size is not None
     distributed.check_sizes(len(train), cfg.batch_size, size, cfg.drop_last)
     device = model.device
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -435,6 +449,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         model.load_state_dict(best_state)
     model.eval()
     hist.threads = torch.get_num_threads()
+    hist.batch_size = cfg.batch_size
     if hist.stopped == "time_limit":
         warnings.warn(f"fit stopped at its time limit of {cfg.time_limit:g} s after "
                       f"{hist.epochs_run} epochs ({hist.seconds:.1f} s); "
