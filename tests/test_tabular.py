@@ -767,3 +767,25 @@ def test_table_loss_with_nothing_to_predict_is_a_zero_on_the_graph():
     assert float(loss) == 0.0
     assert all(p.grad is not None and float(p.grad.abs().sum()) == 0
                for p in model.parameters() if p.requires_grad)
+
+
+def test_equicorrelated_is_the_symmetric_square_root_applied_to_the_streams_normals():
+    """x = Σ^½ z row by row, with Σ^½ the unique symmetric PSD square root of the
+    equicorrelation matrix (checked in float64 against V diag(√w) Vᵀ from an eigendecomposition,
+    which is unique as a product even where V is not), from exactly n × d normals of the
+    stream, so the stream's later draws are those multivariate_normal left."""
+    from efa.datasets.tabular import equicorrelated
+
+    for rho in (0.0, 0.1, 0.9, 1.0):
+        d = 5
+        sigma = (1 - rho) * np.eye(d) + rho * np.ones((d, d))
+        w, v = np.linalg.eigh(sigma)
+        root = (v * np.sqrt(np.where(w > 1e-12, w, 0.0))) @ v.T  # (w = 0 up to rounding)
+        a, b = np.random.RandomState(3), np.random.RandomState(3)
+        x = equicorrelated(a, rho, 7, d)
+        z = b.standard_normal((7, d))
+        np.testing.assert_allclose(x, z @ root.T, atol=1e-12)
+        np.testing.assert_allclose(root @ root, sigma, atol=1e-12)
+        assert a.uniform() == b.uniform()  # the stream advanced by n × d normals, no more
+    with pytest.raises(ValueError, match="correlation"):
+        equicorrelated(np.random.RandomState(0), 1.5, 3, 2)
