@@ -447,7 +447,7 @@ def test_the_default_batch_size_follows_the_data(capsys):
     model = efa.EFA(efa.EFAConfig([efa.Category("x", 5)], max_len=2))
     hist = efa.fit(model, data, max_epochs=1, progress=True, threads=1)
     assert hist.batch_size == 16  # recorded, and said once
-    assert capsys.readouterr().err.count("16 sequences per step, chosen for 40") == 1
+    assert capsys.readouterr().err.count("chose batch_size=16 for 40 training sequences") == 1
     hist = efa.fit(model, data, max_epochs=1, batch_size=8, progress=True, threads=1)
     assert hist.batch_size == 8 and "chosen" not in capsys.readouterr().err
     with pytest.raises(ValueError, match="batch_size"):

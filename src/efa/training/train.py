@@ -330,7 +330,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     if chosen:
         cfg = replace(cfg, batch_size=default_batch_size(len(train), size))
         if cfg.progress and rank == 0:
-            print(f"fit: {cfg.batch_size} sequences per step, chosen for {len(train)} training "
+            print(f"efa.fit chose batch_size={cfg.batch_size} for {len(train)} training "
                   "sequences (pass batch_size= to set it)", file=sys.stderr, flush=True)
     assert cfg.batch_size is not None
     distributed.check_sizes(len(train), cfg.batch_size, size, cfg.drop_last)
