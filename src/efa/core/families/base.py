@@ -104,7 +104,7 @@ class Family(nn.Module):
     num_outputs: int = 1
     num_natural: int = 1
 
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # declares "no arguments" (nn.Module's reads as *args)
         super().__init__()
 
     # -- the exponential family --------------------------------------------------------------
