@@ -232,10 +232,13 @@ def test_init_glm_fits_the_glm_first_then_everything():
     assert all(p.requires_grad for p in est.model_.parameters())
     # the first stage alone: only the GLM's parameters and the read-outs' biases move, the
     # read-outs' weights stay at 0 (the plain GLM), and every parameter trains again afterwards
-    model = est.model_ = est._build()
+    from efa.tabular.fitting import build_model, fit_glm_stage
+
+    model = est.model_ = build_model(est)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     data = sequences(est, X, y.to_numpy())
-    hist = est._fit_glm(data, None, TrainConfig(lr=5e-2, max_epochs=3, seed=0, progress=False))
+    hist = fit_glm_stage(model, data, None,
+                         TrainConfig(lr=5e-2, max_epochs=3, seed=0, progress=False))
     assert hist.epochs_run == 3
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert {"level_effect", "slope", "glm_family.raw_steps", "glm_family.base"} <= moved
@@ -270,10 +273,11 @@ def test_with_a_glm_term_the_estimator_never_ends_worse_than_its_glm():
     assert est.history_.start_val == pytest.approx(glm_end, abs=1e-6)
     assert est.history_.best_val <= est.history_.start_val
     # the restored weights are the ones scored: recompute the validation log loss
-    data = sequences(est, X, est._y_codes(y, len(y)))
     from efa.tabular.encoding import split_rows
+    from efa.tabular.fitting import response_codes
 
-    _, val_idx = split_rows(est._y_codes(y, len(y)), est.validation_fraction,
+    data = sequences(est, X, response_codes(est, y, len(y)))
+    _, val_idx = split_rows(response_codes(est, y, len(y)), est.validation_fraction,
                             int(np.random.RandomState(0).randint(2**31 - 1)))
     val = data[torch.as_tensor(val_idx)]
     last = torch.zeros_like(val.valid())

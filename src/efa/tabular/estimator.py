@@ -25,7 +25,6 @@ from efa.tabular.fitting import (
     learn_layout,
     response_codes,
 )
-from efa.tabular.model import TableEFA
 from efa.tabular.prediction import check_table, column_proba, fill_missing
 from efa.training.train import TrainConfig, fit, seed_everything
 
@@ -206,9 +205,6 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fit
     # (the work is done in the fitting room, efa.tabular.fitting)
-    def _build(self) -> TableEFA:
-        return build_model(self)
-
     def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
         """Fit on a DataFrame or 2-D array ``X`` and labels ``y`` (NaN/None: unlabelled rows).
 
@@ -236,7 +232,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self._check_params()
         X, y = learn_classes(self, X, y)
         learn_layout(self, X)
-        y_codes = self._y_codes(y, len(y))
+        y_codes = response_codes(self, y, len(y))
+        assert y_codes is not None  # fit has labels (learn_classes refused None)
 
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(2**31 - 1))
@@ -245,7 +242,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         train_idx, val_idx = (split_rows(y_codes, self.validation_fraction, seed)
                               if self.early_stopping else (np.arange(len(y_codes)), []))
         seed_everything(seed)
-        self.model_ = self._build()
+        self.model_ = build_model(self)
         auto = "response" if self.additive else "joint"
         self.stop_on_ = auto if self.stop_on == "auto" else self.stop_on
         cfg = TrainConfig(lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
@@ -261,16 +258,12 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             val = val.with_scored(last)
         train = data[torch.as_tensor(train_idx)]
         if self.init == "glm":
-            self.glm_history_ = self._fit_glm(train, val, cfg)
+            self.glm_history_ = fit_glm_stage(self.model_, train, val, cfg)
         self.history_ = fit(self.model_, train, val, cfg)
         self.model_.eval()
         self.n_iter_ = self.history_.epochs_run + (self.glm_history_.epochs_run
                                                    if self.init == "glm" else 0)
         return self
-
-    def _fit_glm(self, train, val, cfg):
-        """The first stage of init="glm" (:func:`efa.tabular.fitting.fit_glm_stage`)."""
-        return fit_glm_stage(self.model_, train, val, cfg)
 
     # ------------------------------------------------------------------ predict
     def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
@@ -339,7 +332,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         if not self.is_cat_[pos]:
             raise ValueError(f"column {column!r} is a Gaussian value field: use impute() for its "
                              "conditional mean")
-        data = sequences(self, X, self._y_codes(y, len(X)))
+        data = sequences(self, X, response_codes(self, y, len(X)))
         name = self.columns_[pos]
         levels = self.levels_[name]
         return pd.DataFrame(column_proba(self, data, pos, name), columns=levels, index=X.index)
@@ -364,7 +357,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             A copy of ``X`` with its missing cells filled.
         """
         X = check_table(self, X)
-        data = sequences(self, X, self._y_codes(y, len(X)))
+        data = sequences(self, X, response_codes(self, y, len(X)))
         return fill_missing(self, X, data)
 
     @torch.no_grad()
@@ -451,5 +444,3 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             return self._index[column]
         raise KeyError(f"no column {column!r} (columns: {self.feature_columns_})")
 
-    def _y_codes(self, y, n):
-        return response_codes(self, y, n)
