@@ -26,7 +26,9 @@ def renamed(func: F, old: str, new: str) -> F:
                       FutureWarning, stacklevel=2)
         return func(*args, **kwargs)
 
-    alias.__name__ = alias.__qualname__ = old.rsplit(".", 1)[-1]
+    # The alias lives (and is documented) where the old name was, wherever func now lives.
+    alias.__module__, alias.__name__ = old.rsplit(".", 1)
+    alias.__qualname__ = alias.__name__
     note = f"Deprecated alias of :func:`{new}` (removed in efa 0.4)."
     # The alias takes the same arguments, so it documents them: the note, then the new
     # name's docstring below its summary (None under python -OO).

@@ -455,5 +455,4 @@ def predict_frame(model: EFA, context: pd.DataFrame, targets: pd.DataFrame, func
 # named *_efa like spatial_efa and regression_efa).
 frame_to_sequences = renamed(functions_to_sequences, "efa.regression.frame_to_sequences",
                              "efa.regression.functions_to_sequences")
-frame_to_sequences.__module__ = __name__  # documented here, where the old name was
 note_model = renamed(note_efa, "efa.regression.note_model", "efa.regression.note_efa")
