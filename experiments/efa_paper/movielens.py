@@ -144,6 +144,7 @@ def tables(results: list[dict], spec: ZooSpec, seeds: int, command: str) -> Repo
         *items.new_model_notes(spec),
         *items.target_notes(report, [f"{p}: {d}" for p in PROTOCOLS for d in DIRECTIONS]),
     ]
+    items.recommend_claim(report, results)
     report.extra["best_epoch"] = items.per_job(results, "epochs")
     items.convex_extras(report, results, "logit")
     report.extra["seconds"] = items.per_job(results, "seconds")
