@@ -43,8 +43,7 @@ train, val, test = (data[torch.arange(a, b)] for a, b in ((0, 110), (110, 130), 
 
 torch.manual_seed(0)
 model = spatial_efa(train, num_layers=1)  # standardised on the training days
-efa.fit(model, train, val, max_epochs=150, batch_size=8, schedule="plateau", patience=6,
-        progress=False, threads=1)
+efa.fit(model, train, val, max_epochs=300, progress=False, threads=1)  # fit's defaults
 frame = efa.predictive_frame(model, test, "value", level=0.9)
 climate = train.fields["value"].mean(0)  # each site's mean over the training days
 print(f"test MSE: {efa.mean_squared_error(model, test, 'value'):.2f} °F²; each site's "

@@ -57,18 +57,32 @@ def _stalled(val_loss, min_delta):
     return out
 
 
-def test_anneal_halves_the_rate_on_every_stalled_epoch_and_stops_after_patience():
+@pytest.mark.parametrize("batch_size, window", [(2, 1), (None, 6)])
+def test_anneal_halves_the_rate_on_every_failed_stall_test_and_stops_after_patience(
+        batch_size, window):
+    """A stall test is one validation epoch when an epoch takes ≥ 16 steps (40 sequences in
+    batches of 2), else enough epochs in a row to cover 16 steps (the default batch of 16
+    gives 3 steps per epoch: 6 epochs); the rate halves after each failed test and, with
+    patience left unset, the fit stops after 3 tests' worth of stalled epochs in a row."""
+    from efa.training.settings import default_patience, stall_window
+
+    assert [stall_window(s) for s in (1, 3, 5, 15, 16, 200)] == [16, 6, 4, 2, 1, 1]
+    assert default_patience(3) == 18 and default_patience(16) == 3
     model = _model()
-    hist = efa.fit(model, _data(), _data(seed=1), lr=0.05, max_epochs=60, min_delta=1e-3,
-                   progress=False)  # the default schedule, "anneal", and patience 3
+    hist = efa.fit(model, _data(), _data(seed=1), lr=0.05, max_epochs=150, min_delta=1e-3,
+                   batch_size=batch_size, progress=False)  # the default schedule, "anneal"
+    assert hist.patience == 3 * window
     stalled = _stalled(hist.val_loss, 1e-3)
     assert any(stalled) and not all(stalled)
-    rate = 0.05
+    rate, run = 0.05, 0
     for lr, stall in zip(hist.lr, stalled, strict=True):
-        rate = rate / 2 if stall else rate
+        run = run + 1 if stall else 0
+        if run == window:
+            rate, run = rate / 2, 0
         assert lr == pytest.approx(rate, rel=1e-12)
-    assert hist.epochs_run < 60 and stalled[-3:] == [True] * 3 and not any(
-        all(stalled[k:k + 3]) for k in range(len(stalled) - 3))
+    p = hist.patience
+    assert hist.epochs_run < 150 and stalled[-p:] == [True] * p and not any(
+        all(stalled[k:k + p]) for k in range(len(stalled) - p))
 
 
 def test_plateau_keeps_its_rule():
@@ -448,6 +462,9 @@ def test_the_default_batch_size_follows_the_data(capsys):
     hist = efa.fit(model, data, max_epochs=1, progress=True, threads=1)
     assert hist.batch_size == 16  # recorded, and said once
     assert capsys.readouterr().err.count("chose batch_size=16 for 40 training sequences") == 1
+    hist = efa.fit(model, data, data, max_epochs=1, progress=True, threads=1)
+    assert (hist.batch_size, hist.patience) == (16, 18)  # 3 steps per epoch: 6-epoch tests
+    assert "chose batch_size=16 and patience=18 for 40" in capsys.readouterr().err
     hist = efa.fit(model, data, max_epochs=1, batch_size=8, progress=True, threads=1)
     assert hist.batch_size == 8 and "chosen" not in capsys.readouterr().err
     with pytest.raises(ValueError, match="batch_size"):

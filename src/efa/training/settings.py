@@ -31,7 +31,9 @@ class TrainConfig:
 
     The defaults (AdamW 6e-3, batches of 256 sequences, the learning rate halved after every
     validation epoch that does not improve on the best by ``min_delta`` = 1e-4 nats, stop
-    after ``patience`` = 3 such epochs in a row, best epoch restored) fit efa's own teacher
+    after ``patience`` = 3 such epochs in a row, best epoch restored; small data sets get
+    smaller batches and longer stall tests, :func:`default_batch_size`,
+    :func:`stall_window`) fit efa's own teacher
     data to within 0.01 nats of the Bayes limit in about 17 epochs (``efa reproduce
     teacher``, docs/peers.md). With validation data, the starting weights are scored before
     the first epoch and count as a candidate: a fit never ends worse on validation than where
@@ -50,11 +52,15 @@ class TrainConfig:
         least 16 steps); :class:`History` records the size used.
     max_epochs : int
         At most this many passes over the training data.
-    patience : int
+    patience : int or None
         Stop after this many validation epochs in a row without an improvement of
-        ``min_delta``.
+        ``min_delta``. None (the default): 3 stall tests of :func:`stall_window` epochs each,
+        which is 3 epochs whenever an epoch takes at least 16 steps; :class:`History`
+        records the patience used.
     schedule : {"anneal", "plateau", "cosine", "constant"}
-        "anneal" halves the rate on every stalled validation epoch; "plateau" halves it after
+        "anneal" halves the rate after every stall test that fails (one validation epoch, or
+        :func:`stall_window` epochs in a row when an epoch takes fewer than 16 steps);
+        "plateau" halves it after
         ``max(1, patience // 3) + 1`` stalled epochs in a row (PyTorch's relative threshold of
         1e-4; the earlier default); "cosine" decays it per step over ``max_epochs`` after
         ``warmup_steps``. Without validation data "anneal" and "plateau" keep it constant.
@@ -111,7 +117,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     batch_size: int | None = None  # None: default_batch_size(len(train))
     max_epochs: int = 200
-    patience: int = 3
+    patience: int | None = None  # None: 3 * stall_window(steps per epoch)
     schedule: str = "anneal"
     min_delta: float = 1e-4  # a smaller validation improvement counts as a stalled epoch
     warmup_steps: int = 0
@@ -143,10 +149,11 @@ class TrainConfig:
             self.monitor = tuple(self.monitor)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        for name in ("max_epochs", "patience", "eval_batch_size"):
+        for name in ("max_epochs", "eval_batch_size"):
             check_int(name, getattr(self, name), 1)
-        if self.batch_size is not None:
-            check_int("batch_size", self.batch_size, 1)
+        for name in ("batch_size", "patience"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1)
         check_int("warmup_steps", self.warmup_steps, 0)
         check_int("seed", self.seed, None)
         if self.threads is not None:
@@ -206,6 +213,9 @@ class History:
     batch_size : int or None, default None
         The sequences per step it trained with (chosen from the data when the settings left
         it unset).
+    patience : int or None, default None
+        The early-stopping patience it trained with, in epochs (chosen from the data when the
+        settings left it unset).
     """
 
     train_loss: list[float] = field(default_factory=list)
@@ -219,6 +229,7 @@ class History:
     start_val: float | None = None  # validation loss of the starting weights
     stopped: str = ""  # why training ended: "patience", "max_epochs", "time_limit"
     batch_size: int | None = None  # the sequences per step it trained with
+    patience: int | None = None  # the early-stopping patience it trained with (epochs)
 
 
 def default_batch_size(n: int, world: int = 1) -> int:
@@ -247,3 +258,48 @@ def default_batch_size(n: int, world: int = 1) -> int:
     while size > 16 and size * 16 > n:
         size //= 2
     return max(world, size - size % world)
+
+
+#: Steps of training that one stall test (of early stopping and the "anneal" schedule) covers
+#: at least.
+STALL_STEPS = 16
+
+
+def stall_window(steps_per_epoch: int) -> int:
+    """Epochs in a row that count as one stall test of early stopping and of the ``"anneal"``
+    schedule: 1, or as many as it takes to cover 16 steps when an epoch takes fewer.
+
+    On a small data set an epoch is a few steps (80 sequences in batches of 16 are 5), and a
+    validation loss that does not improve after so little training is noise, not a plateau:
+    halving the rate and stopping on it ended such fits early (the spatial guide's 80 days,
+    with σ still far above the noise's). Whenever an epoch takes at least 16 steps — 256
+    sequences or more with :func:`default_batch_size` — the window is one epoch, as before.
+
+    Parameters
+    ----------
+    steps_per_epoch : int
+        Optimisation steps per epoch.
+
+    Returns
+    -------
+    int
+        Epochs per stall test.
+    """
+    return max(1, math.ceil(STALL_STEPS / max(1, steps_per_epoch)))
+
+
+def default_patience(steps_per_epoch: int) -> int:
+    """The early-stopping patience ``fit`` uses when the settings leave it unset: 3 stall tests
+    of :func:`stall_window` epochs each (3 epochs when an epoch takes at least 16 steps).
+
+    Parameters
+    ----------
+    steps_per_epoch : int
+        Optimisation steps per epoch.
+
+    Returns
+    -------
+    int
+        Epochs in a row without improvement before the fit stops.
+    """
+    return 3 * stall_window(steps_per_epoch)

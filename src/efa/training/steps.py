@@ -16,7 +16,7 @@ import torch
 from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.core.softmax import Sampling
-from efa.training.settings import TrainConfig
+from efa.training.settings import TrainConfig, default_patience, stall_window
 
 __all__ = ["batch_loss", "sample_positions", "scheduler", "step"]
 
@@ -148,8 +148,10 @@ def scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int
                          torch.optim.lr_scheduler.ReduceLROnPlateau | None]:
     """Build the learning-rate schedule that ``cfg.schedule`` names.
 
-    ``"anneal"`` halves the rate after every validation epoch that does not improve on the
-    best by ``cfg.min_delta`` (early stopping's own stall test); ``"plateau"`` halves it after
+    ``"anneal"`` halves the rate after every stall test that fails: a validation epoch that
+    does not improve on the best by ``cfg.min_delta`` (early stopping's own test), or
+    :func:`~efa.training.settings.stall_window` such epochs in a row when an epoch takes fewer
+    than 16 steps; ``"plateau"`` halves it after
     ``max(1, patience // 3) + 1`` stalled epochs (PyTorch's relative threshold); ``"cosine"``
     decays it per step to 0 over ``max_epochs`` after a linear warm-up of
     ``cfg.warmup_steps``; ``"constant"`` keeps it after the warm-up.
@@ -175,11 +177,13 @@ def scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int
         # The rate comes down exactly when validation stops responding to it; the stall test is
         # early stopping's own (an improvement of at least min_delta on the best).
         return None, torch.optim.lr_scheduler.ReduceLROnPlateau(
-            opt, factor=0.5, patience=0, threshold=cfg.min_delta, threshold_mode="abs"
+            opt, factor=0.5, patience=stall_window(steps_per_epoch) - 1,
+            threshold=cfg.min_delta, threshold_mode="abs"
         )
     if cfg.schedule == "plateau":
+        patience = cfg.patience or default_patience(steps_per_epoch)
         return None, torch.optim.lr_scheduler.ReduceLROnPlateau(
-            opt, factor=0.5, patience=max(1, cfg.patience // 3)
+            opt, factor=0.5, patience=max(1, patience // 3)
         )
     total = cfg.max_epochs * steps_per_epoch
 

@@ -39,6 +39,7 @@ from efa.training.settings import (
     TimeLimitReached,
     TrainConfig,
     default_batch_size,
+    default_patience,
 )
 
 JOB_SAVE_SECONDS = 60.0
@@ -326,12 +327,10 @@ def check_device(device: str | torch.device) -> None:
 
 def _fit(model, train, val, cfg: TrainConfig) -> History:
     rank, size = distributed.world()
-    chosen = cfg.batch_size is None
-    if chosen:
+    chosen = []  # what the settings left unset and the data decided
+    if cfg.batch_size is None:
         cfg = replace(cfg, batch_size=default_batch_size(len(train), size))
-        if cfg.progress and rank == 0:
-            print(f"efa.fit chose batch_size={cfg.batch_size} for {len(train)} training "
-                  "sequences (pass batch_size= to set it)", file=sys.stderr, flush=True)
+        chosen.append(f"batch_size={cfg.batch_size}")
     assert cfg.batch_size is not None
     distributed.check_sizes(len(train), cfg.batch_size, size, cfg.drop_last)
     device = model.device
@@ -343,6 +342,15 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     if n_batches == 0:
         raise ValueError(f"drop_last with {len(train)} sequences in batches of "
                          f"{cfg.batch_size} leaves no batch")
+    if cfg.patience is None:
+        cfg = replace(cfg, patience=default_patience(n_batches))
+        if val is not None:
+            chosen.append(f"patience={cfg.patience}")
+    assert cfg.patience is not None
+    if chosen and cfg.progress and rank == 0:
+        print(f"efa.fit chose {' and '.join(chosen)} for {len(train)} training sequences "
+              f"({n_batches} steps per epoch; pass them to set them)", file=sys.stderr,
+              flush=True)
     sched, plateau = steps.scheduler(opt, cfg, n_batches)
     schedule = plateau or sched  # exactly one is built; its state rides in the checkpoint
     assert schedule is not None
@@ -449,7 +457,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         model.load_state_dict(best_state)
     model.eval()
     hist.threads = torch.get_num_threads()
-    hist.batch_size = cfg.batch_size
+    hist.batch_size, hist.patience = cfg.batch_size, cfg.patience
     if hist.stopped == "time_limit":
         warnings.warn(f"fit stopped at its time limit of {cfg.time_limit:g} s after "
                       f"{hist.epochs_run} epochs ({hist.seconds:.1f} s); "
