@@ -590,6 +590,11 @@ def test_quick_reproduce(tmp_path, name):
                   "test accuracy")
         assert lr["mean"] == pytest.approx(0.6571428571428571) and lr["paper"] == 0.657
         assert (tmp_path / name / "gates.png").exists()
+        # the estimator's defaults against logistic regression, paired over the test rows
+        claim = doc["claims"]["defaults_log_loss_minus_LR"]
+        lo, hi = claim["interval"]
+        assert lo <= claim["difference"] <= hi and claim["not worse"] == (lo <= 0)
+        assert "efa (defaults)" in models
 
 
 def test_column_softmax_loss_equals_the_restricted_likelihood():

@@ -182,7 +182,7 @@ def row_log_loss(y_true: npt.ArrayLike, proba: npt.ArrayLike,
 
 def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
                     names: Iterable[str] = ("LR", "RF", "GB", "MLP"), target: str = "y",
-                    grids: dict | None = None) -> dict[str, dict]:
+                    grids: dict | None = None, per_row: bool = False) -> dict[str, dict]:
     """Fit the reference peers on ``train`` and score them on ``test`` (and on ``train``):
     per peer the metrics of :func:`class_metrics` with ``train`` prefixes, the CV-selected
     parameters and the wall time.
@@ -202,12 +202,15 @@ def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
         The label column.
     grids : dict, optional
         Peer name → a parameter grid replacing the reference's.
+    per_row : bool, default False
+        Also return each test row's ``"correct"`` (0/1) and ``"row_log_loss"`` (lists), for
+        paired comparisons.
 
     Returns
     -------
     dict of str to dict
         Peer name → its test metrics, the same prefixed ``"train "`` on the training rows,
-        ``"best_params"`` (not for LR) and ``"seconds"``.
+        ``"best_params"`` (not for LR), ``"seconds"``, and with ``per_row`` the per-row lists.
     """
     features = [c for c in train if c != target]
     xtr, xte = one_hot(train, test, features)
@@ -216,10 +219,13 @@ def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
     for name in names:
         t0 = time.perf_counter()
         model = reference_estimator(name, seed, (grids or {}).get(name)).fit(xtr, ytr)
-        res: dict[str, Any] = class_metrics(test[target], model.predict_proba(xte),
-                                            model.classes_)
+        proba = model.predict_proba(xte)
+        res: dict[str, Any] = class_metrics(test[target], proba, model.classes_)
         # The reference scores predict(), which is the argmax of predict_proba here.
         assert res["accuracy"] == float((model.predict(xte) == yte).mean())
+        if per_row:
+            res["correct"] = (model.predict(xte) == yte).astype(int).tolist()
+            res["row_log_loss"] = row_log_loss(yte, proba, model.classes_).tolist()
         res |= {f"train {k}": v for k, v in
                 class_metrics(train[target], model.predict_proba(xtr), model.classes_).items()}
         if name != "LR":
