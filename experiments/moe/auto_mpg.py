@@ -58,7 +58,8 @@ class Spec:
 
 SPEC = Spec()
 QUICK = Spec(
-    estimators={DEFAULTS: dict(max_epochs=2), LINEAR_BACKBONE: dict(backbone="linear", max_epochs=2),
+    estimators={DEFAULTS: dict(max_epochs=2),
+                LINEAR_BACKBONE: dict(backbone="linear", max_epochs=2),
                 GLM_NAME: dict(backbone="linear", max_epochs=2, **GLM_OPTIONS)},
     peers=("CatBoost", "TabM", "Ordered logit"), reference=("LR", "RF"),
     peer_options={"CatBoost": {"max_iterations": 10}, "TabM": {"max_epochs": 1}},
