@@ -346,7 +346,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         cfg = replace(cfg, patience=default_patience(n_batches))
         if val is not None:
             chosen.append(f"patience={cfg.patience}")
-    assert cfg.patience is not None
+    assert cfg.batch_size is not None and cfg.patience is not None
     if chosen and cfg.progress and rank == 0:
         print(f"efa.fit chose {' and '.join(chosen)} for {len(train)} training sequences "
               f"({n_batches} steps per epoch; pass them to set them)", file=sys.stderr,
