@@ -199,6 +199,8 @@ def _scale_device(folder: Path, suffix: str) -> list[str]:
 def defaults_tables(results: Path) -> str:
     """benchmarks/defaults.py's files (``results/defaults/{development,evaluation}.json``):
     per teacher, the excess test NLL of each field over the exact Bayes limit."""
+    from efa.generators.suite import suite
+
     parts = []
     for role in ("development", "evaluation"):
         path = Path(results) / "defaults" / f"{role}.json"
@@ -209,7 +211,10 @@ def defaults_tables(results: Path) -> str:
         parts += [f"**{role.capitalize()} teachers** — `{doc['command']}`: median excess "
                   f"{s['median_excess']:.4f} nats, {s['share_within_0.01']:.0%} of (teacher, "
                   f"field) pairs within 0.01, worst {s['worst_excess']:.3f}, slowest fit "
-                  f"{s['slowest_fit_seconds']:.0f} s ({s['teachers']} teachers).", "",
+                  f"{s['slowest_fit_seconds']:.0f} s ({s['teachers']} of the "
+                  f"{len(suite(role))} teachers"
+                  + ("; the command resumes with the rest" if s["teachers"] < len(suite(role))
+                     else "") + ").", "",
                   "| seed | direction | layers × heads | fields | sequences × length | "
                   "excess NLL per field (nats) | teacher's architecture, same fit | fit s | "
                   "epochs (stopped by) |",
