@@ -1,5 +1,6 @@
 """Every bad input through the public API gets a specific error: field, problem, expectation."""
 
+import math
 
 import numpy as np
 import pandas as pd
@@ -292,3 +293,19 @@ def test_library_errors_become_efa_errors(tmp_path):
     (ckpt / "checkpoint.safetensors").write_bytes(blob[:100])
     with pytest.raises(ValueError, match="checkpoint.safetensors is not a readable efa"):
         efa.fit(_model(), d, None, max_epochs=2, progress=False, checkpoint_dir=str(ckpt))
+
+
+def test_a_value_that_leaves_the_support_in_the_models_precision_is_refused():
+    """A gamma value of 1e-48 is positive in float64 and 0 in a float32 model, where its
+    log-density is infinite (found by the defaults benchmark's evaluation teacher 908): the
+    check refuses it before any fit, naming the place and the precision."""
+    from efa.core.families import Gamma
+
+    y = torch.full((3, 4), 2.0, dtype=torch.float64)
+    y[1, 2] = 1e-48
+    data = efa.Sequences({"y": y}, torch.full((3,), 4))
+    model = efa.EFA(efa.EFAConfig([efa.Value("y", Gamma())], max_len=4))
+    with pytest.raises(ValueError, match=r"sequence 1, position 2.*once rounded to the model's "
+                                         r"torch.float32 \(the data are torch.float64\)"):
+        efa.evaluate(model, data)
+    assert math.isfinite(sum(efa.evaluate(model.double(), data).values()))

@@ -85,6 +85,14 @@ def check_sequences(data: Sequences, fields: Sequence[Field], max_len: int | Non
                     f"position {at[1]} does not fit the model's {dtype} (largest "
                     f"{torch.finfo(dtype).max:.3g}); rescale it or use model.double()"
                 )
+            # A value inside the support can leave it once rounded (a gamma draw of 1e-48 is 0
+            # in float32, and its log-density there is infinite).
+            try:
+                f.validate(x.to(dtype), m, f"field {f.name!r}")
+            except ValueError as e:
+                raise ValueError(f"{e}, once rounded to the model's {dtype} (the data are "
+                                 f"{x.dtype}): rescale the field or use model.double()"
+                                 ) from None
     extra = set(data.fields) - {f.name for f in fields}
     if extra:
         raise KeyError(f"data has fields the model does not know: {sorted(extra)}")
