@@ -19,7 +19,6 @@ from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.fields import Category
 from efa.core.model import EFA
-from efa.recommendation import recommend
 from efa.training.calibration import calibration
 from efa.training.scoring import evaluate, log_likelihoods
 from efa.training.train import TrainConfig, fit
@@ -144,75 +143,12 @@ def fit_and_score(model, base: str, train, val, test, spec, seed: int,
     if model.target_fields[0].kind == "category":
         ranks = ranking_metrics(model, test, k=10)
         out["hr10"], out["ndcg10"] = ranks["HR@10"], ranks["NDCG@10"]
-        out["hr10_recommend"], out["ndcg10_recommend"] = recommended_hits(model, test, k=10)
         out["ece"] = calibration(model, test, model.target_fields[0].name, bins=15).ece
         if keep_lls:
             name = model.target_fields[0].name
             lls = log_likelihoods(model, test)[name]
             out["lls"] = lls[test.predicted(name)].tolist()
     return out
-
-
-def recommended_hits(model, test: Sequences, k: int = 10) -> tuple[float, float]:
-    """HR@k and NDCG@k of the last item of every test sequence, read off the table that
-    :func:`efa.recommend` gives at that position (``at=``; the item is predicted from the rest
-    of the sequence): the public function's ranking, checked against :func:`ranking_metrics`
-    (the tables' numbers) on the same model.
-
-    A ``distinct`` model cannot propose items already in the history; where fewer than ``k``
-    are left, the sequence gets as many recommendations as there are items (its last item is
-    one of them, as in ``ranking_metrics``)."""
-    f = model.target_fields[0]
-    rows = torch.arange(len(test))
-    if not bool(test.predicted(f.name)[rows, test.lengths - 1].all()):
-        raise ValueError("recommended_hits needs every test sequence's last item predicted")
-    last = test.fields[f.name][rows, test.lengths - 1].long()
-    left = torch.full((len(test),), f.num_categories)
-    if getattr(f, "distinct", False):
-        for s in range(len(test)):
-            left[s] -= len(set(test.fields[f.name][s, : test.lengths[s] - 1].tolist()))
-    k_of = left.clamp(max=k)
-    hits = np.zeros(len(test))
-    gains = np.zeros(len(test))
-    for kk in k_of.unique().tolist():
-        idx = (k_of == kk).nonzero().squeeze(1)
-        part = test[idx]
-        at = torch.zeros(part.valid().shape, dtype=torch.bool)
-        at[torch.arange(len(part)), part.lengths - 1] = True
-        top = recommend(model, part, k=int(kk), exclude_seen=False, at=at)
-        top = top.sort_values(["sequence", "rank"])  # the table's rows follow its batches
-        items = top["item"].to_numpy().reshape(len(idx), int(kk))
-        match = items == last[idx].numpy()[:, None]
-        found = match.any(1)
-        hits[idx.numpy()] = found
-        gains[idx.numpy()] = np.where(found, 1 / np.log2(match.argmax(1) + 2.0), 0.0)
-    return float(hits.mean()), float(gains.mean())
-
-
-def recommend_claim(report, results: list[dict]) -> None:
-    """Claim and note: the HR@10 / NDCG@10 of the tables (``ranking_metrics``) are what
-    :func:`efa.recommend` gives on the same fitted EFA models (largest difference over every
-    EFA job). Peers are listed apart: recommend breaks ties by item id where ranking_metrics
-    counts them against the model, and a unigram's counts tie."""
-    gaps: dict[str, float] = {}
-    for r in results:
-        if "hr10_recommend" in r:
-            who = "EFA" if r["model"].startswith("EFA") else "peers"
-            gap = max(abs(r["hr10"] - r["hr10_recommend"]),
-                      abs(r["ndcg10"] - r["ndcg10_recommend"]))
-            gaps[who] = max(gaps.get(who, 0.0), gap)
-    if "EFA" not in gaps:
-        return
-    n = sum(r["model"].startswith("EFA") for r in results if "hr10_recommend" in r)
-    report.extra.setdefault("claims", {})["recommend_reproduces_hr_ndcg"] = {
-        "EFA jobs": n, "largest difference": gaps["EFA"],
-        "largest difference, peers": gaps.get("peers")}
-    report.notes.append(
-        f"{HR} / {NDCG} by efa.recommend: for every one of the {n} fitted EFA models, "
-        "recommending 10 items at each test sequence's last position gives the tables' numbers "
-        f"(largest difference {gaps['EFA']:.1e}). Over the peers the largest difference is "
-        f"{gaps.get('peers', 0.0):.3f}: where scores tie (a unigram's counts), recommend "
-        "breaks ties by item id and the tables count them against the model.")
 
 
 DETERMINISTIC = ("Unigram", "Logit", "GLM", "Per-movie mean")
