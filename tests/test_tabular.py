@@ -798,3 +798,15 @@ def test_equicorrelated_is_the_symmetric_square_root_applied_to_the_streams_norm
         assert a.uniform() == b.uniform()  # the stream advanced by n × d normals, no more
     with pytest.raises(ValueError, match="correlation"):
         equicorrelated(np.random.RandomState(0), 1.5, 3, 2)
+
+
+def test_auto_mpg_tables_refuse_runs_without_their_rows():
+    """results.json stores the runs without their per-row results, which the intervals and
+    paired differences need: recomputing the tables from them is refused, not a table over
+    '0 test rows' with the claims missing."""
+    from experiments.moe import auto_mpg as experiment
+
+    runs = [{"model": m, "seed": 0, "accuracy": 0.5, "class MSE": 1.0, "log loss": 0.7,
+             "train accuracy": 0.6} for m in ("LR", "efa (defaults)")]
+    with pytest.raises(ValueError, match="no per-row results"):
+        experiment.tables(runs, experiment.QUICK, 1, "efa reproduce auto-mpg")

@@ -167,6 +167,10 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     by = {m: sorted([r for r in results if r["model"] == m], key=lambda r: r["seed"])
           for m in models}
     setting = spec.dataset
+    if any("correct" not in by[m][0] for m in models):
+        # results.json stores the runs without their rows (only the seed means, per_row)
+        raise ValueError(f"{spec.dataset}: the runs hold no per-row results, which the "
+                         "intervals and paired differences need: rerun the experiment")
     per_row = {}
     for m in models:
         rs = by[m]
@@ -178,12 +182,9 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                    paper[1] if paper else None)
         report.add(setting, m, "test log loss", [r["log loss"] for r in rs])
         report.add(setting, m, "train accuracy", [r["train accuracy"] for r in rs])
-        if "correct" in rs[0]:
-            correct = np.mean([r["correct"] for r in rs], 0)
-            per_row[m] = (correct, np.mean([r["row_log_loss"] for r in rs], 0))
-    # Reference peers of results made before they stored their rows: the accuracy's interval
-    # is the binomial bootstrap of their single run on the test size.
-    n_test = len(next(iter(per_row.values()))[0]) if per_row else 0
+        per_row[m] = (np.mean([r["correct"] for r in rs], 0),
+                      np.mean([r["row_log_loss"] for r in rs], 0))
+    n_test = len(next(iter(per_row.values()))[0])
     lines = [f"### {spec.dataset}: mean over seeds with a 95 % bootstrap interval over the "
              f"{n_test} test rows", "",
              "| model | seeds | accuracy [95 % CI] | log loss [95 % CI] | class MSE | "
@@ -193,21 +194,16 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         acc = np.mean([r["accuracy"] for r in rs])
         ll = np.mean([r["log loss"] for r in rs])
         mse = np.mean([r["class MSE"] for r in rs])
-        if m in per_row:
-            a_lo, a_hi = _bootstrap(per_row[m][0], spec.bootstrap)
-            ll_ci = _bootstrap(per_row[m][1], spec.bootstrap)
-        else:
-            k = int(round(acc * n_test))
-            a_lo, a_hi = _bootstrap(np.r_[np.ones(k), np.zeros(n_test - k)], spec.bootstrap)
-            ll_ci = None
+        a_lo, a_hi = _bootstrap(per_row[m][0], spec.bootstrap)
+        ll_ci = _bootstrap(per_row[m][1], spec.bootstrap)
         paper = PAPER.get(m, (None,))[0] if spec.dataset == "auto-mpg" else None
         sd = np.std([r["accuracy"] for r in rs])
         lines.append(
             f"| {m} | {len(rs)} | {acc:.3f} ± {sd:.3f} [{a_lo:.3f}, {a_hi:.3f}] | {ll:.3f}"
-            + (f" [{ll_ci[0]:.3f}, {ll_ci[1]:.3f}]" if ll_ci else "")
-            + f" | {mse:.3f} | {'' if paper is None else f'{paper:.3f}'} |")
+            f" [{ll_ci[0]:.3f}, {ll_ci[1]:.3f}] | {mse:.3f} | "
+            f"{'' if paper is None else f'{paper:.3f}'} |")
     report.sections.append("\n".join(lines))
-    report.sections.append(_differences(by, per_row, spec))
+    report.sections.append(_differences(per_row, spec))
     _defaults_claim(report, per_row, spec)
     ours = [m for m in models if m.startswith("efa")]
     if spec.dataset == "auto-mpg":
@@ -256,47 +252,48 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     return report
 
 
+def _paired(per_row, a: str, b: str, which: int, spec) -> tuple[float, float, float]:
+    """Mean of model a − model b over the test rows (``which`` 0: correct, 1: log loss) and
+    its 95 % bootstrap interval (rows resampled, the same draws for every pair)."""
+    d = per_row[a][which] - per_row[b][which]
+    lo, hi = _bootstrap(d, spec.bootstrap, 1)
+    return float(d.mean()), lo, hi
+
+
 def _defaults_claim(report, per_row, spec) -> None:
     """Issue 34's target for the estimator as a user gets it: its test log loss is not worse
-    than logistic regression's beyond the paired bootstrap interval (rows resampled; the
-    interval of efa − LR has a lower end ≤ 0)."""
+    than logistic regression's beyond the paired bootstrap interval (the interval of
+    efa − LR has a lower end ≤ 0)."""
     if DEFAULTS not in per_row:
         return
     claims = report.extra.setdefault("claims", {})
     for peer in ("LR", numbers_name("LR")):
         if peer not in per_row:
             continue
-        e = per_row[DEFAULTS][1] - per_row[peer][1]
-        lo, hi = _bootstrap(e, spec.bootstrap, 1)
+        mean, lo, hi = _paired(per_row, DEFAULTS, peer, 1, spec)
         claims[f"defaults_log_loss_minus_{peer}"] = {
-            "difference": float(e.mean()), "interval": [lo, hi], "not worse": lo <= 0}
+            "difference": mean, "interval": [lo, hi], "not worse": lo <= 0}
         report.notes.append(
-            f"{DEFAULTS} − {peer}, test log loss: {e.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] "
+            f"{DEFAULTS} − {peer}, test log loss: {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] "
             f"(95 % paired bootstrap over rows): "
             + ("not worse (the interval reaches 0 or below)." if lo <= 0 else
                "WORSE (the whole interval is above 0)."))
 
 
-def _differences(by, per_row, spec) -> str:
+def _differences(per_row, spec) -> str:
     ours = [m for m in per_row if m.startswith("efa")]
     others = [m for m in per_row if not m.startswith("efa")]
     lines = ["### Paired differences (efa − peer), 95 % bootstrap over test rows; * = the "
              "interval excludes 0", "",
              "| efa | peer | Δ accuracy | Δ log loss (negative: efa better) |", "|---|---|---|---|"]
-    rng_seed = 1
     for a in ours:
         for b in others:
-            d = per_row[a][0] - per_row[b][0]
-            lo, hi = _bootstrap(d, spec.bootstrap, rng_seed)
-            cell = f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]{' *' if lo > 0 or hi < 0 else ''}"
-            if per_row[a][1] is not None and per_row[b][1] is not None:
-                e = per_row[a][1] - per_row[b][1]
-                elo, ehi = _bootstrap(e, spec.bootstrap, rng_seed)
-                cell2 = (f"{e.mean():+.3f} [{elo:+.3f}, {ehi:+.3f}]"
-                         f"{' *' if elo > 0 or ehi < 0 else ''}")
-            else:
-                cell2 = "—"
-            lines.append(f"| {a} | {b} | {cell} | {cell2} |")
+            cells = []
+            for which in (0, 1):
+                mean, lo, hi = _paired(per_row, a, b, which, spec)
+                cells.append(f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                             f"{' *' if lo > 0 or hi < 0 else ''}")
+            lines.append(f"| {a} | {b} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 

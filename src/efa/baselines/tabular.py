@@ -219,12 +219,12 @@ def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
     for name in names:
         t0 = time.perf_counter()
         model = reference_estimator(name, seed, (grids or {}).get(name)).fit(xtr, ytr)
-        proba = model.predict_proba(xte)
+        proba, correct = model.predict_proba(xte), model.predict(xte) == yte
         res: dict[str, Any] = class_metrics(test[target], proba, model.classes_)
         # The reference scores predict(), which is the argmax of predict_proba here.
-        assert res["accuracy"] == float((model.predict(xte) == yte).mean())
+        assert res["accuracy"] == float(correct.mean())
         if per_row:
-            res["correct"] = (model.predict(xte) == yte).astype(int).tolist()
+            res["correct"] = correct.astype(int).tolist()
             res["row_log_loss"] = row_log_loss(yte, proba, model.classes_).tolist()
         res |= {f"train {k}": v for k, v in
                 class_metrics(train[target], model.predict_proba(xtr), model.classes_).items()}
