@@ -17,7 +17,8 @@ made bidirectional need not contain: there the reference is a same-size student,
 The teachers are :mod:`efa.generators.suite`'s (development seeds choose defaults, evaluation
 seeds judge them and choose nothing). Each student is what a user would write, naming the
 fields and the direction and nothing else:
-``efa.fit(efa.EFA(efa.EFAConfig(fields, max_len=L, direction=d)), train, val)``, with the
+``efa.fit(efa.EFA(efa.EFAConfig(fields, max_len=L, direction=d)), train, val)`` (in float64,
+``model.double()``, where the check says a value leaves its support in float32), with the
 machine's torch threads (2 on the reference machine), one fit at a time. A run writes its file
 after every teacher and resumes from it (``--fresh`` starts over).
 
@@ -64,6 +65,13 @@ def run(spec: TeacherSpec, drawn: dict) -> dict:
     torch.manual_seed(spec.seed)
     config = efa.EFAConfig(student_fields(teacher), max_len=spec.length, direction=spec.direction)
     student = efa.EFA(config)
+    try:  # what the user is told to do when a value leaves its support in float32
+        for data in (train, val, test):
+            student.check(data)
+    except ValueError as e:
+        if "once rounded to the model's" not in str(e):
+            raise
+        student.double()
     cpu, wall = time.process_time(), time.perf_counter()
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
@@ -79,7 +87,8 @@ def run(spec: TeacherSpec, drawn: dict) -> dict:
             "sizes": {"d_model": config.d_model, "num_layers": config.num_layers,
                       "num_heads": config.num_heads, "parameters": sum(
                           p.numel() for p in student.parameters())},
-            "threads": hist.threads, "data_seconds": drawn["seconds"]}
+            "threads": hist.threads, "data_seconds": drawn["seconds"],
+            "dtype": str(next(student.parameters()).dtype).removeprefix("torch.")}
 
 
 def reference(spec: TeacherSpec, drawn: dict) -> dict:
