@@ -72,3 +72,40 @@ def test_miscalibration_is_seen(teacher_and_data, tmp_path):
         calibration(teacher, data, "temp", levels=(0.5, 1.0))
     with pytest.raises(ValueError, match="bins must be"):
         calibration(teacher, data, "temp", bins=1)
+
+
+def test_conformal_level_is_the_order_statistic_and_restores_coverage(teacher_and_data):
+    """Split conformal on half the data: q̂ is the ⌈(n + 1)·level⌉-th smallest |2 PIT − 1|
+    (computed here by hand with scipy), and a predictive three times too wide, or a
+    discrete one, then holds the nominal share of the other half."""
+    teacher, data = teacher_and_data
+    first, second = data[:1000], data[1000:]
+    wide = copy.deepcopy(teacher)
+    wide.field("temp").family.sigma = 3.0  # the data have σ = 1
+    frame = efa.predictive_frame(wide, first, "temp")
+    s = np.sort(np.abs(2 * stats.norm.cdf(frame["observed"], frame["mean"], frame["sd"]) - 1))
+    for level in (0.5, 0.9):
+        q = efa.conformal_level(wide, first, "temp", level)
+        assert q == pytest.approx(s[int(np.ceil((len(s) + 1) * level)) - 1], abs=1e-12)
+        assert q < level - 0.2  # the 3σ-wide predictive needs a far narrower interval
+        cover = efa.predictive_frame(wide, second, "temp", level=q)["covered"].mean()
+        assert abs(cover - level) < 0.03, (level, q, cover)
+    for name in ("count", "over"):  # discrete: randomised PITs, coverage at least the level
+        q = efa.conformal_level(teacher, first, name, 0.9)
+        cover = efa.predictive_frame(teacher, second, name, level=q)["covered"].mean()
+        assert cover >= 0.9 - 0.02, (name, q, cover)
+    assert abs(efa.conformal_level(teacher, first, "temp", 0.9) - 0.9) < 0.02  # calibrated
+
+
+def test_conformal_level_refuses_what_it_cannot_do(teacher_and_data):
+    teacher, data = teacher_and_data
+    with pytest.raises(ValueError, match="is a category"):
+        efa.conformal_level(teacher, data, "item")
+    few = data[:2]
+    n = int(few.predicted("temp").sum())
+    assert n < 99
+    with pytest.raises(ValueError, match=rf"{n} held-out values of field 'temp' are too few "
+                                         r"for level 0.99: at least 99 are needed"):
+        efa.conformal_level(teacher, few, "temp", 0.99)
+    with pytest.raises(ValueError, match="level must be"):
+        efa.conformal_level(teacher, data, "temp", 1.0)

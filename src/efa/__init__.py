@@ -46,6 +46,7 @@ _EXPORTS = {
     "predictions": "efa.training.scoring",
     "predictive_frame": "efa.training.predictive",
     "calibration": "efa.training.calibration",
+    "conformal_level": "efa.training.calibration",
     "seed_everything": "efa.training.train",
     "sample": "efa.sampling",
     "recommend": "efa.recommendation",
@@ -67,7 +68,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on 
     from efa.recommendation import ranking_metrics, recommend
     from efa.sampling import sample
     from efa.tabular import AttentionTableClassifier
-    from efa.training.calibration import calibration
+    from efa.training.calibration import calibration, conformal_level
     from efa.training.predictive import predictive_frame
     from efa.training.scoring import evaluate, log_likelihoods, mean_squared_error, predictions
     from efa.training.storage import load, save
@@ -90,6 +91,7 @@ __all__ = [
     "ValueFM",
     "baselines",
     "calibration",
+    "conformal_level",
     "core",
     "datasets",
     "evaluate",

@@ -1,10 +1,13 @@
 """Is a fitted model's predictive honest? ``calibration(model, data, field)``: for a value field,
 the coverage of central intervals at several levels and the PIT histogram (randomised for
 discrete families, so that a calibrated model gives uniform PITs exactly); for a category,
-the reliability curve of the top-1 probability and the expected calibration error."""
+the reliability curve of the top-1 probability and the expected calibration error.
+``conformal_level(model, held_out, field, level)``: the level of the predictive's own central
+interval that holds ``level`` of new values, calibrated on held-out data (split conformal)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +24,7 @@ from efa.core.fields import Category
 from efa.training.predictive import check_level, interval, scipy_law
 from efa.training.scoring import in_batches, scoring_mode
 
-__all__ = ["Calibration", "calibration", "cdf"]
+__all__ = ["Calibration", "calibration", "cdf", "conformal_level"]
 
 
 def cdf(dist: D.Distribution, y: torch.Tensor) -> torch.Tensor:
@@ -56,6 +59,14 @@ def cdf(dist: D.Distribution, y: torch.Tensor) -> torch.Tensor:
 def _discrete(dist: D.Distribution) -> bool:
     base = dist.base if isinstance(dist, Shifted) else dist
     return not isinstance(base, D.Normal | D.Gamma)
+
+
+def _pit(dist: D.Distribution, y: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """The PIT F(y), drawn uniformly in [F(y − 1), F(y)] for a discrete family, so that it is
+    uniform exactly when the predictive is the law of y."""
+    upper = cdf(dist, y)
+    lower = cdf(dist, y - 1) if _discrete(dist) else upper
+    return lower + torch.rand(len(y), generator=g, dtype=torch.float64) * (upper - lower)
 
 
 @dataclass
@@ -212,10 +223,7 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
             for k, q in enumerate(levels):
                 lo, hi = interval(dist, q)
                 covered[k].append((yd >= lo) & (yd <= hi))
-            upper = cdf(dist, yd)
-            lower = cdf(dist, yd - 1) if _discrete(dist) else upper
-            pits.append(lower + torch.rand(len(yd), generator=g, dtype=torch.float64)
-                        * (upper - lower))
+            pits.append(_pit(dist, yd, g))
     if category:
         c, h = torch.cat(conf), torch.cat(hits)
         which = (c * bins).long().clamp(max=bins - 1)
@@ -233,3 +241,77 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
                        coverage=tuple(float(torch.cat(cv).double().mean()) for cv in covered),
                        pit=tuple(int(v) for v in hist),
                        pit_p_value=float(stats.chisquare(hist).pvalue))
+
+
+@torch.no_grad()
+def conformal_level(model: ConditionalModel, data: Sequences, field: str, level: float = 0.9,
+                    seed: int = 0, batch_size: int = 1024) -> float:
+    """The level q̂ whose central interval of ``model``'s predictive holds ``level`` of new
+    values, calibrated on held-out ``data`` (split conformal prediction).
+
+    Each held-out value gets the score s = |2 u − 1|, u its PIT (randomised for a discrete
+    family), and q̂ is the ⌈(n + 1) · level⌉-th smallest of the n scores. A new value is in
+    the predictive's central q̂ interval whenever its score is at most q̂, so if it is
+    exchangeable with the held-out values, that interval holds it with probability at least
+    ``level`` (and below ``level + 1 / (n + 1)`` for a continuous family), whatever the
+    predictive's shape: too narrow, too wide or heavy-tailed. The guarantee is marginal, over
+    new values drawn like the held-out ones; data from another period or place need not be.
+    Use it with :func:`~efa.training.predictive.predictive_frame`::
+
+        q = efa.conformal_level(model, val, "temp", level=0.9)
+        frame = efa.predictive_frame(model, test, "temp", level=q)
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A fitted model.
+    data : Sequences
+        Held-out data the model was neither fitted nor stopped on; every predicted position of
+        ``field`` is used.
+    field : str
+        A value field (a category has no central intervals).
+    level : float, default 0.9
+        The share of new values the interval should hold, in (0, 1).
+    seed : int, default 0
+        Draws the randomisation of discrete PITs.
+    batch_size : int, default 1024
+        Sequences per batch.
+
+    Returns
+    -------
+    float
+        q̂, in (0, 1): the level to ask of the predictive.
+
+    Raises
+    ------
+    ValueError
+        If ``field`` is a category, if ``level`` is not in (0, 1), if ``data`` holds too few
+        values of ``field`` for ``level`` (n + 1 ≥ 1 / (1 − level) is needed), or if the
+        interval it calls for has no bound (a held-out value where the predictive's CDF is 0
+        or 1).
+    """
+    level = check_level("level", level)
+    if isinstance(model.target(field), Category):
+        raise ValueError(f"conformal_level: field {field!r} is a category, which has no "
+                         "central intervals; calibration() gives its reliability curve")
+    g = torch.Generator().manual_seed(seed)
+    pits = []
+    with scoring_mode(model, data):
+        for _, batch in in_batches(data, batch_size, model.device):
+            at = batch.predicted(field)
+            pits.append(_pit(model.predictive(batch, field, at),
+                             batch.fields[field][at].cpu().double(), g))
+    scores = np.sort(np.abs(2 * torch.cat(pits).numpy() - 1)) if pits else np.zeros(0)
+    n = len(scores)
+    k = math.ceil((n + 1) * level - 1e-9)  # (n + 1) · level is whole for n + 1 = 10, level 0.9
+    if k > n:
+        raise ValueError(
+            f"conformal_level: {n} held-out values of field {field!r} are too few for level "
+            f"{level:g}: at least {math.ceil(1 / (1 - level)) - 1} are needed")
+    q = float(scores[k - 1])
+    if not 0 < q < 1:
+        raise ValueError(
+            f"conformal_level: the interval that holds {level:g} of the held-out values of "
+            f"field {field!r} is the predictive's central {q:g} interval, which has no bound; "
+            "held-out values lie where the predictive gives them no probability")
+    return q
