@@ -191,16 +191,17 @@ def inject(test: Sequences) -> tuple[Sequences, np.ndarray]:
     return Sequences({**test.fields, NAME: y}, test.lengths, test.observed, test.scored), hit
 
 
-def probabilistic(model, test: Sequences, val: Sequences) -> dict:
+def probabilistic(model, test: Sequences, val: Sequences | None = None) -> dict:
     """Test NLL (nats per prediction, the temperature's own density), the coverage of the
-    50 % and 90 % central intervals of the model's predictive, and of its intervals at the
-    levels that hold 50 % / 90 % of the validation values (split conformal), and how well its
-    standardised residuals |y − mean| / sd find injected anomalies (ROC AUC)."""
+    50 % and 90 % central intervals of the model's predictive, with ``val`` also of its
+    intervals at the levels that hold 50 % / 90 % of the validation values (split
+    conformal), and how well its standardised residuals |y − mean| / sd find injected
+    anomalies (ROC AUC)."""
     from sklearn.metrics import roc_auc_score
 
     frames = {level: predictive_frame(model, test, NAME, level=level) for level in COVER}
     out = {f"cover{level:g}": float(f["covered"].mean()) for level, f in frames.items()}
-    for level in CONFORMAL:
+    for level in CONFORMAL if val is not None else ():
         q = conformal_level(model, val, NAME, level)
         out[f"conformal{level:g}"] = float(
             predictive_frame(model, test, NAME, level=q)["covered"].mean())
