@@ -249,7 +249,7 @@ def conformal_level(model: ConditionalModel, data: Sequences, field: str, level:
     """The level q̂ whose central interval of ``model``'s predictive holds ``level`` of new
     values, calibrated on held-out ``data`` (split conformal prediction).
 
-    Each held-out value gets the score s = |2 u − 1|, u its PIT (randomised for a discrete
+    Each held-out value gets the score s = ``|2u − 1|``, u its PIT (randomised for a discrete
     family), and q̂ is the ⌈(n + 1) · level⌉-th smallest of the n scores. A new value is in
     the predictive's central q̂ interval whenever its score is at most q̂, so if it is
     exchangeable with the held-out values, that interval holds it with probability at least
@@ -266,8 +266,9 @@ def conformal_level(model: ConditionalModel, data: Sequences, field: str, level:
     model : ConditionalModel
         A fitted model.
     data : Sequences
-        Held-out data the model was neither fitted nor stopped on; every predicted position of
-        ``field`` is used.
+        Held-out data the model was not fitted to (ideally not the data that chose its epoch
+        either, though that mild reuse is common); every predicted position of ``field`` is
+        used.
     field : str
         A value field (a category has no central intervals).
     level : float, default 0.9
@@ -287,8 +288,8 @@ def conformal_level(model: ConditionalModel, data: Sequences, field: str, level:
     ValueError
         If ``field`` is a category, if ``level`` is not in (0, 1), if ``data`` holds too few
         values of ``field`` for ``level`` (n + 1 ≥ 1 / (1 − level) is needed), or if the
-        interval it calls for has no bound (a held-out value where the predictive's CDF is 0
-        or 1).
+        interval it calls for is degenerate: of level 0, or with no bound (held-out values
+        where the predictive's CDF is 0 or 1).
     """
     level = check_level("level", level)
     if isinstance(model.target(field), Category):
@@ -307,9 +308,13 @@ def conformal_level(model: ConditionalModel, data: Sequences, field: str, level:
     if k > n:
         raise ValueError(
             f"conformal_level: {n} held-out values of field {field!r} are too few for level "
-            f"{level:g}: at least {math.ceil(1 / (1 - level)) - 1} are needed")
+            f"{level:g}: at least {math.ceil(level / (1 - level) - 1e-9)} are needed")
     q = float(scores[k - 1])
-    if not 0 < q < 1:
+    if q <= 0:
+        raise ValueError(
+            f"conformal_level: {level:g} of the held-out values of field {field!r} lie at the "
+            "predictive's median, so no central interval of positive level is called for")
+    if q >= 1:
         raise ValueError(
             f"conformal_level: the interval that holds {level:g} of the held-out values of "
             f"field {field!r} is the predictive's central {q:g} interval, which has no bound; "
