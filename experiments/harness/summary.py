@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 from experiments.harness.report import fmt
@@ -219,6 +220,15 @@ def defaults_tables(results: Path) -> str:
                   "excess NLL per field (nats) | teacher's architecture, same fit | fit s | "
                   "epochs (stopped by) |",
                   "|---|---|---|---|---|---|---|---|---|"]
+        by_direction = []
+        for d in ("unidirectional", "bidirectional"):
+            pairs = [v for r in doc["rows"] if r["spec"]["direction"] == d
+                     for v in r["excess"].values()]
+            if pairs:
+                by_direction.append(
+                    f"{d} {statistics.median(pairs):.4f} ({sum(v <= 0.01 for v in pairs)} of "
+                    f"{len(pairs)} pairs within 0.01)")
+        parts[-4] += f" Median excess by direction: {'; '.join(by_direction)}."
         if "median_over_reference" in s:
             parts[-4] += (f" Over the teacher's own architecture fitted the same way "
                           f"({s['reference_pairs']} pairs): median "
