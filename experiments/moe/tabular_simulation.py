@@ -143,6 +143,9 @@ def task(job: dict) -> dict:
         res["train accuracy"] = class_metrics(ytr, est.predict_proba(a),
                                               est.classes_)["accuracy"]
         res["seconds"] = time.perf_counter() - t0
+        if hasattr(est, "glm_history_"):  # the GLM stage: iterations and why it ended
+            res["glm stage"] = {"iterations": est.glm_history_.epochs_run,
+                                "stopped": est.glm_history_.stopped}
         out["models"][numbers_name(name) if numbers else name] = res
 
     run(EFA_NAME, lambda: AttentionTableClassifier(random_state=seed, **spec.estimator))
