@@ -48,6 +48,7 @@ CONFIGURATIONS = {
     "numeric=gaussian": {"numeric": "gaussian"},
     "response=ordinal": {"response": "ordinal"},
     "additive+glm": {"additive": True, "init": "glm"},
+    "additive+glm+lbfgs": {"additive": True, "init": "glm", "glm_solver": "lbfgs"},
     "backbone=paper": {"backbone": "paper"},
     "handle_unknown=unk": {"handle_unknown": "unk"},
 }
@@ -253,6 +254,47 @@ def test_init_glm_fits_the_glm_first_then_everything():
         AttentionTableClassifier(init="glm").fit(X, y)
     with pytest.raises(ValueError, match="use additive=True"):
         AttentionTableClassifier(response="ordinal", additive="ordinal").fit(X, y)
+
+
+def test_glm_stage_by_lbfgs_is_the_maximum_likelihood_glm(monkeypatch):
+    """glm_solver="lbfgs": the first stage ends at the GLM's maximum-likelihood fit, which is
+    scikit-learn's unpenalised multinomial logistic regression on the one-hot features
+    (predicted probabilities agree); the model keeps its dtype and every parameter trains
+    again; a fit cut short by the iteration limit warns; the fit is deterministic."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import OneHotEncoder
+
+    import efa.tabular.fitting as fitting
+    from efa.training.train import TrainConfig
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({c: rng.choice(list("pqrs"), 400) for c in "abc"})
+    eta = sum(rng.normal(0, 1.0, (4, 3))[X[c].map("pqrs".index).to_numpy()] for c in "abc")
+    p = np.exp(eta - eta.max(1, keepdims=True))
+    y = pd.Series(((p / p.sum(1, keepdims=True)).cumsum(1) > rng.random((400, 1))).argmax(1))
+    est = AttentionTableClassifier(random_state=0, additive=True, init="glm",
+                                   glm_solver="lbfgs", **FAST).fit(X, y)
+    assert est.glm_history_.stopped == "converged" and 0 < est.glm_history_.epochs_run < 1000
+    model = est.model_ = fitting.build_model(est)
+    data = sequences(est, X, y.to_numpy())
+    hist = fitting.fit_glm_stage(model, data, None, TrainConfig(progress=False), "lbfgs")
+    assert hist.stopped == "converged"
+    assert all(p.dtype == torch.float32 and p.requires_grad for p in model.parameters())
+    onehot = OneHotEncoder().fit(X)
+    lr = LogisticRegression(C=np.inf, tol=1e-10, max_iter=10_000).fit(onehot.transform(X), y)
+    np.testing.assert_allclose(est.predict_proba(X), lr.predict_proba(onehot.transform(X)),
+                               atol=1e-4)
+    again = AttentionTableClassifier(random_state=0, additive=True, init="glm",
+                                     glm_solver="lbfgs", **FAST).fit(X, y)
+    np.testing.assert_array_equal(again.predict_proba(X),
+                                  clone(again).fit(X, y).predict_proba(X))
+    monkeypatch.setattr(fitting, "LBFGS_MAX_ITER", 2)
+    with pytest.warns(ConvergenceWarning, match="stopped after 2 iterations"):
+        short = clone(again).fit(X, y)
+    assert short.glm_history_.stopped == "max_iter"
+    with pytest.raises(ValueError, match="glm_solver"):
+        clone(again).set_params(glm_solver="newton").fit(X, y)
 
 
 def test_with_a_glm_term_the_estimator_never_ends_worse_than_its_glm():

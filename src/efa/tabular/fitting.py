@@ -327,8 +327,8 @@ def lbfgs_stage(model: TableEFA, train: Sequences, threads: int | None = None) -
     Warns
     -----
     sklearn.exceptions.ConvergenceWarning
-        If the gradient tolerance was not met in ``LBFGS_MAX_ITER`` iterations (for example,
-        classes that the GLM separates: the unpenalised optimum is then at infinity).
+        If the iteration or evaluation limit ended the fit before the gradient tolerance was
+        met.
 
     Raises
     ------
@@ -368,9 +368,10 @@ def lbfgs_stage(model: TableEFA, train: Sequences, threads: int | None = None) -
         raise FloatingPointError(f"the GLM stage's L-BFGS fit ended with the loss {loss}")
     converged = n_iter < LBFGS_MAX_ITER and evals < 2 * LBFGS_MAX_ITER
     if not converged:
-        warnings.warn(f"the GLM stage's L-BFGS did not converge in {LBFGS_MAX_ITER} "
-                      f"iterations (gradient tolerance {GRAD_TOL:g}); the classes may be "
-                      "separable by the GLM, whose unpenalised optimum is then at infinity",
+        warnings.warn(f"the GLM stage's L-BFGS stopped after {n_iter} iterations and {evals} "
+                      f"loss evaluations without reaching the gradient tolerance {GRAD_TOL:g} "
+                      f"(limits: {LBFGS_MAX_ITER} iterations, {2 * LBFGS_MAX_ITER} "
+                      "evaluations); the next stage starts from where it stopped",
                       ConvergenceWarning, stacklevel=3)
     return History(train_loss=[loss], epochs_run=n_iter, seconds=time.perf_counter() - start,
                    threads=torch.get_num_threads() if threads is None else threads,
