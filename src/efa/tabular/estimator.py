@@ -81,8 +81,9 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         maximum-likelihood fit, unpenalised, by full-batch L-BFGS in float64 to convergence
         (largest gradient entry ≤ 1e-7, at most 1,000 iterations; a ``ConvergenceWarning``
         otherwise, e.g. when the GLM separates the classes), independent of batch order and
-        of the validation split. It gave higher accuracy and a worse log loss than ``"adam"``
-        on the simulation's development data sets (docs/moe.md).
+        of the validation split; ``glm_history_.epochs_run`` (and so ``n_iter_``, the two
+        stages' sum) then counts its iterations. It gave higher accuracy and a worse log loss
+        than ``"adam"`` on the simulation's development data sets (docs/moe.md).
     handle_unknown : {"error", "unk"}
         ``"error"``: a level unseen in fit is an error naming column and value; ``"unk"``: it
         is treated as unobserved (the [MASK] embedding stands for [UNK]).
