@@ -79,9 +79,10 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         How ``init="glm"`` fits its first stage (ignored otherwise). ``"adam"``: trained and
         stopped early like the second stage (settings below). ``"lbfgs"``: the GLM's
         maximum-likelihood fit, unpenalised, by full-batch L-BFGS in float64 to convergence
-        (largest gradient entry ≤ 1e-7, at most 1,000 iterations; a ``ConvergenceWarning``
-        otherwise, e.g. when the GLM separates the classes), independent of batch order and
-        of the validation split; ``glm_history_.epochs_run`` (and so ``n_iter_``, the two
+        (largest gradient entry ≤ 1e-7, at most 1,000 iterations, else a
+        ``ConvergenceWarning``; where the GLM separates the classes that fit does not exist
+        and the stage ends at large effects), without dropout, independent of batch order
+        and of the validation split; ``glm_history_.epochs_run`` (and so ``n_iter_``, the two
         stages' sum) then counts its iterations. Measured (docs/guide/tables.md): higher
         accuracy than ``"adam"`` on the paper's simulation, a worse log loss under its
         shift, and lower accuracy and a far worse log loss on car.
