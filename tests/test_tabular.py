@@ -266,6 +266,7 @@ def test_glm_stage_by_lbfgs_is_the_maximum_likelihood_glm(monkeypatch):
     from sklearn.preprocessing import OneHotEncoder
 
     import efa.tabular.fitting as fitting
+    import efa.training.lbfgs as lbfgs
     from efa.training.train import TrainConfig
 
     rng = np.random.default_rng(0)
@@ -289,7 +290,7 @@ def test_glm_stage_by_lbfgs_is_the_maximum_likelihood_glm(monkeypatch):
                                      glm_solver="lbfgs", **FAST).fit(X, y)
     np.testing.assert_array_equal(again.predict_proba(X),
                                   clone(again).fit(X, y).predict_proba(X))
-    monkeypatch.setattr(fitting, "LBFGS_MAX_ITER", 2)
+    monkeypatch.setattr(lbfgs, "LBFGS_MAX_ITER", 2)
     with pytest.warns(ConvergenceWarning, match="stopped after 2 iterations"):
         short = clone(again).fit(X, y)
     assert short.glm_history_.stopped == "max_iter"

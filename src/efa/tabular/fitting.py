@@ -6,16 +6,12 @@ write the estimator's fitted state, the scikit-learn way."""
 
 from __future__ import annotations
 
-import math
-import time
-import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import torch
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
@@ -24,13 +20,13 @@ from efa.core.fields import Category, Field, Value
 from efa.core.model import EFAConfig
 from efa.tabular.encoding import as_1d, as_frame, learn_columns, lookup
 from efa.tabular.model import GLM_STAGE, TableEFA
-from efa.training.settings import History
+from efa.training.lbfgs import fit_lbfgs
 from efa.training.train import fit
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.data import Sequences
     from efa.tabular.estimator import AttentionTableClassifier
-    from efa.training.train import TrainConfig
+    from efa.training.train import History, TrainConfig
 
 
 def learn_classes(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike,
@@ -265,7 +261,7 @@ def fit_glm_stage(model: TableEFA, train: Sequences, val: Sequences | None,
     solver : {"adam", "lbfgs"}, default "adam"
         ``"adam"``: :func:`efa.fit` with ``cfg``, stopped early on ``val``. ``"lbfgs"``: the
         GLM's maximum-likelihood fit, by full-batch L-BFGS in float64 to convergence
-        (:func:`lbfgs_stage`).
+        (:func:`efa.training.lbfgs.fit_lbfgs`).
 
     Returns
     -------
@@ -286,93 +282,9 @@ def fit_glm_stage(model: TableEFA, train: Sequences, val: Sequences | None,
     token = GLM_STAGE.set(model)
     try:
         if solver == "lbfgs":
-            return lbfgs_stage(model, train, cfg.threads)
+            return fit_lbfgs(model, train, cfg.threads)
         return fit(model, train, val, cfg)
     finally:
         GLM_STAGE.reset(token)
         for p in frozen:
             p.requires_grad_(True)
-
-
-# L-BFGS's stopping rule: the largest gradient entry of the mean loss at most GRAD_TOL
-# (float64 makes that reachable), or LBFGS_MAX_ITER iterations with a warning.
-GRAD_TOL = 1e-7
-LBFGS_MAX_ITER = 1000
-
-
-def lbfgs_stage(model: TableEFA, train: Sequences, threads: int | None = None) -> History:
-    """Minimise the training loss over ``model``'s trainable parameters by full-batch L-BFGS
-    in float64 (strong Wolfe line search), then cast the model back to its dtype.
-
-    Used for the GLM stage, whose loss is convex in the GLM's parameters with the read-outs
-    at 0: the result is then its maximum-likelihood fit, unpenalised (the rows' mean
-    negative log-likelihood), deterministic and independent of batch order. No dropout is
-    applied (the model is in eval mode for the stage).
-
-    Parameters
-    ----------
-    model : TableEFA
-        The model; only parameters with ``requires_grad`` move.
-    train : Sequences
-        The training rows, in one batch.
-    threads : int or None, default None
-        Torch CPU threads for the stage (None: leave torch's setting).
-
-    Returns
-    -------
-    History
-        ``epochs_run``: L-BFGS iterations; ``train_loss``: the final loss; ``stopped``:
-        ``"converged"`` or ``"max_iter"``.
-
-    Warns
-    -----
-    sklearn.exceptions.ConvergenceWarning
-        If the iteration or evaluation limit ended the fit before the gradient tolerance was
-        met.
-
-    Raises
-    ------
-    FloatingPointError
-        If the loss is not finite at the end.
-    """
-    dtype = next(model.parameters()).dtype
-    was_training = model.training
-    saved_threads = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    start = time.perf_counter()
-    params = [p for p in model.parameters() if p.requires_grad]
-    try:
-        model.double().eval()
-        data = train.to(torch.float64)
-        opt = torch.optim.LBFGS(params, lr=1.0, max_iter=LBFGS_MAX_ITER,
-                                max_eval=2 * LBFGS_MAX_ITER, history_size=50,
-                                tolerance_grad=GRAD_TOL, tolerance_change=1e-12,
-                                line_search_fn="strong_wolfe")
-
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            loss = model.loss(data)
-            loss.backward()
-            return loss
-
-        opt.step(closure)
-        with torch.no_grad():
-            loss = float(model.loss(data))
-        state = opt.state[params[0]]
-        n_iter, evals = int(state.get("n_iter", 0)), int(state.get("func_evals", 0))
-    finally:
-        model.to(dtype).train(was_training)
-        torch.set_num_threads(saved_threads)
-    if not math.isfinite(loss):
-        raise FloatingPointError(f"the GLM stage's L-BFGS fit ended with the loss {loss}")
-    converged = n_iter < LBFGS_MAX_ITER and evals < 2 * LBFGS_MAX_ITER
-    if not converged:
-        warnings.warn(f"the GLM stage's L-BFGS stopped after {n_iter} iterations and {evals} "
-                      f"loss evaluations without reaching the gradient tolerance {GRAD_TOL:g} "
-                      f"(limits: {LBFGS_MAX_ITER} iterations, {2 * LBFGS_MAX_ITER} "
-                      "evaluations); the next stage starts from where it stopped",
-                      ConvergenceWarning, stacklevel=3)
-    return History(train_loss=[loss], epochs_run=n_iter, seconds=time.perf_counter() - start,
-                   threads=torch.get_num_threads() if threads is None else threads,
-                   stopped="converged" if converged else "max_iter")
