@@ -209,8 +209,8 @@ class History:
     start_val : float or None, default None
         The validation loss of the starting weights.
     stopped : str, default ""
-        Why training ended: ``"patience"``, ``"max_epochs"`` or ``"time_limit"`` (the
-        table estimator's L-BFGS GLM stage: ``"converged"`` or ``"max_iter"``).
+        Why training ended: ``"patience"``, ``"max_epochs"`` or ``"time_limit"`` (a fit by
+        :func:`efa.training.lbfgs.fit_lbfgs`: ``"converged"`` or ``"max_iter"``).
     batch_size : int or None, default None
         The sequences per step it trained with (chosen from the data when the settings left
         it unset).
