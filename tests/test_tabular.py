@@ -238,9 +238,9 @@ def test_init_glm_fits_the_glm_first_then_everything():
     model = est.model_ = build_model(est)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     data = sequences(est, X, y.to_numpy())
-    hist = fit_glm_stage(model, data, None,
-                         TrainConfig(lr=5e-2, max_epochs=3, seed=0, progress=False))
-    assert hist.epochs_run == 3
+    hist, C = fit_glm_stage(model, data, None,
+                            TrainConfig(lr=5e-2, max_epochs=3, seed=0, progress=False))
+    assert hist.epochs_run == 3 and C is None
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert {"level_effect", "slope", "glm_family.raw_steps", "glm_family.base"} <= moved
     readouts = {n for n in moved if n.startswith("readouts.")}
@@ -275,12 +275,13 @@ def test_glm_stage_by_lbfgs_is_the_maximum_likelihood_glm(monkeypatch):
     p = np.exp(eta - eta.max(1, keepdims=True))
     y = pd.Series(((p / p.sum(1, keepdims=True)).cumsum(1) > rng.random((400, 1))).argmax(1))
     est = AttentionTableClassifier(random_state=0, additive=True, init="glm",
-                                   glm_solver="lbfgs", **FAST).fit(X, y)
+                                   glm_solver="lbfgs", glm_C=np.inf, **FAST).fit(X, y)
     assert est.glm_history_.stopped == "converged" and 0 < est.glm_history_.epochs_run < 1000
     model = est.model_ = fitting.build_model(est)
     data = sequences(est, X, y.to_numpy())
-    hist = fitting.fit_glm_stage(model, data, None, TrainConfig(progress=False), "lbfgs")
-    assert hist.stopped == "converged"
+    hist, C = fitting.fit_glm_stage(model, data, None, TrainConfig(progress=False), "lbfgs",
+                                    np.inf)
+    assert hist.stopped == "converged" and C == np.inf
     assert all(p.dtype == torch.float32 and p.requires_grad for p in model.parameters())
     onehot = OneHotEncoder().fit(X)
     lr = LogisticRegression(C=np.inf, tol=1e-10, max_iter=10_000).fit(onehot.transform(X), y)
@@ -292,7 +293,7 @@ def test_glm_stage_by_lbfgs_is_the_maximum_likelihood_glm(monkeypatch):
         k: FAST[k] for k in ("max_epochs", "lr")}))
     assert np.abs(est.predict_proba(X) - lr.predict_proba(onehot.transform(X))).max() > 0.05
     again = AttentionTableClassifier(random_state=0, additive=True, init="glm",
-                                     glm_solver="lbfgs", **FAST).fit(X, y)
+                                     glm_solver="lbfgs", glm_C=np.inf, **FAST).fit(X, y)
     np.testing.assert_array_equal(again.predict_proba(X),
                                   clone(again).fit(X, y).predict_proba(X))
     monkeypatch.setattr(lbfgs, "LBFGS_MAX_ITER", 2)
@@ -301,6 +302,69 @@ def test_glm_stage_by_lbfgs_is_the_maximum_likelihood_glm(monkeypatch):
     assert short.glm_history_.stopped == "max_iter"
     with pytest.raises(ValueError, match="glm_solver"):
         clone(again).set_params(glm_solver="newton").fit(X, y)
+
+
+def test_penalised_glm_stage_is_the_ridge_glm_and_auto_chooses_C_on_validation():
+    """glm_C: the L-BFGS stage minimises the response's summed log loss + ½‖effects‖² / C,
+    scikit-learn's C: for a categorical response it is LogisticRegression(C=0.3); for an
+    ordinal one, with the scores held at s_k = k, the ridge adjacent-categories logit written
+    here from scratch in numpy and minimised by scipy. glm_C="auto" keeps the path's best
+    validation log loss and needs a validation split."""
+    from scipy.optimize import minimize
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import OneHotEncoder
+
+    import efa.tabular.fitting as fitting
+    from efa.training.train import TrainConfig
+
+    rng = np.random.default_rng(1)
+    X = pd.DataFrame({c: rng.choice(list("pqrs"), 300) for c in "abc"})
+    score = sum(rng.normal(0, 1.0, 4)[X[c].map("pqrs".index).to_numpy()] for c in "abc")
+    y = pd.Series(np.digitize(score + rng.logistic(size=300), [-1.0, 0.0, 1.0]))
+    onehot = OneHotEncoder(sparse_output=False).fit(X)
+    Z = onehot.transform(X)
+    for response in ("categorical", "ordinal"):
+        est = AttentionTableClassifier(random_state=0, additive=True, init="glm",
+                                       response=response, glm_solver="lbfgs", glm_C=0.3,
+                                       early_stopping=False, **FAST)
+        est.fit(X, y)
+        model = est.model_ = fitting.build_model(est)
+        data = sequences(est, X, y.to_numpy())
+        hist, C = fitting.fit_glm_stage(model, data, None, TrainConfig(progress=False),
+                                        "lbfgs", 0.3)
+        assert hist.stopped == "converged" and C == 0.3
+        got = est.predict_proba(X)
+        if response == "categorical":
+            ref = LogisticRegression(C=0.3, tol=1e-10, max_iter=10_000).fit(Z, y)
+            want = ref.predict_proba(Z)
+        else:  # p(k) ∝ exp(k η + b_k), η = Z β: the adjacent-categories logit, ridge on β
+            k, Y = np.arange(4.0), y.to_numpy()
+
+            def objective(theta):
+                beta, b = theta[:Z.shape[1]], theta[Z.shape[1]:]
+                logits = (Z @ beta)[:, None] * k + b
+                logp = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+                return -logp[np.arange(len(Y)), Y].sum() + 0.5 * beta @ beta / 0.3
+
+            theta = minimize(objective, np.zeros(Z.shape[1] + 4), method="L-BFGS-B",
+                             options=dict(gtol=1e-10, ftol=1e-15, maxiter=10_000)).x
+            beta, b = theta[:Z.shape[1]], theta[Z.shape[1]:]
+            logits = (Z @ beta)[:, None] * k + b
+            want = np.exp(logits - np.logaddexp.reduce(logits, axis=1, keepdims=True))
+            family = model.field("resp").family
+            torch.testing.assert_close(family.scores(), torch.arange(4.0))  # held at k
+        np.testing.assert_allclose(got, want, atol=1e-4)
+    auto = AttentionTableClassifier(random_state=0, additive=True, init="glm",
+                                    response="ordinal", glm_solver="lbfgs", **FAST).fit(X, y)
+    path = auto.glm_history_.val_loss
+    assert auto.glm_C_ in fitting.GLM_C_GRID and len(path) >= 3
+    assert auto.glm_history_.best_val == min(path)
+    assert auto.glm_C_ == fitting.GLM_C_GRID[path.index(min(path))]
+    with pytest.raises(ValueError, match="glm_C='auto' chooses"):
+        clone(auto).set_params(early_stopping=False).fit(X, y)
+    with pytest.raises(ValueError, match="glm_C"):
+        clone(auto).set_params(glm_C=0.0).fit(X, y)
+    assert AttentionTableClassifier(additive=True, init="glm").fit(X, y).glm_C_ is None
 
 
 def test_with_a_glm_term_the_estimator_never_ends_worse_than_its_glm():

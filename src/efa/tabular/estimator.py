@@ -78,14 +78,21 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     glm_solver : {"adam", "lbfgs"}, default "adam"
         How ``init="glm"`` fits its first stage (ignored otherwise). ``"adam"``: trained and
         stopped early like the second stage (settings below). ``"lbfgs"``: the GLM's
-        maximum-likelihood fit, unpenalised, by full-batch L-BFGS in float64 to convergence
-        (largest gradient entry ≤ 1e-7, at most 1,000 iterations, else a
-        ``ConvergenceWarning``; where the GLM separates the classes that fit does not exist
-        and the stage ends at large effects), without dropout, independent of batch order
-        and of the validation split; ``glm_history_.epochs_run`` (and so ``n_iter_``, the two
-        stages' sum) then counts its iterations. Measured (docs/guide/tables.md): higher
-        accuracy than ``"adam"`` on the paper's simulation, a worse log loss under its
-        shift, and lower accuracy and a far worse log loss on car.
+        L2-penalised maximum-likelihood fit (``glm_C``), by full-batch L-BFGS in float64 to
+        convergence (largest gradient entry ≤ 1e-7, at most 1,000 iterations, else a
+        ``ConvergenceWarning``), without dropout and independent of batch order. With a
+        penalty the ordinal scores are held at s_k = k in the stage (the ridge
+        adjacent-categories logit, a convex fit) and learned in the second; with
+        ``glm_C=math.inf`` they are learned in both. ``glm_history_.epochs_run`` (and so ``n_iter_``,
+        the two stages' sum) then counts its iterations, over every C tried.
+    glm_C : float or "auto", default "auto"
+        With ``glm_solver="lbfgs"``: the inverse strength of the stage's penalty, as
+        scikit-learn's ``LogisticRegression(C=...)`` (½‖effects, slopes‖² / C against the
+        response's summed log loss; ``math.inf``: unpenalised, which does not exist where the
+        GLM separates the classes). ``"auto"``: C from 1e-3 to 1e3 (powers of 10) from the
+        strongest, warm-started, keeping the best response log loss on the validation split
+        (needs ``early_stopping=True``); the choice is ``glm_C_``. Measured in
+        docs/guide/tables.md.
     handle_unknown : {"error", "unk"}
         ``"error"``: a level unseen in fit is an error naming column and value; ``"unk"``: it
         is treated as unobserved (the [MASK] embedding stands for [UNK]).
@@ -128,6 +135,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                  categorical: Sequence[Hashable] | None = None,
                  response: str = "categorical", additive: bool | str = False,
                  init: str | None = None, glm_solver: str = "adam",
+                 glm_C: float | str = "auto",
                  handle_unknown: str = "error",
                  missing: str = "error", lr: float = 1e-2, batch_size: int = 128,
                  max_epochs: int = 200, patience: int = 10, weight_decay: float = 0.0,
@@ -148,6 +156,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.additive = additive
         self.init = init
         self.glm_solver = glm_solver
+        self.glm_C = glm_C
         self.handle_unknown = handle_unknown
         self.missing = missing
         self.lr = lr
@@ -190,6 +199,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         "additive": ["boolean", StrOptions({"ordinal"})],
         "init": [StrOptions({"glm"}), None],
         "glm_solver": [StrOptions({"adam", "lbfgs"})],
+        "glm_C": [Interval(numbers.Real, 0, None, closed="right"), StrOptions({"auto"})],
         "handle_unknown": [StrOptions({"error", "unk"})],
         "missing": [StrOptions({"error", "mask"})],
         "lr": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -214,6 +224,11 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         if self.init == "glm" and not self.additive:
             raise ValueError("init='glm' fits the GLM term first: it needs additive=True "
                              "or 'ordinal'")
+        if (self.init == "glm" and self.glm_solver == "lbfgs" and self.glm_C == "auto"
+                and not self.early_stopping):
+            raise ValueError("glm_C='auto' chooses the GLM stage's penalty on the validation "
+                             "split, which early_stopping=False does not hold out: give "
+                             "glm_C a number (math.inf: no penalty)")
 
     # ------------------------------------------------------------------ fit
     # (the work is done in the fitting room, efa.tabular.fitting)
@@ -232,7 +247,9 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         -------
         AttentionTableClassifier
             ``self``, fitted: ``classes_``, ``model_`` (a :class:`efa.tabular.TableEFA`),
-            ``history_``, ``stop_on_``, ``n_iter_``, and the columns' learned state.
+            ``history_``, ``stop_on_``, ``n_iter_``, and the columns' learned state; with
+            ``init="glm"`` also ``glm_history_`` and ``glm_C_`` (None with
+            ``glm_solver="adam"``).
 
         Raises
         ------
@@ -270,8 +287,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             val = val.with_scored(last)
         train = data[torch.as_tensor(train_idx)]
         if self.init == "glm":
-            self.glm_history_ = fit_glm_stage(self.model_, train, val, cfg,
-                                              self.glm_solver)
+            self.glm_history_, self.glm_C_ = fit_glm_stage(
+                self.model_, train, val, cfg, self.glm_solver, self.glm_C)
         self.history_ = fit(self.model_, train, val, cfg)
         self.model_.eval()
         self.n_iter_ = self.history_.epochs_run + (self.glm_history_.epochs_run

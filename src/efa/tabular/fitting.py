@@ -6,6 +6,8 @@ write the estimator's fitted state, the scikit-learn way."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -238,8 +240,14 @@ def build_model(est: AttentionTableClassifier) -> TableEFA:
                     ordered_classes=len(est.classes_) if ordered else 0)
 
 
+# The GLM stage's penalties tried with glm_C="auto": scikit-learn's C (the inverse strength of
+# ½‖effects, slopes‖² against the response's summed log loss), walked from strong to weak.
+GLM_C_GRID = tuple(10.0**k for k in range(-3, 4))
+
+
 def fit_glm_stage(model: TableEFA, train: Sequences, val: Sequences | None,
-                  cfg: TrainConfig, solver: str = "adam") -> History:
+                  cfg: TrainConfig, solver: str = "adam",
+                  C: float | str = "auto") -> tuple[History, float | None]:
     """The first stage of ``init="glm"``: only the GLM's parameters move, with the network's
     read-outs (weights) at 0, so the model is the plain GLM on the response (the features'
     cells keep a context-free prediction meanwhile).
@@ -254,19 +262,36 @@ def fit_glm_stage(model: TableEFA, train: Sequences, val: Sequences | None,
     train : Sequences
         The training rows.
     val : Sequences or None
-        The validation rows, for early stopping (``solver="adam"`` only).
+        The validation rows: for early stopping (``solver="adam"``) or for choosing ``C``.
     cfg : TrainConfig
         The training settings (:func:`efa.fit`'s; ``solver="lbfgs"`` reads only
         ``threads``).
     solver : {"adam", "lbfgs"}, default "adam"
         ``"adam"``: :func:`efa.fit` with ``cfg``, stopped early on ``val``. ``"lbfgs"``: the
-        GLM's maximum-likelihood fit, by full-batch L-BFGS in float64 to convergence
-        (:func:`efa.training.lbfgs.fit_lbfgs`).
+        GLM's (penalised) maximum-likelihood fit, by full-batch L-BFGS in float64 to
+        convergence (:func:`efa.training.lbfgs.fit_lbfgs`); with a penalty the ordinal
+        scores are held at s_k = k, so that the stage is a convex GLM (the ridge
+        adjacent-categories logit).
+    C : float or "auto", default "auto"
+        ``solver="lbfgs"`` only: scikit-learn's C, the inverse strength of the penalty
+        ½‖effects, slopes‖² / C on the response's summed log loss (``math.inf``: none);
+        ``"auto"``: each of :data:`GLM_C_GRID` from the strongest, warm-started, the one with
+        the best response log loss on ``val`` kept (the walk stops once it has worsened
+        twice in a row).
 
     Returns
     -------
     History
-        The stage's training history.
+        The stage's training history; with ``solver="lbfgs"``, ``epochs_run`` counts the
+        iterations of every fit on the path, ``val_loss`` holds the path's validation log
+        losses and ``best_val`` the kept fit's.
+    float or None
+        The penalty's C (None with ``solver="adam"``).
+
+    Raises
+    ------
+    ValueError
+        If ``C="auto"`` and there are no validation rows.
     """
     with torch.no_grad():
         for readout in model.readouts.values():
@@ -276,15 +301,107 @@ def fit_glm_stage(model: TableEFA, train: Sequences, val: Sequences | None,
     glm = {id(p) for p in model.glm_parameters()}
     for readout in model.readouts.values():  # the features' intercepts too
         glm |= {id(p) for n, p in readout.named_parameters() if n.endswith("bias")}
+    if solver == "lbfgs" and C != math.inf:  # a penalty: the scores held at s_k = k, so the
+        # stage is a convex GLM and C is well posed (free scores would absorb the effects'
+        # scale and escape the penalty); unpenalised, they stay free (the stereotype model)
+        for family in (m for m in model.modules() if isinstance(m, Ordinal)):
+            with torch.no_grad():  # (the loop above zeroed the response's)
+                family.raw_steps.fill_(math.log(math.expm1(1.0)))
+            glm.discard(id(family.raw_steps))
     frozen = [p for p in model.parameters() if id(p) not in glm]
     for p in frozen:
         p.requires_grad_(False)
     token = GLM_STAGE.set(model)
     try:
         if solver == "lbfgs":
-            return fit_lbfgs(model, train, cfg.threads)
-        return fit(model, train, val, cfg)
+            return glm_path(model, train, val, cfg.threads, C)
+        return fit(model, train, val, cfg), None
     finally:
         GLM_STAGE.reset(token)
         for p in frozen:
             p.requires_grad_(True)
+
+
+def glm_path(model: TableEFA, train: Sequences, val: Sequences | None, threads: int | None,
+             C: float | str) -> tuple[History, float]:
+    """The L-BFGS GLM stage of :func:`fit_glm_stage` (its parameters frozen as it set them),
+    at one C or along :data:`GLM_C_GRID` with the C chosen on ``val``.
+
+    Parameters
+    ----------
+    model : TableEFA
+        The model, in its GLM stage.
+    train, val : Sequences
+        The training and validation rows (``val`` may be None for a numeric ``C``).
+    threads : int or None
+        Torch CPU threads.
+    C : float or "auto"
+        As in :func:`fit_glm_stage`.
+
+    Returns
+    -------
+    History
+        As :func:`fit_glm_stage` says.
+    float
+        The kept fit's C.
+
+    Raises
+    ------
+    ValueError
+        If ``C="auto"`` and ``val`` is None or has no labelled row.
+    """
+    was_training = model.training
+    model.eval()  # no cell dropout when counting and scoring (fit_lbfgs fits in eval mode)
+    try:
+        return _walk(model, train, val, threads, C)
+    finally:
+        model.train(was_training)
+
+
+def _walk(model: TableEFA, train: Sequences, val: Sequences | None, threads: int | None,
+          C: float | str) -> tuple[History, float]:
+    with torch.no_grad():  # the response's count: C's penalty is on its summed log loss
+        n = model.log_likelihood_sums(train)[model.response][1]
+    weights = [model.level_effect, model.slope]
+
+    def penalty_at(c: float) -> Callable[[], torch.Tensor] | None:
+        if math.isinf(c):
+            return None
+        return lambda: sum((w.square().sum() for w in weights),
+                           torch.zeros((), dtype=weights[0].dtype)) / (2 * c * max(n, 1))
+
+    if C != "auto":
+        return fit_lbfgs(model, train, threads, penalty_at(float(C))), float(C)
+    if val is None or not bool(val.valid()[:, -1].any()):
+        raise ValueError("glm_C='auto' chooses the GLM stage's penalty on the validation "
+                         "rows, and there are none: give glm_C a number")
+    last = torch.zeros_like(val.valid())
+    last[:, -1] = True  # the response's column
+    scored = val.with_scored(last)
+
+    def val_loss() -> float:
+        with torch.no_grad():
+            s, m = model.log_likelihood_sums(scored)[model.response]
+        return -float(s) / max(m, 1)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    best: tuple[float, float, list[torch.Tensor], History] | None = None
+    path: list[float] = []
+    iterations, worse = 0, 0
+    for c in GLM_C_GRID:
+        history = fit_lbfgs(model, train, threads, penalty_at(c))
+        iterations += history.epochs_run
+        path.append(val_loss())
+        if best is None or path[-1] < best[0]:
+            best, worse = (path[-1], c, [p.detach().clone() for p in params], history), 0
+        else:
+            worse += 1
+            if worse == 2:
+                break
+    assert best is not None
+    score, c, state, history = best
+    with torch.no_grad():
+        for p, v in zip(params, state, strict=True):
+            p.copy_(v)
+    history.epochs_run, history.val_loss, history.best_val = iterations, path, score
+    return history, c

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Callable
 
 import torch
 from sklearn.exceptions import ConvergenceWarning
@@ -21,15 +22,17 @@ GRAD_TOL = 1e-7
 LBFGS_MAX_ITER = 1000
 
 
-def fit_lbfgs(model: ConditionalModel, train: Sequences,
-              threads: int | None = None) -> History:
-    """Minimise the training loss over ``model``'s trainable parameters by full-batch L-BFGS
-    in float64 (strong Wolfe line search), then cast the model back to its dtype.
+def fit_lbfgs(model: ConditionalModel, train: Sequences, threads: int | None = None,
+              penalty: Callable[[], torch.Tensor] | None = None) -> History:
+    """Minimise the training loss (+ ``penalty()``) over ``model``'s trainable parameters by
+    full-batch L-BFGS in float64 (strong Wolfe line search), then cast the model back to its
+    dtype.
 
     Meant for a convex stage, such as the table estimator's GLM stage (the loss is convex in
-    the GLM's parameters with the read-outs at 0): the result is then the stage's
-    unpenalised maximum-likelihood fit, deterministic and independent of batch order. No
-    dropout is applied (the model is in eval mode throughout).
+    the GLM's parameters with the read-outs at 0 and the ordinal scores fixed): the result is
+    then the stage's (penalised) maximum-likelihood fit, deterministic and independent of
+    batch order. No dropout is applied (the model is in eval mode throughout). It starts from
+    the model's current parameters, so a path of penalties can be warm-started.
 
     Parameters
     ----------
@@ -39,11 +42,15 @@ def fit_lbfgs(model: ConditionalModel, train: Sequences,
         The training data, in one batch.
     threads : int or None, default None
         Torch CPU threads for the stage (None: leave torch's setting).
+    penalty : callable, optional
+        Returns a scalar added to the loss, computed from the model's parameters (called in
+        float64, inside the fit).
 
     Returns
     -------
     History
-        ``epochs_run``: L-BFGS iterations; ``train_loss``: the final loss; ``stopped``:
+        ``epochs_run``: L-BFGS iterations; ``train_loss``: the final objective (loss +
+        penalty); ``stopped``:
         ``"converged"`` or ``"max_iter"``.
 
     Warns
@@ -72,15 +79,19 @@ def fit_lbfgs(model: ConditionalModel, train: Sequences,
                                 tolerance_grad=GRAD_TOL, tolerance_change=1e-12,
                                 line_search_fn="strong_wolfe")
 
+        def objective() -> torch.Tensor:
+            loss = model.loss(data)
+            return loss if penalty is None else loss + penalty()
+
         def closure() -> torch.Tensor:
             opt.zero_grad()
-            loss = model.loss(data)
+            loss = objective()
             loss.backward()
             return loss
 
         opt.step(closure)
         with torch.no_grad():
-            loss = float(model.loss(data))
+            loss = float(objective())
         state = opt.state[params[0]]
         n_iter, evals = int(state.get("n_iter", 0)), int(state.get("func_evals", 0))
     finally:
