@@ -689,7 +689,8 @@ def test_quick_reproduce(tmp_path, name):
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / name / "results.json").read_text())
     models = {r["model"] for r in doc["rows"]}
-    assert {"efa (linear block)", "efa (linear block, ordinal GLM)", "LR", "CatBoost", "TabM",
+    assert {"efa (linear block)", "efa (linear block, ordinal GLM)",
+            "efa (linear block, ordinal GLM, ridge)", "LR", "CatBoost", "TabM",
             "Ordered logit", "efa (linear block, numbers)", "LR (numbers)", "TabM (numbers)",
             "Ordered logit (numbers)"} <= models
     assert (tmp_path / name / "accuracy.png").exists()
