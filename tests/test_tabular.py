@@ -310,7 +310,10 @@ def test_penalised_glm_stage_is_the_ridge_glm_and_auto_chooses_C_on_validation()
     ordinal one, with the scores held at s_k = k, the ridge adjacent-categories logit written
     here from scratch in numpy and minimised by scipy. glm_C="auto" keeps the path's best
     validation log loss and needs a validation split."""
+    import warnings
+
     from scipy.optimize import minimize
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import OneHotEncoder
 
@@ -362,6 +365,15 @@ def test_penalised_glm_stage_is_the_ridge_glm_and_auto_chooses_C_on_validation()
     assert auto.glm_C_ == fitting.GLM_C_GRID[path.index(min(path))]
     with pytest.raises(ValueError, match="glm_C='auto' chooses"):
         clone(auto).set_params(early_stopping=False).fit(X, y)
+    import efa.training.lbfgs as lbfgs  # one warning, for the kept fit only
+
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mp.setattr(lbfgs, "LBFGS_MAX_ITER", 2)
+        short = clone(auto).fit(X, y)
+    limits = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert short.glm_history_.stopped == "max_iter" and len(limits) == 1
+    assert f"chosen C = {short.glm_C_:g}" in str(limits[0].message)
     with pytest.raises(ValueError, match="glm_C"):
         clone(auto).set_params(glm_C=0.0).fit(X, y)
     assert AttentionTableClassifier(additive=True, init="glm").fit(X, y).glm_C_ is None

@@ -7,6 +7,7 @@ write the estimator's fitted state, the scikit-learn way."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import torch
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
@@ -372,24 +374,30 @@ def _walk(model: TableEFA, train: Sequences, val: Sequences | None, threads: int
 
     if C != "auto":
         return fit_lbfgs(model, train, threads, penalty_at(float(C))), float(C)
-    if val is None or not bool(val.valid()[:, -1].any()):
+    scored = None
+    if val is not None:
+        last = torch.zeros_like(val.valid())
+        last[:, -1] = True  # the response's column
+        scored = val.with_scored(last)
+    with torch.no_grad():
+        labelled = 0 if scored is None else model.log_likelihood_sums(scored)[model.response][1]
+    if labelled == 0:
         raise ValueError("glm_C='auto' chooses the GLM stage's penalty on the validation "
-                         "rows, and there are none: give glm_C a number")
-    last = torch.zeros_like(val.valid())
-    last[:, -1] = True  # the response's column
-    scored = val.with_scored(last)
+                         "rows' labels, and there are none: give glm_C a number")
 
     def val_loss() -> float:
         with torch.no_grad():
             s, m = model.log_likelihood_sums(scored)[model.response]
-        return -float(s) / max(m, 1)
+        return -float(s) / m
 
     params = [p for p in model.parameters() if p.requires_grad]
     best: tuple[float, float, list[torch.Tensor], History] | None = None
     path: list[float] = []
     iterations, worse = 0, 0
     for c in GLM_C_GRID:
-        history = fit_lbfgs(model, train, threads, penalty_at(c))
+        with warnings.catch_warnings():  # only the kept fit's limit is worth a warning
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            history = fit_lbfgs(model, train, threads, penalty_at(c))
         iterations += history.epochs_run
         path.append(val_loss())
         if best is None or path[-1] < best[0]:
@@ -403,5 +411,9 @@ def _walk(model: TableEFA, train: Sequences, val: Sequences | None, threads: int
     with torch.no_grad():
         for p, v in zip(params, state, strict=True):
             p.copy_(v)
+    if history.stopped == "max_iter":
+        warnings.warn(f"the GLM stage's fit at the chosen C = {c:g} stopped at the L-BFGS "
+                      "limits without reaching the gradient tolerance; its parameters stay "
+                      "where it stopped", ConvergenceWarning, stacklevel=4)
     history.epochs_run, history.val_loss, history.best_val = iterations, path, score
     return history, c
