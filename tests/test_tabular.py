@@ -325,7 +325,7 @@ def test_penalised_glm_stage_is_the_ridge_glm_and_auto_chooses_C_on_validation()
     score = sum(rng.normal(0, 1.0, 4)[X[c].map("pqrs".index).to_numpy()] for c in "abc")
     y = pd.Series(np.digitize(score + rng.logistic(size=300), [-1.0, 0.0, 1.0]))
     onehot = OneHotEncoder(sparse_output=False).fit(X)
-    Z = onehot.transform(X)
+    Z, k, Y = onehot.transform(X), np.arange(4.0), y.to_numpy()
     for response in ("categorical", "ordinal"):
         est = AttentionTableClassifier(random_state=0, additive=True, init="glm",
                                        response=response, glm_solver="lbfgs", glm_C=0.3,
@@ -341,8 +341,6 @@ def test_penalised_glm_stage_is_the_ridge_glm_and_auto_chooses_C_on_validation()
             ref = LogisticRegression(C=0.3, tol=1e-10, max_iter=10_000).fit(Z, y)
             want = ref.predict_proba(Z)
         else:  # p(k) ∝ exp(k η + b_k), η = Z β: the adjacent-categories logit, ridge on β
-            k, Y = np.arange(4.0), y.to_numpy()
-
             def objective(theta):
                 beta, b = theta[:Z.shape[1]], theta[Z.shape[1]:]
                 logits = (Z @ beta)[:, None] * k + b

@@ -83,8 +83,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         ``ConvergenceWarning``), without dropout and independent of batch order. With a
         penalty the ordinal scores are held at s_k = k in the stage (the ridge
         adjacent-categories logit, a convex fit) and learned in the second; with
-        ``glm_C=math.inf`` they are learned in both. ``glm_history_.epochs_run`` (and so ``n_iter_``,
-        the two stages' sum) then counts its iterations, over every C tried.
+        ``glm_C=math.inf`` they are learned in both. ``glm_history_.epochs_run`` (and so
+        ``n_iter_``, the two stages' sum) then counts its iterations, over every C tried.
     glm_C : float or "auto", default "auto"
         With ``glm_solver="lbfgs"``: the inverse strength of the stage's penalty, as
         scikit-learn's ``LogisticRegression(C=...)`` (½‖effects, slopes‖² / C against the

@@ -374,20 +374,20 @@ def _walk(model: TableEFA, train: Sequences, val: Sequences | None, threads: int
 
     if C != "auto":
         return fit_lbfgs(model, train, threads, penalty_at(float(C))), float(C)
-    scored = None
+    labelled = 0
     if val is not None:
         last = torch.zeros_like(val.valid())
         last[:, -1] = True  # the response's column
         scored = val.with_scored(last)
-    with torch.no_grad():
-        labelled = 0 if scored is None else model.log_likelihood_sums(scored)[model.response][1]
-    if labelled == 0:
+        with torch.no_grad():
+            labelled = model.log_likelihood_sums(scored)[model.response][1]
+    if val is None or labelled == 0:
         raise ValueError("glm_C='auto' chooses the GLM stage's penalty on the validation "
                          "rows' labels, and there are none: give glm_C a number")
 
-    def val_loss() -> float:
+    def val_loss(rows: Sequences = scored) -> float:
         with torch.no_grad():
-            s, m = model.log_likelihood_sums(scored)[model.response]
+            s, m = model.log_likelihood_sums(rows)[model.response]
         return -float(s) / m
 
     params = [p for p in model.parameters() if p.requires_grad]
