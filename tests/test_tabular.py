@@ -377,6 +377,32 @@ def test_penalised_glm_stage_is_the_ridge_glm_and_auto_chooses_C_on_validation()
     assert AttentionTableClassifier(additive=True, init="glm").fit(X, y).glm_C_ is None
 
 
+def test_network_reads_float_columns_clipped_to_the_fit_range():
+    """clip_numeric: beyond the fit range the network reads the nearest value it was trained
+    on (a far value predicts exactly as the range's end), the GLM term reads the value as
+    given (the logits move by slope × the excess, exactly), and False turns it off."""
+    X, y = table(150)
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", **FAST).fit(X, y)
+    pos = est.feature_columns_.index("num")
+    z = (X["num"] - X["num"].mean()) / X["num"].std(ddof=0)
+    lo, hi = est.numeric_range_[:, pos].tolist()
+    assert lo == pytest.approx(z.min(), abs=1e-5) and hi == pytest.approx(z.max(), abs=1e-5)
+    far, edge = X.iloc[:5].copy(), X.iloc[:5].copy()
+    far["num"], edge["num"] = X["num"].max() + 50.0, X["num"].max()
+    np.testing.assert_array_equal(est.predict_proba(far), est.predict_proba(edge))
+    raw = clone(est).set_params(clip_numeric=False).fit(X, y)
+    assert raw.numeric_range_ is None
+    assert np.abs(raw.predict_proba(far) - raw.predict_proba(edge)).max() > 1e-4
+    glm = AttentionTableClassifier(random_state=0, numeric="gaussian", additive=True,
+                                   **FAST).fit(X, y)
+    step = float(glm.model_.slope[pos, 1] - glm.model_.slope[pos, 0])  # "yes" − "no"
+    excess = (X["num"].max() + 50.0 - X["num"].mean()) / X["num"].std(ddof=0) - hi
+    logit = np.log(glm.predict_proba(far)[:, 1] / glm.predict_proba(far)[:, 0])
+    at_edge = np.log(glm.predict_proba(edge)[:, 1] / glm.predict_proba(edge)[:, 0])
+    np.testing.assert_allclose(logit - at_edge, step * excess, rtol=1e-3)
+    assert AttentionTableClassifier(**FAST).fit(X.drop(columns="num"), y).numeric_range_ is None
+
+
 def test_with_a_glm_term_the_estimator_never_ends_worse_than_its_glm():
     """Data whose true model is the multinomial logit on the one-hot features: by default
     (stop_on="auto" → "response") both stages stop on the response's validation log loss,

@@ -188,6 +188,29 @@ def response_codes(est: AttentionTableClassifier, y: npt.ArrayLike | None,
     return codes
 
 
+def numeric_range(data: Sequences) -> torch.Tensor | None:
+    """Each position's lowest and highest observed value of the float field ``num``.
+
+    Parameters
+    ----------
+    data : Sequences
+        The fit table's rows.
+
+    Returns
+    -------
+    torch.Tensor of shape (2, positions) or None
+        The lows and highs (0 where a position has no float value); None without a ``num``
+        field.
+    """
+    if "num" not in data.fields:
+        return None
+    x, seen = data.fields["num"], data.observed["num"]
+    lo = torch.where(seen, x, torch.inf).amin(0)
+    hi = torch.where(seen, x, -torch.inf).amax(0)
+    none = ~seen.any(0)
+    return torch.stack([lo.masked_fill(none, 0.0), hi.masked_fill(none, 0.0)])
+
+
 def build_model(est: AttentionTableClassifier) -> TableEFA:
     """The network of the fitted layout, freshly initialised: the categorical field ``cat``
     over the shared vocabulary, a Gaussian value field ``num`` for ``numeric="gaussian"`` and
@@ -239,7 +262,8 @@ def build_model(est: AttentionTableClassifier) -> TableEFA:
     out = (1 if ordinal or ordered else len(est.classes_)) if est.additive else 0
     return TableEFA(cfg, support, est.cell_dropout, additive=out,
                     response="resp" if ordinal else "cat",
-                    ordered_classes=len(est.classes_) if ordered else 0)
+                    ordered_classes=len(est.classes_) if ordered else 0,
+                    num_range=getattr(est, "numeric_range_", None))
 
 
 # The GLM stage's penalties tried with glm_C="auto": scikit-learn's C (the inverse strength of

@@ -58,19 +58,26 @@ class TableEFA(EFA):
     ordered_classes : int, default 0
         With K > 0 the GLM term g enters the K classes' logits as g s_k + b_k
         (``additive="ordinal"``, an ``Ordinal`` family's learned increasing scores).
+    num_range : torch.Tensor, shape (2, columns), optional
+        Per column, the lowest and highest value of ``num`` the network may read: the
+        encoders see each value clipped to it, while the GLM term and the likelihood read it
+        as given (None: no clipping).
     """
 
     own_objective = True  # see ConditionalModel.own_objective
     # buffers, declared for the type checker
     support: Tensor
+    num_range: Tensor | None
     local_ids: Tensor
     local_ok: Tensor
     local_rank: Tensor
 
     def __init__(self, config: EFAConfig, support: torch.Tensor, cell_dropout: float = 0.0,
-                 additive: int = 0, response: str = "cat", ordered_classes: int = 0):
+                 additive: int = 0, response: str = "cat", ordered_classes: int = 0,
+                 num_range: Tensor | None = None):
         super().__init__(config)
         self.register_buffer("support", support)
+        self.register_buffer("num_range", num_range)
         self.cell_dropout = cell_dropout
         self.response = response
         if additive:
@@ -94,6 +101,31 @@ class TableEFA(EFA):
         self.register_buffer("local_ok", torch.arange(width) < support.sum(1, keepdim=True))
         rank = torch.cumsum(support.long(), 1) - 1  # vocabulary id -> index within its column
         self.register_buffer("local_rank", rank)
+
+    def encode(self, data: Sequences, hidden: dict[str, Tensor | bool]) -> Tensor:
+        """The tokens, as :meth:`efa.EFA.encode`, with each numeric value clipped to
+        ``num_range`` first: attention and read-outs trained on a range have no evidence
+        beyond it, where a linear encoder's tokens (and so the attention's scores) would keep
+        growing; the GLM term reads the value unclipped and extrapolates linearly.
+
+        Parameters
+        ----------
+        data : Sequences
+            The rows, as sequences.
+        hidden : dict of str to torch.Tensor or bool
+            As in :meth:`efa.EFA.encode`.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, I, d)
+            The tokens.
+        """
+        if self.num_range is not None and "num" in data.fields:
+            x = data.fields["num"]
+            lo, hi = self.num_range.to(x.dtype)
+            data = Sequences({**data.fields, "num": torch.minimum(torch.maximum(x, lo), hi)},
+                             data.lengths, data.observed, data.scored)
+        return super().encode(data, hidden)
 
     def additive_term(self, data: Sequences, rows: torch.Tensor) -> torch.Tensor:
         """Σ over the row's observed feature cells of their effect on the response (the response
