@@ -380,9 +380,11 @@ def test_penalised_glm_stage_is_the_ridge_glm_and_auto_chooses_C_on_validation()
 def test_network_reads_float_columns_clipped_to_the_fit_range():
     """clip_numeric: beyond the fit range the network reads the nearest value it was trained
     on (a far value predicts exactly as the range's end), the GLM term reads the value as
-    given (the logits move by slope × the excess, exactly), and False turns it off."""
+    given (the logits move by slope × the excess, exactly); "auto" clips only with a GLM
+    term, and False turns it off."""
     X, y = table(150)
-    est = AttentionTableClassifier(random_state=0, numeric="gaussian", **FAST).fit(X, y)
+    est = AttentionTableClassifier(random_state=0, numeric="gaussian", clip_numeric=True,
+                                   **FAST).fit(X, y)
     pos = est.feature_columns_.index("num")
     z = (X["num"] - X["num"].mean()) / X["num"].std(ddof=0)
     lo, hi = est.numeric_range_[:, pos].tolist()
@@ -390,11 +392,13 @@ def test_network_reads_float_columns_clipped_to_the_fit_range():
     far, edge = X.iloc[:5].copy(), X.iloc[:5].copy()
     far["num"], edge["num"] = X["num"].max() + 50.0, X["num"].max()
     np.testing.assert_array_equal(est.predict_proba(far), est.predict_proba(edge))
-    raw = clone(est).set_params(clip_numeric=False).fit(X, y)
+    raw = clone(est).set_params(clip_numeric="auto").fit(X, y)  # no GLM term: no clipping
     assert raw.numeric_range_ is None
     assert np.abs(raw.predict_proba(far) - raw.predict_proba(edge)).max() > 1e-4
     glm = AttentionTableClassifier(random_state=0, numeric="gaussian", additive=True,
-                                   **FAST).fit(X, y)
+                                   **FAST).fit(X, y)  # "auto" with a GLM term: clipped
+    assert glm.numeric_range_ is not None
+    assert clone(glm).set_params(clip_numeric=False).fit(X, y).numeric_range_ is None
     step = float(glm.model_.slope[pos, 1] - glm.model_.slope[pos, 0])  # "yes" − "no"
     excess = (X["num"].max() + 50.0 - X["num"].mean()) / X["num"].std(ddof=0) - hi
     logit = np.log(glm.predict_proba(far)[:, 1] / glm.predict_proba(far)[:, 0])

@@ -21,9 +21,9 @@ from efa.tabular.encoding import sequences, split_rows
 from efa.tabular.fitting import (
     build_model,
     fit_glm_stage,
-    numeric_range,
     learn_classes,
     learn_layout,
+    numeric_range,
     response_codes,
 )
 from efa.tabular.prediction import check_table, column_proba, fill_missing
@@ -50,14 +50,16 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     numeric : {"quantile", "gaussian"}
         ``"quantile"``: float columns cut into ``n_bins`` quantile bins on the training rows;
         ``"gaussian"``: a heteroscedastic Gaussian value field per float column.
-    clip_numeric : bool, default True
-        With ``numeric="gaussian"``: the attention network reads each float column clipped to
-        the range it had in fit (``numeric_range_``), while the GLM term (``additive``) and
-        the column's own likelihood read the value as given. A value beyond the training
-        range then looks to the network like the nearest one it was trained on, and only the
-        GLM extrapolates, linearly: attention over a linearly encoded value has no evidence
-        beyond its range and can extrapolate wildly (docs/guide/tables.md). False: the
-        network reads values as given (efa before session 24).
+    clip_numeric : bool or "auto", default "auto"
+        With ``numeric="gaussian"``, True: the attention network reads each float column
+        clipped to the range it had in fit (``numeric_range_``), while the GLM term
+        (``additive``) and the column's own likelihood read the value as given. A value
+        beyond the training range then looks to the network like the nearest one it was
+        trained on, and only the GLM extrapolates, linearly: attention over a linearly
+        encoded value has no evidence beyond its range and can extrapolate wildly. False:
+        the network reads values as given (efa before session 24). ``"auto"``: True with a
+        GLM term, else False (without one, clipping leaves nothing to extrapolate). Measured
+        in docs/guide/tables.md.
     n_bins : int, default 10
         The most bins per float column with ``numeric="quantile"`` (at least 2).
     categorical : sequence of hashable, optional
@@ -140,7 +142,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, backbone: str = "paper", embedding_dim: int = 20, num_heads: int = 5,
                  ffn_hidden: int = 5, dropout: float = 0.1, num_layers: int = 1,
-                 numeric: str = "quantile", clip_numeric: bool = True, n_bins: int = 10,
+                 numeric: str = "quantile", clip_numeric: bool | str = "auto",
+                 n_bins: int = 10,
                  categorical: Sequence[Hashable] | None = None,
                  response: str = "categorical", additive: bool | str = False,
                  init: str | None = None, glm_solver: str = "adam",
@@ -203,7 +206,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         "dropout": [Interval(numbers.Real, 0, 1, closed="left")],
         "num_layers": [Interval(numbers.Integral, 1, None, closed="left")],
         "numeric": [StrOptions({"quantile", "gaussian"})],
-        "clip_numeric": ["boolean"],
+        "clip_numeric": ["boolean", StrOptions({"auto"})],
         "n_bins": [Interval(numbers.Integral, 2, None, closed="left")],
         "categorical": ["array-like", None],
         "response": [StrOptions(set(RESPONSES))],
@@ -261,8 +264,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             ``history_``, ``stop_on_``, ``n_iter_``, and the columns' learned state; with
             ``init="glm"`` also ``glm_history_`` and ``glm_C_`` (None with
             ``glm_solver="adam"``); ``numeric_range_``, each position's lowest and highest
-            float value in fit, shape (2, n_positions) (None without float columns or with
-            ``clip_numeric=False``).
+            float value in fit, shape (2, n_positions), which the network's inputs are
+            clipped to (None without float columns or without clipping).
 
         Raises
         ------
@@ -280,7 +283,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(2**31 - 1))
         data = sequences(self, X, y_codes)
-        self.numeric_range_ = numeric_range(data) if self.clip_numeric else None
+        clip = bool(self.additive) if self.clip_numeric == "auto" else self.clip_numeric
+        self.numeric_range_ = numeric_range(data) if clip else None
         val_idx: np.ndarray | list[int]
         train_idx, val_idx = (split_rows(y_codes, self.validation_fraction, seed)
                               if self.early_stopping else (np.arange(len(y_codes)), []))
