@@ -263,9 +263,10 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             ``self``, fitted: ``classes_``, ``model_`` (a :class:`efa.tabular.TableEFA`),
             ``history_``, ``stop_on_``, ``n_iter_``, and the columns' learned state; with
             ``init="glm"`` also ``glm_history_`` and ``glm_C_`` (None with
-            ``glm_solver="adam"``); ``numeric_range_``, each position's lowest and highest
-            float value in fit, shape (2, n_positions), which the network's inputs are
-            clipped to (None without float columns or without clipping).
+            ``glm_solver="adam"``); ``numeric_range_``, a numpy array of shape
+            (2, n_positions): each position's lowest and highest float value in fit, in the
+            model's standardised units, which the network's inputs are clipped to (None
+            without float columns or without clipping).
 
         Raises
         ------

@@ -188,7 +188,7 @@ def response_codes(est: AttentionTableClassifier, y: npt.ArrayLike | None,
     return codes
 
 
-def numeric_range(data: Sequences) -> torch.Tensor | None:
+def numeric_range(data: Sequences) -> np.ndarray | None:
     """Each position's lowest and highest observed value of the float field ``num``.
 
     Parameters
@@ -198,9 +198,9 @@ def numeric_range(data: Sequences) -> torch.Tensor | None:
 
     Returns
     -------
-    torch.Tensor of shape (2, positions) or None
-        The lows and highs (0 where a position has no float value); None without a ``num``
-        field.
+    numpy.ndarray of shape (2, positions) or None
+        The lows and highs, in the model's (standardised) units (0 where a position has no
+        float value); None without a ``num`` field.
     """
     if "num" not in data.fields:
         return None
@@ -208,7 +208,7 @@ def numeric_range(data: Sequences) -> torch.Tensor | None:
     lo = torch.where(seen, x, torch.inf).amin(0)
     hi = torch.where(seen, x, -torch.inf).amax(0)
     none = ~seen.any(0)
-    return torch.stack([lo.masked_fill(none, 0.0), hi.masked_fill(none, 0.0)])
+    return torch.stack([lo.masked_fill(none, 0.0), hi.masked_fill(none, 0.0)]).numpy()
 
 
 def build_model(est: AttentionTableClassifier) -> TableEFA:
@@ -263,7 +263,8 @@ def build_model(est: AttentionTableClassifier) -> TableEFA:
     return TableEFA(cfg, support, est.cell_dropout, additive=out,
                     response="resp" if ordinal else "cat",
                     ordered_classes=len(est.classes_) if ordered else 0,
-                    num_range=getattr(est, "numeric_range_", None))
+                    num_range=None if getattr(est, "numeric_range_", None) is None
+                    else torch.from_numpy(est.numeric_range_))
 
 
 # The GLM stage's penalties tried with glm_C="auto": scikit-learn's C (the inverse strength of
