@@ -52,11 +52,6 @@ GLM_NAME = "efa (linear block, ordinal GLM)"
 # those data sets, docs/moe.md, Session 24).
 GLM_OPTIONS = dict(response="ordinal", additive=True, init="glm", stop_on="joint",
                    glm_solver="lbfgs", glm_C=math.inf)
-# The same row with the GLM stage's ridge penalty chosen on the validation split (glm_C="auto",
-# the estimator's default since efa's session 24): measured beside the pinned row in auto-mpg
-# and car (not yet in the simulation, whose 20-seed rerun did not fit in session 24).
-GLM_RIDGE = "efa (linear block, ordinal GLM, ridge)"
-RIDGE_OPTIONS = {**GLM_OPTIONS, "glm_C": "auto"}
 # The same models reading each bin as its index (a float column: efa's Gaussian value field,
 # standardised numeric features for the peers): the bins are ordered, and under the shift an
 # additive reading of ordered numbers extrapolates where one-hot levels cannot. Chosen on 5

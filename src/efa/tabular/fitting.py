@@ -263,7 +263,7 @@ def build_model(est: AttentionTableClassifier) -> TableEFA:
     return TableEFA(cfg, support, est.cell_dropout, additive=out,
                     response="resp" if ordinal else "cat",
                     ordered_classes=len(est.classes_) if ordered else 0,
-                    num_range=None if getattr(est, "numeric_range_", None) is None
+                    num_range=None if est.numeric_range_ is None
                     else torch.from_numpy(est.numeric_range_))
 
 
@@ -377,18 +377,7 @@ def glm_path(model: TableEFA, train: Sequences, val: Sequences | None, threads: 
     ValueError
         If ``C="auto"`` and ``val`` is None or has no labelled row.
     """
-    was_training = model.training
-    model.eval()  # no cell dropout when counting and scoring (fit_lbfgs fits in eval mode)
-    try:
-        return _walk(model, train, val, threads, C)
-    finally:
-        model.train(was_training)
-
-
-def _walk(model: TableEFA, train: Sequences, val: Sequences | None, threads: int | None,
-          C: float | str) -> tuple[History, float]:
-    with torch.no_grad():  # the response's count: C's penalty is on its summed log loss
-        n = model.log_likelihood_sums(train)[model.response][1]
+    n = int(train.predicted(model.response).sum())  # C's penalty is on the summed log loss
     weights = [model.level_effect, model.slope]
 
     def penalty_at(c: float) -> Callable[[], torch.Tensor] | None:
@@ -399,22 +388,13 @@ def _walk(model: TableEFA, train: Sequences, val: Sequences | None, threads: int
 
     if C != "auto":
         return fit_lbfgs(model, train, threads, penalty_at(float(C))), float(C)
-    labelled = 0
     if val is not None:
         last = torch.zeros_like(val.valid())
         last[:, -1] = True  # the response's column
-        scored = val.with_scored(last)
-        with torch.no_grad():
-            labelled = model.log_likelihood_sums(scored)[model.response][1]
-    if val is None or labelled == 0:
+        val = val.with_scored(last)
+    if val is None or not bool(val.predicted(model.response).any()):
         raise ValueError("glm_C='auto' chooses the GLM stage's penalty on the validation "
                          "rows' labels, and there are none: give glm_C a number")
-
-    def val_loss(rows: Sequences = scored) -> float:
-        with torch.no_grad():
-            s, m = model.log_likelihood_sums(rows)[model.response]
-        return -float(s) / m
-
     params = [p for p in model.parameters() if p.requires_grad]
     best: tuple[float, float, list[torch.Tensor], History] | None = None
     path: list[float] = []
@@ -424,7 +404,11 @@ def _walk(model: TableEFA, train: Sequences, val: Sequences | None, threads: int
             warnings.simplefilter("ignore", ConvergenceWarning)
             history = fit_lbfgs(model, train, threads, penalty_at(c))
         iterations += history.epochs_run
-        path.append(val_loss())
+        was_training = model.training
+        with torch.no_grad():  # scored without cell dropout, as fit_lbfgs fits
+            s, m = model.eval().log_likelihood_sums(val)[model.response]
+        model.train(was_training)
+        path.append(-float(s) / m)
         if best is None or path[-1] < best[0]:
             best, worse = (path[-1], c, [p.detach().clone() for p in params], history), 0
         else:
