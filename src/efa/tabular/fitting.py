@@ -260,7 +260,7 @@ def build_model(est: AttentionTableClassifier) -> TableEFA:
     ordinal = est.response == "ordinal"
     ordered = est.additive == "ordinal"
     out = (1 if ordinal or ordered else len(est.classes_)) if est.additive else 0
-    return TableEFA(cfg, support, est.cell_dropout, additive=out,
+    return TableEFA(cfg, support, est.cell_dropout_, additive=out,
                     response="resp" if ordinal else "cat",
                     ordered_classes=len(est.classes_) if ordered else 0,
                     num_range=None if est.numeric_range_ is None
