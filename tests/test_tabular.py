@@ -53,16 +53,42 @@ CONFIGURATIONS = {
     "additive+glm+lbfgs": {"additive": True, "init": "glm", "glm_solver": "lbfgs"},
     "backbone=paper": {"backbone": "paper"},
     "handle_unknown=unk": {"handle_unknown": "unk", "max_epochs": 16},
+    "numeric=gaussian+additive": {"numeric": "gaussian", "additive": True},
 }
+# scikit-learn compares predictions on permuted rows within rtol 1e-7, below one float32 unit
+# in the last place (1.2e-7): a float32 network meets it only where every matrix product
+# happens to round each row alike wherever it sits in the batch. In this configuration the
+# feed-forward layer's product rounds some rows by one unit differently (3e-8 on a
+# probability of 0.12, measured); the property itself, to float32 rounding, is
+# test_a_rows_probabilities_do_not_depend_on_the_other_rows.
+ROUNDING = {"check_methods_sample_order_invariance": "float32 rounding of batched products"}
+EXPECTED_BY_CONFIGURATION = {"numeric=gaussian+additive": ROUNDING}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", list(CONFIGURATIONS.values()), ids=list(CONFIGURATIONS))
-def test_passes_sklearn_check_estimator(options):
-    est = AttentionTableClassifier(random_state=0, **{**FAST, **options})
+@pytest.mark.parametrize("name", list(CONFIGURATIONS))
+def test_passes_sklearn_check_estimator(name):
+    est = AttentionTableClassifier(random_state=0, **{**FAST, **CONFIGURATIONS[name]})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        check_estimator(est, expected_failed_checks=EXPECTED_FAILED)
+        check_estimator(est, expected_failed_checks={
+            **EXPECTED_FAILED, **EXPECTED_BY_CONFIGURATION.get(name, {})})
+
+
+@pytest.mark.parametrize("name", ["default", "numeric=gaussian+additive"])
+def test_a_rows_probabilities_do_not_depend_on_the_other_rows(name):
+    """Each row's probabilities, predicted alone, in a permuted table and in a subset of it,
+    agree to float32 rounding (a leak between rows, such as a statistic over the batch, would
+    move them by far more)."""
+    X, y = table(120)
+    est = AttentionTableClassifier(random_state=0, **{**FAST, **CONFIGURATIONS[name]}).fit(X, y)
+    full = est.predict_proba(X)
+    order = np.random.RandomState(0).permutation(len(X))
+    np.testing.assert_allclose(est.predict_proba(X.iloc[order]), full[order], rtol=0,
+                               atol=1e-6)
+    np.testing.assert_allclose(est.predict_proba(X.iloc[::7]), full[::7], rtol=0, atol=1e-6)
+    alone = np.vstack([est.predict_proba(X.iloc[[i]]) for i in range(0, len(X), 10)])
+    np.testing.assert_allclose(alone, full[::10], rtol=0, atol=1e-6)
 
 
 def test_joint_pseudo_likelihood_is_exact_and_covers_every_column():
