@@ -43,6 +43,8 @@ for _name, _module, _summary in [
      "MoE paper Table 1: categorical tables under covariate shift"),
     ("tabular-simulation-grids", "experiments.moe.tabular_grids",
      "MoE paper Table 1: the reference RF/GB/MLP grids (cached)"),
+    ("tabular-simulation-defaults", "experiments.moe.tabular_defaults",
+     "MoE paper Table 1's data: the estimator's defaults against logistic regression"),
     ("auto-mpg", "experiments.moe.auto_mpg",
      "MoE paper Table 2: auto-mpg, trained on US cars, tested on the others"),
     ("car", "experiments.moe.car",

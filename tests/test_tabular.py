@@ -807,6 +807,25 @@ def test_quick_reproduce(tmp_path, name):
         assert "efa (defaults)" in models
 
 
+@pytest.mark.slow
+def test_quick_defaults_experiment(tmp_path):
+    """tabular-simulation-defaults pairs the estimator's defaults with LR per data set."""
+    from experiments.moe.tabular_simulation import setting_name
+
+    result = CliRunner().invoke(app, ["reproduce", "tabular-simulation-defaults", "--seeds", "1",
+                                      "--quick", "--out", str(tmp_path), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "tabular-simulation-defaults" / "results.json").read_text())
+    claim = doc["claims"]["defaults_log_loss_not_worse_than_LR"]
+    assert claim["data sets"] == 2 and 0 <= claim["worse"] <= 2
+    gap = [r for r in doc["rows"] if r["model"] == "efa (defaults) − LR"]
+    runs = {tuple(r["setting"]): r["models"] for r in doc["runs"]}
+    for row in gap:  # the paired mean is the difference of the two log losses
+        models = next(m for s, m in runs.items() if row["setting"] == setting_name(s))
+        assert row["mean"] == pytest.approx(models["efa (defaults)"]["log loss"]
+                                            - models["LR"]["log loss"], abs=1e-6)
+
+
 def test_column_softmax_loss_equals_the_restricted_likelihood():
     X, y = table(50)
     est = AttentionTableClassifier(random_state=0, numeric="gaussian", **FAST).fit(X, y)
