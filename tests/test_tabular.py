@@ -179,6 +179,40 @@ def test_cell_dropout_auto_trains_for_the_masks_predictions_may_meet():
     assert kl["auto"] < 0.02 and kl[0.0] > 0.1, kl
 
 
+@pytest.mark.parametrize("response", ["categorical", "ordinal"])
+def test_temperature_is_the_validation_log_loss_minimiser_and_keeps_every_prediction(response):
+    """calibration="temperature": T minimises the validation rows' log loss of softmax(log p /
+    T) (checked against a grid, with scikit-learn's log_loss), the training is the same as
+    without it, so every predicted class is, and probabilities are p^(1/T) renormalised."""
+    from scipy.special import softmax
+    from sklearn.metrics import log_loss
+
+    from efa.tabular.encoding import split_rows
+    from efa.tabular.prediction import column_proba
+
+    X, y = table(300, seed=3)
+    plain = AttentionTableClassifier(random_state=0, response=response, **FAST).fit(X, y)
+    est = clone(plain).set_params(calibration="temperature").fit(X, y)
+    assert plain.temperature_ == 1.0 and est.temperature_ != 1.0
+    np.testing.assert_array_equal(est.predict(X), plain.predict(X))
+    p = plain.predict_proba(X)
+    np.testing.assert_allclose(est.predict_proba(X),
+                               softmax(np.log(p) / est.temperature_, axis=1), atol=1e-12)
+    seed = int(np.random.RandomState(0).randint(2**31 - 1))  # fit's draw for random_state=0
+    codes = np.searchsorted(plain.classes_, y.to_numpy())
+    val = split_rows(codes, plain.validation_fraction, seed)[1]
+    q = column_proba(plain, sequences(plain, X.iloc[val]), plain.n_positions_ - 1,
+                     plain._target)
+    grid = np.exp(np.linspace(-2, 2, 4001))
+    losses = [log_loss(codes[val], softmax(np.log(q) / t, axis=1), labels=[0, 1])
+              for t in grid]
+    assert est.temperature_ == pytest.approx(grid[int(np.argmin(losses))], rel=2e-3)
+    with pytest.raises(ValueError, match="early_stopping=False"):
+        clone(est).set_params(early_stopping=False).fit(X, y)
+    auto = clone(est).set_params(calibration="auto", early_stopping=False).fit(X, y)
+    assert auto.temperature_ == 1.0
+
+
 def test_ordinal_response_is_exact_and_ordered():
     X, _ = table(60)
     y = pd.Series(np.digitize(X["num"] + (X["a"] == "red"), [-0.5, 0.5, 1.2]))  # 4 ordered

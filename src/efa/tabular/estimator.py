@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Hashable, Sequence
-from typing import Self, cast
+from typing import Self
 
 import numpy as np
 import numpy.typing as npt
@@ -20,13 +20,22 @@ from sklearn.utils.validation import check_random_state
 from efa.tabular.encoding import sequences, split_rows
 from efa.tabular.fitting import (
     build_model,
+    check_rules,
     fit_glm_stage,
     learn_classes,
     learn_layout,
     numeric_range,
     response_codes,
 )
-from efa.tabular.prediction import check_table, column_proba, fill_missing
+from efa.tabular.prediction import (
+    attention_gates,
+    check_table,
+    column_proba,
+    fill_missing,
+    fit_temperature,
+    moe_experts,
+    tempered,
+)
 from efa.training.train import TrainConfig, fit, seed_everything
 
 BACKBONES = ("paper", "linear")
@@ -134,6 +143,12 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         may meet a [MASK] (``handle_unknown="unk"`` or ``missing="mask"``), else 0.0 (the
         choice is ``cell_dropout_``). Without it a [MASK] in a row's context is an input the
         network never saw in training; measured in docs/guide/tables.md.
+    calibration : {"auto", "temperature", None}, default None
+        ``"temperature"``: after training, one temperature T divides the response's logits,
+        chosen on the validation split by its log loss (``temperature_``; Guo et al., 2017),
+        so probabilities are neither over- nor under-confident there while every row's most
+        probable class stays the same; needs ``early_stopping=True``. ``"auto"``: so where
+        there is a validation split, else None. None: T = 1.
     early_stopping : bool, default True
         False trains on every row for ``max_epochs`` and keeps the last weights (the paper's
         protocol; scikit-learn's MLP default), True holds out the split above.
@@ -160,7 +175,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                  max_epochs: int = 200, patience: int = 10, weight_decay: float = 0.0,
                  validation_fraction: float = 0.15,
                  shared_vocabulary: bool = False, cell_dropout: float | str = "auto",
-                 early_stopping: bool = True, stop_on: str = "auto",
+                 calibration: str | None = None, early_stopping: bool = True,
+                 stop_on: str = "auto",
                  random_state: int | np.random.RandomState | None = None):
         self.backbone = backbone
         self.embedding_dim = embedding_dim
@@ -187,6 +203,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.validation_fraction = validation_fraction
         self.shared_vocabulary = shared_vocabulary
         self.cell_dropout = cell_dropout
+        self.calibration = calibration
         self.early_stopping = early_stopping
         self.stop_on = stop_on
         self.random_state = random_state
@@ -231,6 +248,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
         "shared_vocabulary": ["boolean"],
         "cell_dropout": [Interval(numbers.Real, 0, 1, closed="left"), StrOptions({"auto"})],
+        "calibration": [StrOptions({"auto", "temperature"}), None],
         "early_stopping": ["boolean"],
         "stop_on": [StrOptions({"joint", "response", "auto"})],
         "random_state": ["random_state"],
@@ -238,18 +256,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
 
     def _check_params(self):
         self._validate_params()
-        # the rules that join two parameters
-        if self.additive == "ordinal" and self.response != "categorical":
-            raise ValueError("additive='ordinal' orders the GLM term of a categorical response; "
-                             "with response='ordinal' use additive=True")
-        if self.init == "glm" and not self.additive:
-            raise ValueError("init='glm' fits the GLM term first: it needs additive=True "
-                             "or 'ordinal'")
-        if (self.init == "glm" and self.glm_solver == "lbfgs" and self.glm_C == "auto"
-                and not self.early_stopping):
-            raise ValueError("glm_C='auto' chooses the GLM stage's penalty on the validation "
-                             "split, which early_stopping=False does not hold out: give "
-                             "glm_C a number (math.inf: no penalty)")
+        check_rules(self)  # the rules that join two parameters
 
     # ------------------------------------------------------------------ fit
     # (the work is done in the fitting room, efa.tabular.fitting)
@@ -268,9 +275,9 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         -------
         AttentionTableClassifier
             ``self``, fitted: ``classes_``, ``model_`` (a :class:`efa.tabular.TableEFA`),
-            ``history_``, ``stop_on_``, ``cell_dropout_``, ``n_iter_``, and the columns'
-            learned state; with ``init="glm"`` also ``glm_history_`` and ``glm_C_`` (None
-            with ``glm_solver="adam"``); ``numeric_range_``, a numpy array of shape
+            ``history_``, ``stop_on_``, ``cell_dropout_``, ``temperature_``, ``n_iter_``, and
+            the columns' learned state; with ``init="glm"`` also ``glm_history_`` and
+            ``glm_C_`` (None with ``glm_solver="adam"``); ``numeric_range_``, a numpy array of shape
             (2, n_positions): each position's lowest and highest float value in fit, in the
             model's standardised units, which the network's inputs are clipped to (None
             without float columns or without clipping).
@@ -320,6 +327,9 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                 self.model_, train, val, cfg, self.glm_solver, self.glm_C)
         self.history_ = fit(self.model_, train, val, cfg)
         self.model_.eval()
+        self.temperature_ = 1.0
+        if self.calibration is not None and len(val_idx):
+            self.temperature_ = fit_temperature(self, X.iloc[val_idx], y_codes[val_idx])
         self.n_iter_ = self.history_.epochs_run + (self.glm_history_.epochs_run
                                                    if self.init == "glm" else 0)
         return self
@@ -339,7 +349,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             The probabilities, in the order of ``classes_``.
         """
         X = check_table(self, X)
-        return column_proba(self, sequences(self, X), self.n_positions_ - 1, self._target)
+        return tempered(column_proba(self, sequences(self, X), self.n_positions_ - 1,
+                                     self._target), self.temperature_)
 
     def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         """The most probable class of each row of ``X``.
@@ -419,7 +430,6 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         data = sequences(self, X, response_codes(self, y, len(X)))
         return fill_missing(self, X, data)
 
-    @torch.no_grad()
     def gates(self, X: pd.DataFrame | npt.ArrayLike, column: Hashable | None = None,
               layer: int = -1) -> np.ndarray:
         """Attention weights [n, heads, columns + 1] of the masked ``column`` (default: the
@@ -445,17 +455,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         KeyError
             If ``X`` has no column ``column``.
         """
-        X = check_table(self, X)
-        pos = self.n_positions_ - 1 if column is None else self._position(column)
-        data = sequences(self, X)
-        at = torch.zeros(len(X), self.n_positions_, dtype=torch.bool)
-        at[:, pos] = True
-        target = ("cat" if self.is_cat_[pos] else
-                  "resp" if pos == self.n_positions_ - 1 else "num")
-        w = self.model_.attention_weights(data, target, at=at)  # [L, B, H, I, I]
-        return w[layer, :, :, pos].double().numpy()
+        return attention_gates(self, check_table(self, X), column, layer)
 
-    @torch.no_grad()
     def experts(self, X: pd.DataFrame | npt.ArrayLike,
                 column: Hashable | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The mixture of experts of the masked ``column`` (default: the response), ``linear``
@@ -482,21 +483,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             Unless ``backbone="linear"``, ``num_layers=1`` and ``response="categorical"``, or
             if ``column`` is a Gaussian value field.
         """
-        from efa.moe import mixture
-
-        X = check_table(self, X)
-        if self.backbone != "linear" or self.num_layers != 1 or self.response != "categorical":
-            raise ValueError("experts() needs backbone='linear', num_layers=1 and "
-                             "response='categorical' (the block whose logits are a mixture of "
-                             "CBOW experts)")
-        pos = self.n_positions_ - 1 if column is None else self._position(column)
-        if not self.is_cat_[pos]:
-            raise ValueError(f"column {column!r} is a Gaussian value field, not categorical")
-        pi, f = mixture(self.model_, sequences(self, X), "cat")
-        name = self.columns_[pos]
-        lo = self.offsets_[name]
-        f = cast(torch.Tensor, f)[:, pos, ..., lo : lo + len(self.levels_[name])]  # experts
-        return pi[:, pos].double().numpy(), f.double().numpy()
+        return moe_experts(self, check_table(self, X), column)
 
     def _position(self, column) -> int:
         if column in self._index:

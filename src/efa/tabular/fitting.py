@@ -150,6 +150,35 @@ def learn_layout(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
     est.lookup_[est._target] = lookup(est.classes_)
 
 
+def check_rules(est: AttentionTableClassifier) -> None:
+    """Refuse parameters of ``est`` that contradict each other (each alone was validated).
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The estimator about to fit.
+
+    Raises
+    ------
+    ValueError
+        Naming the parameters and what to give instead.
+    """
+    if est.additive == "ordinal" and est.response != "categorical":
+        raise ValueError("additive='ordinal' orders the GLM term of a categorical response; "
+                         "with response='ordinal' use additive=True")
+    if est.init == "glm" and not est.additive:
+        raise ValueError("init='glm' fits the GLM term first: it needs additive=True "
+                         "or 'ordinal'")
+    if (est.init == "glm" and est.glm_solver == "lbfgs" and est.glm_C == "auto"
+            and not est.early_stopping):
+        raise ValueError("glm_C='auto' chooses the GLM stage's penalty on the validation "
+                         "split, which early_stopping=False does not hold out: give "
+                         "glm_C a number (math.inf: no penalty)")
+    if est.calibration == "temperature" and not est.early_stopping:
+        raise ValueError("calibration='temperature' chooses the temperature on the "
+                         "validation split, which early_stopping=False does not hold out")
+
+
 def response_codes(est: AttentionTableClassifier, y: npt.ArrayLike | None,
                    n: int) -> np.ndarray | None:
     """The labels' codes: each label's position in ``classes_``, −1 where it is missing.

@@ -11,10 +11,11 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import torch
+from scipy.optimize import minimize_scalar
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from efa.core.data import Sequences
-from efa.tabular.encoding import as_frame
+from efa.tabular.encoding import as_frame, sequences
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.families import Ordinal
@@ -153,3 +154,92 @@ def fill_missing(est: AttentionTableClassifier, X: pd.DataFrame,
             col.iloc[np.flatnonzero(rows)] = filled
         out[c] = col
     return out
+
+
+def tempered(p: np.ndarray, temperature: float) -> np.ndarray:
+    """Probabilities ``p`` (rows) at ``temperature``: p^(1/T), renormalised per row, i.e. each
+    row's logits divided by T; ``p`` itself at T = 1.
+
+    Parameters
+    ----------
+    p : numpy.ndarray, shape (n, classes)
+        Probabilities.
+    temperature : float
+        T > 0.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, classes)
+        The tempered probabilities (float64).
+    """
+    if temperature == 1.0:
+        return p
+    z = np.log(np.clip(p.astype(np.float64), 1e-300, None)) / temperature
+    z = np.exp(z - z.max(1, keepdims=True))
+    return z / z.sum(1, keepdims=True)
+
+
+def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.ndarray) -> float:
+    """The temperature that minimises the response's log loss on held-out rows (Guo et al.,
+    2017: one scalar that divides every logit, so the most probable class, and with it the
+    accuracy, is unchanged).
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator (before its temperature is set).
+    X : pandas.DataFrame
+        The held-out rows' features.
+    codes : numpy.ndarray, shape (n,)
+        Their response codes; rows with −1 (no label) are left out.
+
+    Returns
+    -------
+    float
+        T in [e^-4, e^4] (bounded search on log T); 1.0 without a labelled row.
+    """
+    rows = np.flatnonzero(codes >= 0)
+    if not len(rows):
+        return 1.0
+    p = column_proba(est, sequences(est, X.iloc[rows]), est.n_positions_ - 1, est._target)
+    seen = (np.arange(len(rows)), codes[rows])
+
+    def loss(log_t: float) -> float:
+        q = tempered(p, float(np.exp(log_t)))[seen]
+        return float(-np.log(np.clip(q, 1e-300, None)).mean())
+
+    return float(np.exp(minimize_scalar(loss, bounds=(-4.0, 4.0), method="bounded",
+                                        options={"xatol": 1e-6}).x))
+
+
+@torch.no_grad()
+def attention_gates(est: AttentionTableClassifier, X: pd.DataFrame, column: Hashable | None,
+                    layer: int) -> np.ndarray:
+    """The body of :meth:`AttentionTableClassifier.gates` (``X`` checked)."""
+    pos = est.n_positions_ - 1 if column is None else est._position(column)
+    at = torch.zeros(len(X), est.n_positions_, dtype=torch.bool)
+    at[:, pos] = True
+    target = ("cat" if est.is_cat_[pos] else
+              "resp" if pos == est.n_positions_ - 1 else "num")
+    w = est.model_.attention_weights(sequences(est, X), target, at=at)  # [L, B, H, I, I]
+    return w[layer, :, :, pos].double().numpy()
+
+
+@torch.no_grad()
+def moe_experts(est: AttentionTableClassifier, X: pd.DataFrame,
+                column: Hashable | None) -> tuple[np.ndarray, np.ndarray]:
+    """The body of :meth:`AttentionTableClassifier.experts` (``X`` checked)."""
+    from efa.moe import mixture
+
+    if est.backbone != "linear" or est.num_layers != 1 or est.response != "categorical":
+        raise ValueError("experts() needs backbone='linear', num_layers=1 and "
+                         "response='categorical' (the block whose logits are a mixture of "
+                         "CBOW experts)")
+    pos = est.n_positions_ - 1 if column is None else est._position(column)
+    if not est.is_cat_[pos]:
+        raise ValueError(f"column {column!r} is a Gaussian value field, not categorical")
+    pi, f = mixture(est.model_, sequences(est, X), "cat")
+    name = est.columns_[pos]
+    lo = est.offsets_[name]
+    f = cast(torch.Tensor, f)[:, pos, ..., lo : lo + len(est.levels_[name])]  # experts
+    return pi[:, pos].double().numpy(), f.double().numpy()
