@@ -191,9 +191,14 @@ def test_temperature_is_the_validation_log_loss_minimiser_and_keeps_every_predic
     from efa.tabular.prediction import column_proba
 
     X, y = table(300, seed=3)
-    plain = AttentionTableClassifier(random_state=0, response=response, **FAST).fit(X, y)
+    plain = AttentionTableClassifier(random_state=0, response=response, calibration=None,
+                                     **FAST).fit(X, y)
     est = clone(plain).set_params(calibration="temperature").fit(X, y)
     assert plain.temperature_ == 1.0 and est.temperature_ != 1.0
+    # "soften" (and "auto", the default, with a validation split) never sharpens: max(T, 1)
+    for option in ("soften", "auto"):
+        soft = clone(plain).set_params(calibration=option).fit(X, y)
+        assert soft.temperature_ == pytest.approx(max(est.temperature_, 1.0), rel=1e-12)
     np.testing.assert_array_equal(est.predict(X), plain.predict(X))
     p = plain.predict_proba(X)
     np.testing.assert_allclose(est.predict_proba(X),
@@ -207,8 +212,9 @@ def test_temperature_is_the_validation_log_loss_minimiser_and_keeps_every_predic
     losses = [log_loss(codes[val], softmax(np.log(q) / t, axis=1), labels=[0, 1])
               for t in grid]
     assert est.temperature_ == pytest.approx(grid[int(np.argmin(losses))], rel=2e-3)
-    with pytest.raises(ValueError, match="early_stopping=False"):
-        clone(est).set_params(early_stopping=False).fit(X, y)
+    for option in ("temperature", "soften"):
+        with pytest.raises(ValueError, match="early_stopping=False"):
+            clone(est).set_params(calibration=option, early_stopping=False).fit(X, y)
     auto = clone(est).set_params(calibration="auto", early_stopping=False).fit(X, y)
     assert auto.temperature_ == 1.0
 

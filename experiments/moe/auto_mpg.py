@@ -37,7 +37,10 @@ RIDGE_OPTIONS = {**GLM_OPTIONS, "glm_C": "auto"}
 def estimators(**options) -> dict:
     """The efa rows of the table: both backbones, and the linear one with the ordinal GLM
     fitted first (unpenalised, and with the ridge penalty chosen on validation), all with
-    ``options``."""
+    ``options`` and with their probabilities as trained (``calibration=None``; the
+    estimator's temperature is a default since efa's session 25, which the defaults row
+    has)."""
+    options = {"calibration": None, **options}
     return {DEFAULTS: {}, PAPER_BACKBONE: dict(backbone="paper", **options),
             LINEAR_BACKBONE: dict(backbone="linear", **options),
             GLM_NAME: dict(backbone="linear", **options, **GLM_OPTIONS),

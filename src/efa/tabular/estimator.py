@@ -143,12 +143,14 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         may meet a [MASK] (``handle_unknown="unk"`` or ``missing="mask"``), else 0.0 (the
         choice is ``cell_dropout_``). Without it a [MASK] in a row's context is an input the
         network never saw in training; measured in docs/guide/tables.md.
-    calibration : {"auto", "temperature", None}, default None
+    calibration : {"auto", "soften", "temperature", None}, default "auto"
         ``"temperature"``: after training, one temperature T divides the response's logits,
         chosen on the validation split by its log loss (``temperature_``; Guo et al., 2017),
         so probabilities are neither over- nor under-confident there while every row's most
-        probable class stays the same; needs ``early_stopping=True``. ``"auto"``: so where
-        there is a validation split, else None. None: T = 1.
+        probable class stays the same; needs ``early_stopping=True``. ``"soften"``: the same
+        with T ≥ 1: never sharper than the model, since a split drawn from the training rows
+        cannot vouch for more confidence on shifted rows. ``"auto"``: ``"soften"`` where there
+        is a validation split, else None. None: T = 1. Measured in docs/guide/tables.md.
     early_stopping : bool, default True
         False trains on every row for ``max_epochs`` and keeps the last weights (the paper's
         protocol; scikit-learn's MLP default), True holds out the split above.
@@ -175,7 +177,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                  max_epochs: int = 200, patience: int = 10, weight_decay: float = 0.0,
                  validation_fraction: float = 0.15,
                  shared_vocabulary: bool = False, cell_dropout: float | str = "auto",
-                 calibration: str | None = None, early_stopping: bool = True,
+                 calibration: str | None = "auto", early_stopping: bool = True,
                  stop_on: str = "auto",
                  random_state: int | np.random.RandomState | None = None):
         self.backbone = backbone
@@ -248,7 +250,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
         "shared_vocabulary": ["boolean"],
         "cell_dropout": [Interval(numbers.Real, 0, 1, closed="left"), StrOptions({"auto"})],
-        "calibration": [StrOptions({"auto", "temperature"}), None],
+        "calibration": [StrOptions({"auto", "soften", "temperature"}), None],
         "early_stopping": ["boolean"],
         "stop_on": [StrOptions({"joint", "response", "auto"})],
         "random_state": ["random_state"],
@@ -329,7 +331,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.model_.eval()
         self.temperature_ = 1.0
         if self.calibration is not None and len(val_idx):
-            self.temperature_ = fit_temperature(self, X.iloc[val_idx], y_codes[val_idx])
+            self.temperature_ = fit_temperature(self, X.iloc[val_idx], y_codes[val_idx],
+                                                soften=self.calibration != "temperature")
         self.n_iter_ = self.history_.epochs_run + (self.glm_history_.epochs_run
                                                    if self.init == "glm" else 0)
         return self

@@ -174,8 +174,8 @@ def check_rules(est: AttentionTableClassifier) -> None:
         raise ValueError("glm_C='auto' chooses the GLM stage's penalty on the validation "
                          "split, which early_stopping=False does not hold out: give "
                          "glm_C a number (math.inf: no penalty)")
-    if est.calibration == "temperature" and not est.early_stopping:
-        raise ValueError("calibration='temperature' chooses the temperature on the "
+    if est.calibration in ("temperature", "soften") and not est.early_stopping:
+        raise ValueError(f"calibration={est.calibration!r} chooses the temperature on the "
                          "validation split, which early_stopping=False does not hold out")
 
 

@@ -179,7 +179,8 @@ def tempered(p: np.ndarray, temperature: float) -> np.ndarray:
     return z / z.sum(1, keepdims=True)
 
 
-def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.ndarray) -> float:
+def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.ndarray,
+                    soften: bool = False) -> float:
     """The temperature that minimises the response's log loss on held-out rows (Guo et al.,
     2017: one scalar that divides every logit, so the most probable class, and with it the
     accuracy, is unchanged).
@@ -192,6 +193,9 @@ def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.nd
         The held-out rows' features.
     codes : numpy.ndarray, shape (n,)
         Their response codes; rows with −1 (no label) are left out.
+    soften : bool, default False
+        Keep T ≥ 1: the best temperature that does not sharpen the model's probabilities
+        (max(T, 1) exactly, as the log loss is convex in 1/T).
 
     Returns
     -------
@@ -208,8 +212,9 @@ def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.nd
         q = tempered(p, float(np.exp(log_t)))[seen]
         return float(-np.log(np.clip(q, 1e-300, None)).mean())
 
-    return float(np.exp(minimize_scalar(loss, bounds=(-4.0, 4.0), method="bounded",
-                                        options={"xatol": 1e-6}).x))
+    t = float(np.exp(minimize_scalar(loss, bounds=(-4.0, 4.0), method="bounded",
+                                     options={"xatol": 1e-6}).x))
+    return max(t, 1.0) if soften else t
 
 
 @torch.no_grad()
