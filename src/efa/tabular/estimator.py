@@ -339,7 +339,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ predict
     def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
-        """p(y = class | the row's features), the response masked.
+        """p(y = class | the row's features), the response masked, at the fitted temperature
+        (``temperature_``, see ``calibration``).
 
         Parameters
         ----------
