@@ -223,7 +223,7 @@ def test_ordinal_response_is_exact_and_ordered():
     X, _ = table(60)
     y = pd.Series(np.digitize(X["num"] + (X["a"] == "red"), [-0.5, 0.5, 1.2]))  # 4 ordered
     est = AttentionTableClassifier(random_state=0, numeric="gaussian", response="ordinal",
-                                   **FAST).fit(X, y)
+                                   calibration=None, **FAST).fit(X, y)
     model = est.model_.double()
     data = sequences(est, X, np.searchsorted(est.classes_, y.to_numpy())).to(torch.float64)
     fast = model.natural_params(data)
@@ -372,7 +372,8 @@ def test_glm_stage_by_lbfgs_is_the_maximum_likelihood_glm(monkeypatch):
     p = np.exp(eta - eta.max(1, keepdims=True))
     y = pd.Series(((p / p.sum(1, keepdims=True)).cumsum(1) > rng.random((400, 1))).argmax(1))
     est = AttentionTableClassifier(random_state=0, additive=True, init="glm",
-                                   glm_solver="lbfgs", glm_C=np.inf, **FAST).fit(X, y)
+                                   glm_solver="lbfgs", glm_C=np.inf, calibration=None,
+                                   **FAST).fit(X, y)
     assert est.glm_history_.stopped == "converged" and 0 < est.glm_history_.epochs_run < 1000
     model = est.model_ = fitting.build_model(est)
     data = sequences(est, X, y.to_numpy())
@@ -693,7 +694,8 @@ def test_stop_on_response_stops_on_the_classifiers_log_loss(numeric, response):
     from efa.tabular.encoding import split_rows
 
     X, y = table(120)
-    kw = dict(random_state=0, numeric=numeric, response=response, **{**FAST, "max_epochs": 1})
+    kw = dict(random_state=0, numeric=numeric, response=response, calibration=None,
+              **{**FAST, "max_epochs": 1})
     est = AttentionTableClassifier(stop_on="response", **kw).fit(X, y)
     codes = np.searchsorted(est.classes_, y.to_numpy())
     seed = int(check_random_state(0).randint(2**31 - 1))

@@ -220,7 +220,24 @@ def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.nd
 @torch.no_grad()
 def attention_gates(est: AttentionTableClassifier, X: pd.DataFrame, column: Hashable | None,
                     layer: int) -> np.ndarray:
-    """The body of :meth:`AttentionTableClassifier.gates` (``X`` checked)."""
+    """The body of :meth:`AttentionTableClassifier.gates`.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    X : pandas.DataFrame
+        The table, checked (:func:`check_table`).
+    column : hashable or None
+        The masked column (None: the response).
+    layer : int
+        The layer whose attention is read.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, heads, columns + 1)
+        The weights of every row and head.
+    """
     pos = est.n_positions_ - 1 if column is None else est._position(column)
     at = torch.zeros(len(X), est.n_positions_, dtype=torch.bool)
     at[:, pos] = True
@@ -233,7 +250,30 @@ def attention_gates(est: AttentionTableClassifier, X: pd.DataFrame, column: Hash
 @torch.no_grad()
 def moe_experts(est: AttentionTableClassifier, X: pd.DataFrame,
                 column: Hashable | None) -> tuple[np.ndarray, np.ndarray]:
-    """The body of :meth:`AttentionTableClassifier.experts` (``X`` checked)."""
+    """The body of :meth:`AttentionTableClassifier.experts`.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    X : pandas.DataFrame
+        The table, checked (:func:`check_table`).
+    column : hashable or None
+        The masked column (None: the response); it must be categorical.
+
+    Returns
+    -------
+    gates : numpy.ndarray, shape (n, heads, columns + 1)
+        π of every row and head.
+    experts : numpy.ndarray, shape (n, heads, columns + 1, levels)
+        Each expert's logits over the column's levels.
+
+    Raises
+    ------
+    ValueError
+        Unless the backbone is the linear one-layer block with a categorical response, or if
+        ``column`` is a Gaussian value field.
+    """
     from efa.moe import mixture
 
     if est.backbone != "linear" or est.num_layers != 1 or est.response != "categorical":
