@@ -61,6 +61,16 @@ def paired(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> 
     return estimate(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
 
 
+def bootstrap_interval(values: Sequence[float] | np.ndarray, reps: int,
+                       seed: int = 0) -> tuple[float, float]:
+    """95 % percentile bootstrap interval of the mean of ``values`` (rows resampled with
+    ``numpy.random.RandomState(seed)``, ``reps`` draws)."""
+    v = np.asarray(values, dtype=float)
+    idx = np.random.RandomState(seed).randint(0, len(v), size=(reps, len(v)))
+    means = v[idx].mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
 def slope(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
     """Least-squares slope of y on x."""
     return float(np.polyfit(np.asarray(x, dtype=float), np.asarray(y, dtype=float), 1)[0])

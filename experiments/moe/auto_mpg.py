@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.harness.evaluate import bootstrap_interval
 from experiments.harness.papers import paper_numbers
 from experiments.harness.report import Report
 from experiments.moe.tabular_simulation import GLM_NAME, GLM_OPTIONS, numbers_name
@@ -165,14 +166,6 @@ def _gate_rows(y, k: int = 6):
     return np.array(rows[:k])
 
 
-def _bootstrap(values: np.ndarray, reps: int, seed: int = 0) -> tuple[float, float]:
-    """95 % interval of the mean over rows of ``values`` [rows] (percentile bootstrap)."""
-    rng = np.random.RandomState(seed)
-    idx = rng.randint(0, len(values), size=(reps, len(values)))
-    means = values[idx].mean(1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
 def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     report = Report(spec.dataset, command, list(range(seeds)))
     models = list(dict.fromkeys(r["model"] for r in results))
@@ -206,8 +199,8 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
         acc = np.mean([r["accuracy"] for r in rs])
         ll = np.mean([r["log loss"] for r in rs])
         mse = np.mean([r["class MSE"] for r in rs])
-        a_lo, a_hi = _bootstrap(per_row[m][0], spec.bootstrap)
-        ll_ci = _bootstrap(per_row[m][1], spec.bootstrap)
+        a_lo, a_hi = bootstrap_interval(per_row[m][0], spec.bootstrap)
+        ll_ci = bootstrap_interval(per_row[m][1], spec.bootstrap)
         paper = PAPER.get(m, (None,))[0] if spec.dataset == "auto-mpg" else None
         sd = np.std([r["accuracy"] for r in rs])
         lines.append(
@@ -268,7 +261,7 @@ def _paired(per_row, a: str, b: str, which: int, spec) -> tuple[float, float, fl
     """Mean of model a − model b over the test rows (``which`` 0: correct, 1: log loss) and
     its 95 % bootstrap interval (rows resampled, the same draws for every pair)."""
     d = per_row[a][which] - per_row[b][which]
-    lo, hi = _bootstrap(d, spec.bootstrap, 1)
+    lo, hi = bootstrap_interval(d, spec.bootstrap, 1)
     return float(d.mean()), lo, hi
 
 

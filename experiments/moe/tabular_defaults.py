@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from experiments.harness.evaluate import bootstrap_interval
 from experiments.harness.report import Report
 from experiments.moe.tabular_simulation import PAPER_ACC, PAPER_MODELS, setting_name
 
@@ -67,9 +68,7 @@ def paired(efa_rows: list, lr_rows: list, seed: int) -> tuple[float, float, floa
     """Mean of efa − LR over one data set's test rows (log loss) and its 95 % percentile
     bootstrap interval (rows resampled)."""
     d = np.asarray(efa_rows) - np.asarray(lr_rows)
-    idx = np.random.RandomState(seed).randint(0, len(d), size=(BOOTSTRAP, len(d)))
-    means = d[idx].mean(1)
-    return float(d.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+    return (float(d.mean()), *bootstrap_interval(d, BOOTSTRAP, seed))
 
 
 def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
