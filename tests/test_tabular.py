@@ -54,6 +54,7 @@ CONFIGURATIONS = {
     "backbone=paper": {"backbone": "paper"},
     "handle_unknown=unk": {"handle_unknown": "unk", "max_epochs": 16},
     "numeric=gaussian+additive": {"numeric": "gaussian", "additive": True},
+    "calibration=temperature": {"calibration": "temperature"},
 }
 # scikit-learn compares predictions on permuted rows within rtol 1e-7, below one float32 unit
 # in the last place (1.2e-7): a float32 network meets it only where every matrix product
