@@ -59,8 +59,8 @@ CONFIGURATIONS = {
 # scikit-learn compares predictions on permuted rows within rtol 1e-7, below one float32 unit
 # in the last place (1.2e-7): a float32 network meets it only where every matrix product
 # happens to round each row alike wherever it sits in the batch. In this configuration the
-# feed-forward layer's product rounds some rows by one unit differently (3e-8 on a
-# probability of 0.12, measured); the property itself, to float32 rounding, is
+# feed-forward layer's product rounds some rows by one unit differently (probabilities
+# 2e-8 to 3e-8 apart, measured); the property itself, to float32 rounding, is
 # test_a_rows_probabilities_do_not_depend_on_the_other_rows.
 ROUNDING = {"check_methods_sample_order_invariance": "float32 rounding of batched products"}
 EXPECTED_BY_CONFIGURATION = {"numeric=gaussian+additive": ROUNDING}

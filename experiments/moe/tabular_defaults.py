@@ -76,26 +76,25 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
 
     full = spec.n == 2000 and spec.estimator is None
     report = Report("tabular-simulation-defaults", command, list(SIMULATION_SEEDS[:seeds]))
-    atn = PAPER_MODELS.index("ATN")
     worse, at_least_atn, per_setting = [], 0, {}
     for s in spec.settings:
         rs = sorted([r for r in results if r["setting"] == list(s)], key=lambda r: r["index"])
         name = setting_name(s)
-        for model in (EFA, "LR"):
+        paper = dict(zip(PAPER_MODELS, PAPER_ACC[tuple(s)], strict=True))
+        for model, theirs in ((EFA, "ATN"), ("LR", "LR")):
             mine = [r["models"][model] for r in rs]
-            paper = PAPER_ACC[tuple(s)][PAPER_MODELS.index(model if model == "LR" else "ATN")]
             report.add(name, model, "test accuracy", [m["accuracy"] for m in mine],
-                       paper if full else None)
+                       paper[theirs] if full else None)
             report.add(name, model, "test log loss", [m["log loss"] for m in mine])
         pairs = [paired(r["models"][EFA]["row_log_loss"], r["models"]["LR"]["row_log_loss"], 0)
                  for r in rs]
         report.add(name, f"{EFA} − LR", "test log loss", [p[0] for p in pairs])
         worse += [f"{name} seed {r['seed']}" for r, p in zip(rs, pairs, strict=True) if p[1] > 0]
         acc = float(np.mean([r["models"][EFA]["accuracy"] for r in rs]))
-        at_least_atn += acc >= PAPER_ACC[tuple(s)][atn]
+        at_least_atn += acc >= paper["ATN"]
         per_setting[name] = {"efa minus LR log loss": float(np.mean([p[0] for p in pairs])),
                              "data sets worse than LR": sum(p[1] > 0 for p in pairs),
-                             "efa accuracy": acc, "paper ATN accuracy": PAPER_ACC[tuple(s)][atn]}
+                             "efa accuracy": acc, "paper ATN accuracy": paper["ATN"]}
     n = len(results)
     report.extra["claims"] = {
         "defaults_log_loss_not_worse_than_LR": {

@@ -22,6 +22,7 @@ from efa.tabular.fitting import (
     build_model,
     check_rules,
     fit_glm_stage,
+    fit_temperature,
     learn_classes,
     learn_layout,
     numeric_range,
@@ -32,7 +33,6 @@ from efa.tabular.prediction import (
     check_table,
     column_proba,
     fill_missing,
-    fit_temperature,
     moe_experts,
     tempered,
 )
@@ -42,7 +42,7 @@ BACKBONES = ("paper", "linear")
 RESPONSES = ("categorical", "ordinal")
 #: ``cell_dropout="auto"``'s rate where predictions may meet a [MASK]: chosen on the simulation
 #: generator's development seeds 1-4 (an unseen-level shift and the generator's own split;
-#: 0.1 and 0.2 tried), docs/guide/tables.md.
+#: 0.1 and 0.2 tried), docs/moe.md, session 25.
 AUTO_CELL_DROPOUT = 0.2
 
 

@@ -11,7 +11,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import torch
-from scipy.optimize import minimize_scalar
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from efa.core.data import Sequences
@@ -177,44 +176,6 @@ def tempered(p: np.ndarray, temperature: float) -> np.ndarray:
     z = np.log(np.clip(p.astype(np.float64), 1e-300, None)) / temperature
     z = np.exp(z - z.max(1, keepdims=True))
     return z / z.sum(1, keepdims=True)
-
-
-def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.ndarray,
-                    soften: bool = False) -> float:
-    """The temperature that minimises the response's log loss on held-out rows (Guo et al.,
-    2017: one scalar that divides every logit, so the most probable class, and with it the
-    accuracy, is unchanged).
-
-    Parameters
-    ----------
-    est : AttentionTableClassifier
-        The fitted estimator (before its temperature is set).
-    X : pandas.DataFrame
-        The held-out rows' features.
-    codes : numpy.ndarray, shape (n,)
-        Their response codes; rows with −1 (no label) are left out.
-    soften : bool, default False
-        Keep T ≥ 1: the best temperature that does not sharpen the model's probabilities
-        (max(T, 1) exactly, as the log loss is convex in 1/T).
-
-    Returns
-    -------
-    float
-        T in [e^-4, e^4] (bounded search on log T); 1.0 without a labelled row.
-    """
-    rows = np.flatnonzero(codes >= 0)
-    if not len(rows):
-        return 1.0
-    p = column_proba(est, sequences(est, X.iloc[rows]), est.n_positions_ - 1, est._target)
-    seen = (np.arange(len(rows)), codes[rows])
-
-    def loss(log_t: float) -> float:
-        q = tempered(p, float(np.exp(log_t)))[seen]
-        return float(-np.log(np.clip(q, 1e-300, None)).mean())
-
-    t = float(np.exp(minimize_scalar(loss, bounds=(-4.0, 4.0), method="bounded",
-                                     options={"xatol": 1e-6}).x))
-    return max(t, 1.0) if soften else t
 
 
 @torch.no_grad()
