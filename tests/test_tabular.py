@@ -180,6 +180,35 @@ def test_cell_dropout_auto_trains_for_the_masks_predictions_may_meet():
     assert kl["auto"] < 0.02 and kl[0.0] > 0.1, kl
 
 
+def test_patience_auto_holds_500_optimiser_steps_and_at_least_10_epochs():
+    def resolved(**options):
+        return AttentionTableClassifier(random_state=0, **{**FAST, "max_epochs": 1,
+                                                           **options}).fit(X, y).patience_
+
+    X, y = table(120)  # 102 training rows after the 15 % validation split
+    assert resolved(patience="auto", batch_size=16) == 72  # 7 steps an epoch: ceil(500 / 7)
+    assert resolved(patience="auto", batch_size=1) == 10  # 102 steps: 5 epochs, at least 10
+    assert resolved(patience=4) == 4
+    with pytest.raises(ValueError, match="patience"):
+        resolved(patience="never")
+
+
+@pytest.mark.slow
+def test_default_patience_waits_out_the_plateau_before_an_interaction():
+    """y = (a + b + c) mod 3 with 10 % noise (Bayes accuracy 0.93): every column alone says
+    nothing, so the validation loss stays flat for dozens of epochs before the interaction is
+    found. Ten epochs' patience gives up there, at chance; the default waits it out."""
+    rng = np.random.default_rng(3)
+    X = pd.DataFrame({f"noise{j}": rng.integers(0, 5, 4000) for j in range(3)})
+    X["a"], X["b"], X["c"] = (rng.integers(0, 3, 4000) for _ in range(3))
+    y = np.where(rng.random(4000) < 0.1, rng.integers(0, 3, 4000), (X.a + X.b + X.c) % 3)
+    acc = {}
+    for patience in (10, "auto"):
+        est = AttentionTableClassifier(random_state=3, patience=patience).fit(X[:2000], y[:2000])
+        acc[patience] = float((est.predict(X[2000:]) == y[2000:]).mean())
+    assert acc[10] < 0.45 and acc["auto"] > 0.85, acc
+
+
 @pytest.mark.parametrize("response", ["categorical", "ordinal"])
 def test_temperature_is_the_validation_log_loss_minimiser_and_keeps_every_prediction(response):
     """calibration="temperature": T minimises the validation rows' log loss of softmax(log p /

@@ -44,6 +44,9 @@ RESPONSES = ("categorical", "ordinal")
 #: generator's development seeds 1-4 (an unseen-level shift and the generator's own split;
 #: 0.1 and 0.2 tried), docs/moe.md, session 25.
 AUTO_CELL_DROPOUT = 0.2
+#: ``patience="auto"``'s optimiser steps without improvement (an interaction can sit on a plateau
+#: that long): chosen on development tables, docs/moe.md, session 26.
+AUTO_PATIENCE_STEPS = 500
 
 
 class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
@@ -107,8 +110,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         ``ConvergenceWarning``), without dropout and independent of batch order. With a
         penalty the ordinal scores are held at s_k = k in the stage (the ridge
         adjacent-categories logit, a convex fit) and learned in the second; with
-        ``glm_C=math.inf`` they are learned in both. ``glm_history_.epochs_run`` (and so
-        ``n_iter_``, the two stages' sum) then counts its iterations, over every C tried.
+        ``glm_C=math.inf`` they are learned in both. ``glm_history_.epochs_run`` (in
+        ``n_iter_``) then counts its iterations, over every C tried.
     glm_C : float or "auto", default "auto"
         With ``glm_solver="lbfgs"``: the inverse strength of the stage's penalty, as
         scikit-learn's ``LogisticRegression(C=...)`` (½‖effects, slopes‖² / C against the
@@ -124,11 +127,11 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         ``"error"``: NaN in X is an error naming the column; ``"mask"``: a missing cell is
         hidden from the model and not predicted. Missing labels in ``y`` are always allowed:
         those rows train the features' likelihood only.
-    lr, batch_size, max_epochs, patience, weight_decay : float, int, int, int, float
+    lr, batch_size, max_epochs, patience, weight_decay : float, int, int, int or "auto", float
         Adam training: the learning rate, rows per step, the most epochs, the epochs without
-        improvement before stopping, and the weight decay (defaults 1e-2, 128, 200, 10, 0.0);
-        early stopping on the joint pseudo-likelihood of an internal validation split, best
-        weights restored.
+        improvement before stopping early on an internal validation split (best weights
+        restored; ``"auto"``: 500 steps' worth, at least 10, ``patience_``), and the weight
+        decay (defaults 1e-2, 128, 200, "auto", 0.0).
     validation_fraction : float, default 0.15
         The split's fraction of the rows, in (0, 1), stratified by label.
     shared_vocabulary : bool, default False
@@ -174,7 +177,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                  glm_C: float | str = "auto",
                  handle_unknown: str = "error",
                  missing: str = "error", lr: float = 1e-2, batch_size: int = 128,
-                 max_epochs: int = 200, patience: int = 10, weight_decay: float = 0.0,
+                 max_epochs: int = 200, patience: int | str = "auto", weight_decay: float = 0.0,
                  validation_fraction: float = 0.15,
                  shared_vocabulary: bool = False, cell_dropout: float | str = "auto",
                  calibration: str | None = "auto", early_stopping: bool = True,
@@ -245,7 +248,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         "lr": [Interval(numbers.Real, 0, None, closed="neither")],
         "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
         "max_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
-        "patience": [Interval(numbers.Integral, 1, None, closed="left")],
+        "patience": [Interval(numbers.Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "weight_decay": [Interval(numbers.Real, 0, None, closed="left")],
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither")],
         "shared_vocabulary": ["boolean"],
@@ -277,10 +280,10 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         -------
         AttentionTableClassifier
             ``self``, fitted: ``classes_``, ``model_`` (a :class:`efa.tabular.TableEFA`),
-            ``history_``, ``stop_on_``, ``cell_dropout_``, ``temperature_``, ``n_iter_``, and
-            the columns' learned state; with ``init="glm"`` also ``glm_history_`` and
-            ``glm_C_`` (None with ``glm_solver="adam"``); ``numeric_range_``, a numpy array of shape
-            (2, n_positions): each position's lowest and highest float value in fit, in the
+            ``history_``, ``stop_on_``, ``cell_dropout_``, ``patience_``, ``temperature_``,
+            ``n_iter_``, the columns' learned state; with ``init="glm"`` ``glm_history_`` and
+            ``glm_C_`` (None with ``glm_solver="adam"``); ``numeric_range_``, shape (2,
+            n_positions): each position's lowest and highest float value in fit, in the
             model's standardised units, which the network's inputs are clipped to (None
             without float columns or without clipping).
 
@@ -305,15 +308,17 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.cell_dropout_ = ((AUTO_CELL_DROPOUT if masks else 0.0)
                               if self.cell_dropout == "auto" else float(self.cell_dropout))
         self.numeric_range_ = numeric_range(data) if clip else None
-        val_idx: np.ndarray | list[int]
         train_idx, val_idx = (split_rows(y_codes, self.validation_fraction, seed)
-                              if self.early_stopping else (np.arange(len(y_codes)), []))
+                              if self.early_stopping else (np.arange(len(y_codes)), np.arange(0)))
+        steps = -(-len(train_idx) // self.batch_size)  # optimiser steps per epoch
+        self.patience_ = (max(10, -(-AUTO_PATIENCE_STEPS // steps)) if self.patience == "auto"
+                          else int(self.patience))
         seed_everything(seed)
         self.model_ = build_model(self)
-        auto = "response" if self.additive else "joint"
-        self.stop_on_ = auto if self.stop_on == "auto" else self.stop_on
+        self.stop_on_ = (("response" if self.additive else "joint") if self.stop_on == "auto"
+                         else self.stop_on)
         cfg = TrainConfig(lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
-                          max_epochs=self.max_epochs, patience=self.patience,
+                          max_epochs=self.max_epochs, patience=self.patience_,
                           schedule="constant", seed=seed, progress=False, grad_clip=1.0,
                           min_delta=1e-6,  # the stopping threshold of the committed tables
                           monitor=(self.model_.response,) if self.stop_on_ == "response"
@@ -431,8 +436,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             A copy of ``X`` with its missing cells filled.
         """
         X = check_table(self, X)
-        data = sequences(self, X, response_codes(self, y, len(X)))
-        return fill_missing(self, X, data)
+        return fill_missing(self, X, sequences(self, X, response_codes(self, y, len(X))))
 
     def gates(self, X: pd.DataFrame | npt.ArrayLike, column: Hashable | None = None,
               layer: int = -1) -> np.ndarray:
