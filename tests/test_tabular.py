@@ -196,17 +196,19 @@ def test_patience_auto_holds_500_optimiser_steps_and_at_least_10_epochs():
 @pytest.mark.slow
 def test_default_patience_waits_out_the_plateau_before_an_interaction():
     """y = (a + b + c) mod 3 with 10 % noise (Bayes accuracy 0.93): every column alone says
-    nothing, so the validation loss stays flat for dozens of epochs before the interaction is
-    found. Ten epochs' patience gives up there, at chance; the default waits it out."""
+    nothing, so the validation loss stays flat for a dozen epochs before the interaction is
+    found. A short patience gives up there, at chance; the default waits it out. (The control
+    is 5 epochs, stopped at epoch 7: 10, the old default, stops at epoch 12, one epoch before
+    this table's escape, too near it to fail the same way on every CPU.)"""
     rng = np.random.default_rng(3)
     X = pd.DataFrame({f"noise{j}": rng.integers(0, 5, 4000) for j in range(3)})
     X["a"], X["b"], X["c"] = (rng.integers(0, 3, 4000) for _ in range(3))
     y = np.where(rng.random(4000) < 0.1, rng.integers(0, 3, 4000), (X.a + X.b + X.c) % 3)
     acc = {}
-    for patience in (10, "auto"):
+    for patience in (5, "auto"):
         est = AttentionTableClassifier(random_state=3, patience=patience).fit(X[:2000], y[:2000])
         acc[patience] = float((est.predict(X[2000:]) == y[2000:]).mean())
-    assert acc[10] < 0.45 and acc["auto"] > 0.85, acc
+    assert acc[5] < 0.45 and acc["auto"] > 0.85, acc
 
 
 @pytest.mark.parametrize("response", ["categorical", "ordinal"])
