@@ -180,17 +180,19 @@ def test_cell_dropout_auto_trains_for_the_masks_predictions_may_meet():
     assert kl["auto"] < 0.02 and kl[0.0] > 0.1, kl
 
 
-def test_patience_auto_holds_500_optimiser_steps_and_at_least_10_epochs():
-    def resolved(**options):
+def test_patience_auto_is_10_epochs_and_500_optimiser_steps_on_the_first_plateau():
+    def fitted(**options):
         return AttentionTableClassifier(random_state=0, **{**FAST, "max_epochs": 1,
-                                                           **options}).fit(X, y).patience_
+                                                           **options}).fit(X, y)
 
     X, y = table(120)  # 102 training rows after the 15 % validation split
-    assert resolved(patience="auto", batch_size=16) == 72  # 7 steps an epoch: ceil(500 / 7)
-    assert resolved(patience="auto", batch_size=1) == 10  # 102 steps: 5 epochs, at least 10
-    assert resolved(patience=4) == 4
+    est = fitted(patience="auto", batch_size=16)
+    assert est.patience_ == 10 and est.history_.plateau_patience == 72  # ceil(500 / 7 steps)
+    assert fitted(patience="auto", batch_size=1).history_.plateau_patience == 10  # 102 steps
+    est = fitted(patience=4)
+    assert est.patience_ == 4 and est.history_.plateau_patience is None
     with pytest.raises(ValueError, match="patience"):
-        resolved(patience="never")
+        fitted(patience="never")
 
 
 @pytest.mark.slow

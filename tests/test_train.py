@@ -85,6 +85,32 @@ def test_anneal_halves_the_rate_on_every_failed_stall_test_and_stops_after_patie
         all(stalled[k:k + p]) for k in range(len(stalled) - p))
 
 
+def test_plateau_steps_wait_longer_only_while_the_loss_has_not_left_the_first_epochs():
+    """patience_now: plateau_steps' worth of epochs (rounded up, at least patience) while the
+    best validation loss is within plateau_tol of the first epoch's, patience once below; a fit
+    stops at the first stalled run as long as the rule in force then."""
+    from efa.training.settings import History, patience_now
+
+    cfg = efa.TrainConfig(patience=2, plateau_steps=100, plateau_tol=0.02)
+    on, off = History(val_loss=[1.0, 0.99, 0.995], best_val=0.99), History(
+        val_loss=[1.0, 0.97, 0.98], best_val=0.97)
+    assert patience_now(cfg, on, 20) == 5 and patience_now(cfg, off, 20) == 2
+    assert patience_now(cfg, on, 200) == 2  # 100 steps are less than 2 epochs
+    assert patience_now(efa.TrainConfig(patience=2), on, 20) == 2
+    for tol, p in ((1e9, 5), (0.0, 2)):  # always on the plateau / off it after the first gain
+        hist = efa.fit(_model(), _data(n=400), _data(n=200, seed=1), lr=1e-3, max_epochs=150,
+                       patience=2, plateau_steps=100, plateau_tol=tol, min_delta=1e-3,
+                       batch_size=20, schedule="constant", progress=False)  # 20 steps an epoch
+        assert hist.plateau_patience == 5 and hist.stopped == "patience"
+        stalled = _stalled(hist.val_loss, 1e-3)
+        assert stalled[-p:] == [True] * p and not any(
+            all(stalled[k:k + p]) for k in range(len(stalled) - p))
+    with pytest.raises(ValueError, match="plateau_steps"):
+        efa.TrainConfig(plateau_steps=0)
+    with pytest.raises(ValueError, match="plateau_tol"):
+        efa.TrainConfig(plateau_tol=-1.0)
+
+
 def test_plateau_keeps_its_rule():
     # "plateau" halves after max(1, patience // 3) + 1 stalled epochs in a row, PyTorch's
     # relative threshold of 1e-4 (the committed experiments that name it were made with it)

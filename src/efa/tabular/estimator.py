@@ -44,9 +44,10 @@ RESPONSES = ("categorical", "ordinal")
 #: generator's development seeds 1-4 (an unseen-level shift and the generator's own split;
 #: 0.1 and 0.2 tried), docs/moe.md, session 25.
 AUTO_CELL_DROPOUT = 0.2
-#: ``patience="auto"``'s optimiser steps without improvement (an interaction can sit on a plateau
-#: that long): chosen on development tables, docs/moe.md, session 26.
-AUTO_PATIENCE_STEPS = 500
+#: ``patience="auto"``'s wait, in optimiser steps, while the validation loss has not left the
+#: first epoch's (an interaction can sit on a plateau that long): chosen on development tables,
+#: docs/moe.md, sessions 26-27.
+AUTO_PLATEAU_STEPS = 500
 
 
 class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
@@ -130,8 +131,9 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     lr, batch_size, max_epochs, patience, weight_decay : float, int, int, int or "auto", float
         Adam training: the learning rate, rows per step, the most epochs, the epochs without
         improvement before stopping early on an internal validation split (best weights
-        restored; ``"auto"``: 500 steps' worth, at least 10, ``patience_``), and the weight
-        decay (defaults 1e-2, 128, 200, "auto", 0.0).
+        restored; ``"auto"``: 10, or 500 steps' worth while the validation loss is within
+        0.02 nats of the first epoch's, ``TrainConfig.plateau_steps``), and the weight decay
+        (defaults 1e-2, 128, 200, "auto", 0.0).
     validation_fraction : float, default 0.15
         The split's fraction of the rows, in (0, 1), stratified by label.
     shared_vocabulary : bool, default False
@@ -310,19 +312,17 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.numeric_range_ = numeric_range(data) if clip else None
         train_idx, val_idx = (split_rows(y_codes, self.validation_fraction, seed)
                               if self.early_stopping else (np.arange(len(y_codes)), np.arange(0)))
-        steps = -(-len(train_idx) // self.batch_size)  # optimiser steps per epoch
-        self.patience_ = (max(10, -(-AUTO_PATIENCE_STEPS // steps)) if self.patience == "auto"
-                          else int(self.patience))
+        self.patience_ = 10 if self.patience == "auto" else int(self.patience)
         seed_everything(seed)
         self.model_ = build_model(self)
         self.stop_on_ = (("response" if self.additive else "joint") if self.stop_on == "auto"
                          else self.stop_on)
         cfg = TrainConfig(lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
                           max_epochs=self.max_epochs, patience=self.patience_,
+                          plateau_steps=AUTO_PLATEAU_STEPS if self.patience == "auto" else None,
                           schedule="constant", seed=seed, progress=False, grad_clip=1.0,
                           min_delta=1e-6,  # the stopping threshold of the committed tables
-                          monitor=(self.model_.response,) if self.stop_on_ == "response"
-                          else None)
+                          monitor=(self.model_.response,) if self.stop_on_ == "response" else None)
         val = data[torch.as_tensor(val_idx)] if len(val_idx) else None
         if val is not None and self.stop_on_ == "response":  # score the response cells only
             last = torch.zeros_like(val.valid())

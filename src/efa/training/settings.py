@@ -111,6 +111,15 @@ class TrainConfig:
         starts that would, at the pace of the epochs so far, end after it; the first epoch
         always runs. The best epoch is restored and a ``TimeLimitReached`` warning says so.
         Not part of a checkpoint's settings: a resumed run may have another budget.
+    plateau_steps : int or None
+        While the best validation loss is still within ``plateau_tol`` of the first epoch's,
+        stop only after this many optimiser steps' worth of epochs without improvement (at
+        least ``patience``); once it has left that band, ``patience`` applies. A response that
+        depends on several inputs together can sit on such a plateau for hundreds of steps
+        before it is learned, while a loss that is falling needs no longer wait. None (the
+        default): ``patience`` throughout. :func:`patience_now` gives the rule.
+    plateau_tol : float
+        The band of ``plateau_steps``, in the validation loss's nats.
     """
 
     lr: float = 6e-3
@@ -136,6 +145,8 @@ class TrainConfig:
     proposal: str = "unigram"
     monitor: tuple[str, ...] | None = None
     time_limit: float | None = None
+    plateau_steps: int | None = None
+    plateau_tol: float = 0.02
 
     def __post_init__(self):
         for name in ("progress", "resume", "drop_last"):  # 'False' would be truthy
@@ -151,7 +162,7 @@ class TrainConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         for name in ("max_epochs", "eval_batch_size"):
             check_int(name, getattr(self, name), 1)
-        for name in ("batch_size", "patience"):
+        for name in ("batch_size", "patience", "plateau_steps"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
         check_int("warmup_steps", self.warmup_steps, 0)
@@ -172,7 +183,7 @@ class TrainConfig:
         if self.autocast not in (None, "bf16", "fp16"):
             raise ValueError(f"autocast must be None, 'bf16' or 'fp16', got {self.autocast!r}")
         for name, low in (("lr", 0.0), ("weight_decay", None), ("grad_clip", 0.0),
-                          ("min_delta", None)):
+                          ("min_delta", None), ("plateau_tol", None)):
             v = getattr(self, name)
             if name == "grad_clip" and v is None:
                 continue
@@ -217,6 +228,9 @@ class History:
     patience : int or None, default None
         The early-stopping patience it trained with, in epochs (chosen from the data when the
         settings left it unset).
+    plateau_patience : int or None, default None
+        Its patience while the validation loss had not left the first epoch's plateau
+        (``plateau_steps`` in epochs; None when the settings did not ask for one).
     """
 
     train_loss: list[float] = field(default_factory=list)
@@ -231,6 +245,7 @@ class History:
     stopped: str = ""  # why training ended: "patience", "max_epochs", "time_limit"
     batch_size: int | None = None  # the sequences per step it trained with
     patience: int | None = None  # the early-stopping patience it trained with (epochs)
+    plateau_patience: int | None = None  # its patience while on the first epoch's plateau
 
 
 def default_batch_size(n: int, world: int = 1) -> int:
@@ -304,3 +319,52 @@ def default_patience(steps_per_epoch: int) -> int:
         Epochs in a row without improvement before the fit stops.
     """
     return 3 * stall_window(steps_per_epoch)
+
+
+def plateau_patience(cfg: TrainConfig, steps_per_epoch: int) -> int | None:
+    """The patience, in epochs, of a fit whose validation loss has not left the first epoch's
+    plateau: ``cfg.plateau_steps`` optimiser steps' worth (rounded up), at least
+    ``cfg.patience``; None when the settings ask for no plateau rule.
+
+    Parameters
+    ----------
+    cfg : TrainConfig
+        The fit's settings, ``patience`` resolved.
+    steps_per_epoch : int
+        Optimiser steps per epoch.
+
+    Returns
+    -------
+    int or None
+        Epochs in a row without improvement before a fit on its plateau stops.
+    """
+    assert cfg.patience is not None
+    if cfg.plateau_steps is None:
+        return None
+    return max(cfg.patience, -(-cfg.plateau_steps // steps_per_epoch))
+
+
+def patience_now(cfg: TrainConfig, hist: History, steps_per_epoch: int) -> int:
+    """The early-stopping patience in force after the epochs in ``hist``: ``cfg.patience``, or
+    :func:`plateau_patience` while the best validation loss is still within
+    ``cfg.plateau_tol`` nats of the first epoch's.
+
+    Parameters
+    ----------
+    cfg : TrainConfig
+        The fit's settings, ``patience`` resolved.
+    hist : History
+        The epochs so far.
+    steps_per_epoch : int
+        Optimiser steps per epoch.
+
+    Returns
+    -------
+    int
+        Epochs in a row without improvement before the fit stops.
+    """
+    assert cfg.patience is not None
+    waiting = plateau_patience(cfg, steps_per_epoch)
+    if waiting is None or (hist.val_loss and hist.best_val < hist.val_loss[0] - cfg.plateau_tol):
+        return cfg.patience
+    return waiting

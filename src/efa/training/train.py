@@ -40,6 +40,8 @@ from efa.training.settings import (
     TrainConfig,
     default_batch_size,
     default_patience,
+    patience_now,
+    plateau_patience,
 )
 
 JOB_SAVE_SECONDS = 60.0
@@ -395,7 +397,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     )
     try:
         for epoch in bar:
-            if bad >= cfg.patience:
+            if bad >= patience_now(cfg, hist, n_batches):
                 hist.stopped = "patience"
                 break
             pace = hist.seconds / max(hist.epochs_run, 1)
@@ -448,7 +450,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         raise
     finally:
         bar.close()
-    hist.stopped = hist.stopped or ("patience" if bad >= cfg.patience else "max_epochs")
+    hist.stopped = hist.stopped or ("patience" if bad >= patience_now(cfg, hist, n_batches)
+                                    else "max_epochs")
     if hist.start_val is not None and hist.start_val <= hist.best_val:
         best_state, hist.best_val, hist.best_epoch = initial, hist.start_val, -1
         warnings.warn(f"no epoch improved on the starting weights' validation loss "
@@ -458,6 +461,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     model.eval()
     hist.threads = torch.get_num_threads()
     hist.batch_size, hist.patience = cfg.batch_size, cfg.patience
+    hist.plateau_patience = plateau_patience(cfg, n_batches)
     if hist.stopped == "time_limit":
         warnings.warn(f"fit stopped at its time limit of {cfg.time_limit:g} s after "
                       f"{hist.epochs_run} epochs ({hist.seconds:.1f} s); "
