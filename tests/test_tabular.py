@@ -199,9 +199,10 @@ def test_patience_auto_is_10_epochs_and_500_optimiser_steps_on_the_first_plateau
 def test_default_patience_waits_out_the_plateau_before_an_interaction():
     """y = (a + b + c) mod 3 with 10 % noise (Bayes accuracy 0.93): every column alone says
     nothing, so the validation loss stays flat for a dozen epochs before the interaction is
-    found. A short patience gives up there, at chance; the default waits it out. (The control
-    is 5 epochs, stopped at epoch 7: 10, the old default, stops at epoch 12, one epoch before
-    this table's escape, too near it to fail the same way on every CPU.)"""
+    found. A short patience gives up there, at chance; the default waits out a loss that has
+    not left the first epoch's (500 steps, 36 epochs here). (The control is 5 epochs, stopped
+    at epoch 7: 10 stops at epoch 12, one epoch before this table's escape, too near it to
+    fail the same way on every CPU.)"""
     rng = np.random.default_rng(3)
     X = pd.DataFrame({f"noise{j}": rng.integers(0, 5, 4000) for j in range(3)})
     X["a"], X["b"], X["c"] = (rng.integers(0, 3, 4000) for _ in range(3))
