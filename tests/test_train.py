@@ -85,10 +85,10 @@ def test_anneal_halves_the_rate_on_every_failed_stall_test_and_stops_after_patie
         all(stalled[k:k + p]) for k in range(len(stalled) - p))
 
 
-def test_plateau_steps_wait_longer_only_while_the_loss_has_not_left_the_first_epochs():
+def test_plateau_steps_wait_longer_only_while_the_loss_has_not_left_the_first_epochs(capsys):
     """patience_now: plateau_steps' worth of epochs (rounded up, at least patience) while the
     best validation loss is within plateau_tol of the first epoch's, patience once below; a fit
-    stops at the first stalled run as long as the rule in force then."""
+    stops at the first stalled run as long as the rule in force then, and says what it chose."""
     from efa.training.settings import History, patience_now
 
     cfg = efa.TrainConfig(patience=2, plateau_steps=100, plateau_tol=0.02)
@@ -100,8 +100,10 @@ def test_plateau_steps_wait_longer_only_while_the_loss_has_not_left_the_first_ep
     for tol, p in ((1e9, 5), (0.0, 2)):  # always on the plateau / off it after the first gain
         hist = efa.fit(_model(), _data(n=400), _data(n=200, seed=1), lr=1e-3, max_epochs=150,
                        patience=2, plateau_steps=100, plateau_tol=tol, min_delta=1e-3,
-                       batch_size=20, schedule="constant", progress=False)  # 20 steps an epoch
+                       batch_size=20, schedule="constant", progress=True)  # 20 steps an epoch
         assert hist.plateau_patience == 5 and hist.stopped == "patience"
+        assert "efa.fit chose patience=5 on the first plateau (100 steps' worth) for 400 " \
+            "training sequences (20 steps per epoch" in capsys.readouterr().err
         stalled = _stalled(hist.val_loss, 1e-3)
         assert stalled[-p:] == [True] * p and not any(
             all(stalled[k:k + p]) for k in range(len(stalled) - p))

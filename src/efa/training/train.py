@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import random
 import sys
 import time
@@ -339,8 +338,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     gen = torch.Generator().manual_seed(cfg.seed)
     sampler = torch.Generator().manual_seed(cfg.seed + 7919)  # sampled positions
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    n_batches = len(train) // cfg.batch_size if cfg.drop_last else \
-        math.ceil(len(train) / cfg.batch_size)
+    n_batches = len(train) // cfg.batch_size if cfg.drop_last else -(-len(train) // cfg.batch_size)
     if n_batches == 0:
         raise ValueError(f"drop_last with {len(train)} sequences in batches of "
                          f"{cfg.batch_size} leaves no batch")
@@ -349,10 +347,12 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
         if val is not None:
             chosen.append(f"patience={cfg.patience}")
     assert cfg.batch_size is not None and cfg.patience is not None
+    if cfg.plateau_steps is not None and val is not None:
+        chosen.append(f"patience={plateau_patience(cfg, n_batches)} on the first plateau "
+                      f"({cfg.plateau_steps} steps' worth)")
     if chosen and cfg.progress and rank == 0:
         print(f"efa.fit chose {' and '.join(chosen)} for {len(train)} training sequences "
-              f"({n_batches} steps per epoch; pass them to set them)", file=sys.stderr,
-              flush=True)
+              f"({n_batches} steps per epoch; pass them to set them)", file=sys.stderr, flush=True)
     sched, plateau = steps.scheduler(opt, cfg, n_batches)
     schedule = plateau or sched  # exactly one is built; its state rides in the checkpoint
     assert schedule is not None
