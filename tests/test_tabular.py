@@ -180,6 +180,32 @@ def test_cell_dropout_auto_trains_for_the_masks_predictions_may_meet():
     assert kl["auto"] < 0.02 and kl[0.0] > 0.1, kl
 
 
+def test_rows_with_an_unseen_level_are_read_from_a_second_fit_at_the_larger_cell_dropout():
+    """With handle_unknown="unk", cell_dropout="auto" fits twice, with the same seed and split:
+    at 0.2 (model_) and at 0.5 (unseen_model_). A row holding a level that fit never saw gets
+    the probabilities of an estimator fitted at 0.5, every other row (a missing cell
+    included) those of one fitted at 0.2; a given rate, or handle_unknown="error", fits once."""
+    X, y = table(150)
+    options = dict(random_state=0, handle_unknown="unk", missing="mask", **FAST)
+    est = AttentionTableClassifier(**options).fit(X, y)
+    assert est.cell_dropout_ == 0.2 and est.model_.cell_dropout == 0.2
+    assert est.unseen_model_ is not None and est.unseen_model_.cell_dropout == 0.5
+    assert est.unseen_history_.epochs_run >= 1 and est.unseen_temperature_ >= 1.0
+    test = X.iloc[:6].astype(object)
+    test.loc[0, "a"], test.loc[1, "a"], test.loc[2, "b"] = "purple", None, 99
+    unseen = np.array([True, False, True, False, False, False])
+    at = {rate: AttentionTableClassifier(**options, cell_dropout=rate).fit(X, y)
+          for rate in (0.2, 0.5)}
+    assert all(e.unseen_model_ is None and e.unseen_temperature_ == 1.0 for e in at.values())
+    p = est.predict_proba(test)
+    np.testing.assert_allclose(p[unseen], at[0.5].predict_proba(test)[unseen], atol=1e-6)
+    np.testing.assert_allclose(p[~unseen], at[0.2].predict_proba(test)[~unseen], atol=1e-6)
+    assert np.abs(p[unseen] - at[0.2].predict_proba(test)[unseen]).max() > 1e-3  # can fail
+    np.testing.assert_array_equal(est.predict(test), est.classes_[p.argmax(1)])
+    once = clone(est).set_params(handle_unknown="error").fit(X, y)
+    assert once.unseen_model_ is None and once.unseen_history_ is None
+
+
 def test_patience_auto_is_10_epochs_and_500_optimiser_steps_on_the_first_plateau():
     def fitted(**options):
         return AttentionTableClassifier(random_state=0, **{**FAST, "max_epochs": 1,

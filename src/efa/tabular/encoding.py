@@ -332,6 +332,23 @@ def learn_columns(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
             est.levels_[c] = list(levels)
 
 
+def level_codes(est: AttentionTableClassifier, column: Hashable, col: pd.Series) -> np.ndarray:
+    """Each cell's code among a categorical ``column``'s fitted levels: −1 where it is missing
+    or holds a level that fit never saw."""
+    lookup = est.lookup_[column]
+    return np.array([lookup.get(v, -1) for v in col.where(~col.isna(), None)], dtype=np.int64)
+
+
+def unseen_rows(est: AttentionTableClassifier, X: pd.DataFrame) -> np.ndarray:
+    """Bool, shape (n,): the rows of ``X`` (checked against the fitted columns) holding, in a
+    categorical column, a level that fit never saw (a missing cell is not one)."""
+    out = np.zeros(len(X), dtype=bool)
+    for c in X.columns:
+        if est.kinds_[est._index[c]] != "num":
+            out |= (level_codes(est, c, X[c]) < 0) & ~X[c].isna().to_numpy()
+    return out
+
+
 def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hashable],
           unknown_ok: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The cells of the given feature columns of ``X``, encoded with the fitted state.
@@ -397,8 +414,7 @@ def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hash
             raise ValueError(f"column {c!r} has inf in {int(infinite.sum())} row(s) (first: "
                              f"row {int(np.flatnonzero(infinite)[0])}); a level must be "
                              "finite")
-        lookup = est.lookup_[c]
-        codes = np.array([lookup.get(v, -1) for v in col.where(~col.isna(), None)])
+        codes = level_codes(est, c, col)
         unseen = (codes < 0) & ~missing
         if unseen.any():
             r = int(np.flatnonzero(unseen)[0])

@@ -12,17 +12,14 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_random_state
 
 from efa.tabular.encoding import sequences, split_rows
 from efa.tabular.fitting import (
-    build_model,
     check_rules,
-    fit_glm_stage,
-    fit_temperature,
+    fit_network,
     learn_classes,
     learn_layout,
     numeric_range,
@@ -34,9 +31,8 @@ from efa.tabular.prediction import (
     column_proba,
     fill_missing,
     moe_experts,
-    tempered,
+    response_proba,
 )
-from efa.training.train import TrainConfig, fit, seed_everything
 
 BACKBONES = ("paper", "linear")
 RESPONSES = ("categorical", "ordinal")
@@ -44,10 +40,11 @@ RESPONSES = ("categorical", "ordinal")
 #: generator's development seeds 1-4 (an unseen-level shift and the generator's own split;
 #: 0.1 and 0.2 tried), docs/moe.md, session 25.
 AUTO_CELL_DROPOUT = 0.2
-#: ``patience="auto"``'s wait, in optimiser steps, while the validation loss has not left the
-#: first epoch's (an interaction can sit on a plateau that long): chosen on development tables,
-#: docs/moe.md, sessions 26-27.
-AUTO_PLATEAU_STEPS = 500
+#: ``cell_dropout="auto"``'s rate for the second fit of ``handle_unknown="unk"``, which predicts
+#: the rows holding a level fit never saw: chosen on development data (an analogue of car's
+#: shift, the simulation's unseen-level shift and own split; 0.2, 0.3, 0.5, 0.7 tried),
+#: docs/moe.md, sessions 27-28.
+AUTO_UNSEEN_CELL_DROPOUT = 0.5
 
 
 class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
@@ -146,8 +143,14 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         and from the likelihood), so that rows with [MASK]s (missing cells, unseen levels with
         ``handle_unknown="unk"``) are read as in training. ``"auto"``: 0.2 where predictions
         may meet a [MASK] (``handle_unknown="unk"`` or ``missing="mask"``), else 0.0 (the
-        choice is ``cell_dropout_``). Without it a [MASK] in a row's context is an input the
-        network never saw in training; measured in docs/guide/tables.md.
+        choice is ``cell_dropout_``); with ``handle_unknown="unk"`` also a second fit at 0.5
+        (``unseen_model_``, same seed and split), whose response probabilities are those of
+        every row holding a level that fit never saw: interactions learned on the seen levels
+        extrapolate overconfidently to an unseen one, and the larger rate tempers them, while
+        it would cost accuracy on rows whose levels were all seen (docs/guide/tables.md).
+        This doubles the fit's time; a number gives one fit at that rate. Without cell
+        dropout a [MASK] in a row's context is an input the network never saw in training;
+        measured in docs/guide/tables.md.
     calibration : {"auto", "soften", "temperature", None}, default "auto"
         ``"temperature"``: after training, one temperature T divides the response's logits,
         chosen on the validation split by its log loss (``temperature_``; Guo et al., 2017),
@@ -287,7 +290,10 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
             ``glm_C_`` (None with ``glm_solver="adam"``); ``numeric_range_``, shape (2,
             n_positions): each position's lowest and highest float value in fit, in the
             model's standardised units, which the network's inputs are clipped to (None
-            without float columns or without clipping).
+            without float columns or without clipping); ``unseen_model_``,
+            ``unseen_history_`` and ``unseen_temperature_``: the second fit of
+            ``cell_dropout="auto"`` with ``handle_unknown="unk"`` (None, None and 1.0
+            otherwise; ``n_iter_`` counts the first fit's epochs only).
 
         Raises
         ------
@@ -313,39 +319,27 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         train_idx, val_idx = (split_rows(y_codes, self.validation_fraction, seed)
                               if self.early_stopping else (np.arange(len(y_codes)), np.arange(0)))
         self.patience_ = 10 if self.patience == "auto" else int(self.patience)
-        seed_everything(seed)
-        self.model_ = build_model(self)
         self.stop_on_ = (("response" if self.additive else "joint") if self.stop_on == "auto"
                          else self.stop_on)
-        cfg = TrainConfig(lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
-                          max_epochs=self.max_epochs, patience=self.patience_,
-                          plateau_steps=AUTO_PLATEAU_STEPS if self.patience == "auto" else None,
-                          schedule="constant", seed=seed, progress=False, grad_clip=1.0,
-                          min_delta=1e-6,  # the stopping threshold of the committed tables
-                          monitor=(self.model_.response,) if self.stop_on_ == "response" else None)
-        val = data[torch.as_tensor(val_idx)] if len(val_idx) else None
-        if val is not None and self.stop_on_ == "response":  # score the response cells only
-            last = torch.zeros_like(val.valid())
-            last[:, -1] = True
-            val = val.with_scored(last)
-        train = data[torch.as_tensor(train_idx)]
+        split = (train_idx, val_idx)
+        net = fit_network(self, X, data, y_codes, split, seed, self.cell_dropout_)
+        self.model_, self.history_, self.temperature_ = net.model, net.history, net.temperature
         if self.init == "glm":
-            self.glm_history_, self.glm_C_ = fit_glm_stage(
-                self.model_, train, val, cfg, self.glm_solver, self.glm_C)
-        self.history_ = fit(self.model_, train, val, cfg)
-        self.model_.eval()
-        self.temperature_ = 1.0
-        if self.calibration is not None and len(val_idx):
-            self.temperature_ = fit_temperature(self, X.iloc[val_idx], y_codes[val_idx],
-                                                soften=self.calibration != "temperature")
-        self.n_iter_ = self.history_.epochs_run + (self.glm_history_.epochs_run
-                                                   if self.init == "glm" else 0)
+            self.glm_history_, self.glm_C_ = net.glm_history, net.glm_C
+        self.n_iter_ = self.history_.epochs_run + (net.glm_history.epochs_run
+                                                   if net.glm_history is not None else 0)
+        self.unseen_model_, self.unseen_history_, self.unseen_temperature_ = None, None, 1.0
+        if self.cell_dropout == "auto" and self.handle_unknown == "unk":
+            unseen = fit_network(self, X, data, y_codes, split, seed, AUTO_UNSEEN_CELL_DROPOUT)
+            self.unseen_model_, self.unseen_history_ = unseen.model, unseen.history
+            self.unseen_temperature_ = unseen.temperature
         return self
 
     # ------------------------------------------------------------------ predict
     def predict_proba(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         """p(y = class | the row's features), the response masked, at the fitted temperature
-        (``temperature_``, see ``calibration``).
+        (``temperature_``, see ``calibration``); a row holding a level that fit never saw is
+        read from ``unseen_model_`` where there is one (see ``cell_dropout``).
 
         Parameters
         ----------
@@ -357,9 +351,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         numpy.ndarray, shape (n, n_classes)
             The probabilities, in the order of ``classes_``.
         """
-        X = check_table(self, X)
-        return tempered(column_proba(self, sequences(self, X), self.n_positions_ - 1,
-                                     self._target), self.temperature_)
+        return response_proba(self, check_table(self, X))
 
     def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
         """The most probable class of each row of ``X``.

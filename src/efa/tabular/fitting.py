@@ -1,14 +1,14 @@
 """The fitting room of the table estimator: the labels' classes and codes, the layout of the
 internal table (the response's column, which positions are categorical, the categorical cells'
-shared vocabulary), the :class:`~efa.tabular.model.TableEFA` built from that fitted state, and
-the first stage of ``init="glm"``. Like :mod:`efa.tabular.encoding`, the functions read and
-write the estimator's fitted state, the scikit-learn way."""
+shared vocabulary), the :class:`~efa.tabular.model.TableEFA` built from that fitted state, one
+fit of it (:func:`fit_network`: the first stage of ``init="glm"`` in
+:mod:`efa.tabular.glm_stage`, training, the response's temperature). Like
+:mod:`efa.tabular.encoding`, the functions read and write the estimator's fitted state, the
+scikit-learn way."""
 
 from __future__ import annotations
 
-import math
-import warnings
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,7 +16,6 @@ import numpy.typing as npt
 import pandas as pd
 import torch
 from scipy.optimize import minimize_scalar
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
@@ -24,15 +23,14 @@ from efa.core.families import HeteroscedasticGaussian, Ordinal
 from efa.core.fields import Category, Field, Value
 from efa.core.model import EFAConfig
 from efa.tabular.encoding import as_1d, as_frame, learn_columns, lookup, sequences
-from efa.tabular.model import GLM_STAGE, TableEFA
+from efa.tabular.glm_stage import fit_glm_stage
+from efa.tabular.model import TableEFA
 from efa.tabular.prediction import column_proba, tempered
-from efa.training.lbfgs import fit_lbfgs
-from efa.training.train import fit
+from efa.training.train import History, TrainConfig, fit, seed_everything
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.data import Sequences
     from efa.tabular.estimator import AttentionTableClassifier
-    from efa.training.train import History, TrainConfig
 
 
 def learn_classes(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike,
@@ -242,7 +240,7 @@ def numeric_range(data: Sequences) -> np.ndarray | None:
     return torch.stack([lo.masked_fill(none, 0.0), hi.masked_fill(none, 0.0)]).numpy()
 
 
-def build_model(est: AttentionTableClassifier) -> TableEFA:
+def build_model(est: AttentionTableClassifier, cell_dropout: float | None = None) -> TableEFA:
     """The network of the fitted layout, freshly initialised: the categorical field ``cat``
     over the shared vocabulary, a Gaussian value field ``num`` for ``numeric="gaussian"`` and
     an ordinal field ``resp`` for ``response="ordinal"``, in the ``"paper"`` (post-LN) or
@@ -252,6 +250,8 @@ def build_model(est: AttentionTableClassifier) -> TableEFA:
     ----------
     est : AttentionTableClassifier
         The estimator being fitted, its layout learned (:func:`learn_layout`).
+    cell_dropout : float, optional
+        The model's training cell dropout (default: ``est.cell_dropout_``).
 
     Returns
     -------
@@ -291,176 +291,16 @@ def build_model(est: AttentionTableClassifier) -> TableEFA:
     ordinal = est.response == "ordinal"
     ordered = est.additive == "ordinal"
     out = (1 if ordinal or ordered else len(est.classes_)) if est.additive else 0
-    return TableEFA(cfg, support, est.cell_dropout_, additive=out,
+    rate = est.cell_dropout_ if cell_dropout is None else cell_dropout
+    return TableEFA(cfg, support, rate, additive=out,
                     response="resp" if ordinal else "cat",
                     ordered_classes=len(est.classes_) if ordered else 0,
                     num_range=None if est.numeric_range_ is None
                     else torch.from_numpy(est.numeric_range_))
 
 
-# The GLM stage's penalties tried with glm_C="auto": scikit-learn's C (the inverse strength of
-# ½‖effects, slopes‖² against the response's summed log loss), walked from strong to weak.
-GLM_C_GRID = tuple(10.0**k for k in range(-3, 4))
-
-
-def fit_glm_stage(model: TableEFA, train: Sequences, val: Sequences | None,
-                  cfg: TrainConfig, solver: str = "adam",
-                  C: float | str = "auto") -> tuple[History, float | None]:
-    """The first stage of ``init="glm"``: only the GLM's parameters move, with the network's
-    read-outs (weights) at 0, so the model is the plain GLM on the response (the features'
-    cells keep a context-free prediction meanwhile).
-
-    The read-outs' weights are set to 0 and every parameter but the GLM's and the read-outs'
-    biases is frozen for the stage (and released after it).
-
-    Parameters
-    ----------
-    model : TableEFA
-        The model, with a GLM term.
-    train : Sequences
-        The training rows.
-    val : Sequences or None
-        The validation rows: for early stopping (``solver="adam"``) or for choosing ``C``.
-    cfg : TrainConfig
-        The training settings (:func:`efa.fit`'s; ``solver="lbfgs"`` reads only
-        ``threads``).
-    solver : {"adam", "lbfgs"}, default "adam"
-        ``"adam"``: :func:`efa.fit` with ``cfg``, stopped early on ``val``. ``"lbfgs"``: the
-        GLM's (penalised) maximum-likelihood fit, by full-batch L-BFGS in float64 to
-        convergence (:func:`efa.training.lbfgs.fit_lbfgs`); with a penalty the ordinal
-        scores are held at s_k = k, so that the stage is a convex GLM (the ridge
-        adjacent-categories logit).
-    C : float or "auto", default "auto"
-        ``solver="lbfgs"`` only: scikit-learn's C, the inverse strength of the penalty
-        ½‖effects, slopes‖² / C on the response's summed log loss (``math.inf``: none);
-        ``"auto"``: each of :data:`GLM_C_GRID` from the strongest, warm-started, the one with
-        the best response log loss on ``val`` kept (the walk stops once it has worsened
-        twice in a row).
-
-    Returns
-    -------
-    History
-        The stage's training history; with ``solver="lbfgs"``, ``epochs_run`` counts the
-        iterations of every fit on the path, ``val_loss`` holds the path's validation log
-        losses and ``best_val`` the kept fit's.
-    float or None
-        The penalty's C (None with ``solver="adam"``).
-
-    Raises
-    ------
-    ValueError
-        If ``C="auto"`` and there are no validation rows.
-    """
-    with torch.no_grad():
-        for readout in model.readouts.values():
-            for name, p in readout.named_parameters():
-                if not name.endswith("bias"):
-                    p.zero_()
-    glm = {id(p) for p in model.glm_parameters()}
-    for readout in model.readouts.values():  # the features' intercepts too
-        glm |= {id(p) for n, p in readout.named_parameters() if n.endswith("bias")}
-    if solver == "lbfgs" and C != math.inf:  # a penalty: the scores held at s_k = k, so the
-        # stage is a convex GLM and C is well posed (free scores would absorb the effects'
-        # scale and escape the penalty); unpenalised, they stay free (the stereotype model)
-        for family in (m for m in model.modules() if isinstance(m, Ordinal)):
-            with torch.no_grad():  # (the loop above zeroed the response's)
-                family.raw_steps.fill_(math.log(math.expm1(1.0)))
-            glm.discard(id(family.raw_steps))
-    frozen = [p for p in model.parameters() if id(p) not in glm]
-    for p in frozen:
-        p.requires_grad_(False)
-    token = GLM_STAGE.set(model)
-    try:
-        if solver == "lbfgs":
-            return glm_path(model, train, val, cfg.threads, C)
-        return fit(model, train, val, cfg), None
-    finally:
-        GLM_STAGE.reset(token)
-        for p in frozen:
-            p.requires_grad_(True)
-
-
-def glm_path(model: TableEFA, train: Sequences, val: Sequences | None, threads: int | None,
-             C: float | str) -> tuple[History, float]:
-    """The L-BFGS GLM stage of :func:`fit_glm_stage` (its parameters frozen as it set them),
-    at one C or along :data:`GLM_C_GRID` with the C chosen on ``val``.
-
-    Parameters
-    ----------
-    model : TableEFA
-        The model, in its GLM stage.
-    train, val : Sequences
-        The training and validation rows (``val`` may be None for a numeric ``C``).
-    threads : int or None
-        Torch CPU threads.
-    C : float or "auto"
-        As in :func:`fit_glm_stage`.
-
-    Returns
-    -------
-    History
-        As :func:`fit_glm_stage` says.
-    float
-        The kept fit's C.
-
-    Raises
-    ------
-    ValueError
-        If ``C="auto"`` and ``val`` is None or has no labelled row.
-    """
-    n = int(train.predicted(model.response).sum())  # C's penalty is on the summed log loss
-    weights = [model.level_effect, model.slope]
-
-    def penalty_at(c: float) -> Callable[[], torch.Tensor] | None:
-        if math.isinf(c):
-            return None
-        return lambda: sum((w.square().sum() for w in weights),
-                           torch.zeros((), dtype=weights[0].dtype)) / (2 * c * max(n, 1))
-
-    if C != "auto":
-        return fit_lbfgs(model, train, threads, penalty_at(float(C))), float(C)
-    if val is not None:
-        last = torch.zeros_like(val.valid())
-        last[:, -1] = True  # the response's column
-        val = val.with_scored(last)
-    if val is None or not bool(val.predicted(model.response).any()):
-        raise ValueError("glm_C='auto' chooses the GLM stage's penalty on the validation "
-                         "rows' labels, and there are none: give glm_C a number")
-    params = [p for p in model.parameters() if p.requires_grad]
-    best: tuple[float, float, list[torch.Tensor], History] | None = None
-    path: list[float] = []
-    iterations, worse = 0, 0
-    for c in GLM_C_GRID:
-        with warnings.catch_warnings():  # only the kept fit's limit is worth a warning
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            history = fit_lbfgs(model, train, threads, penalty_at(c))
-        iterations += history.epochs_run
-        was_training = model.training
-        with torch.no_grad():  # scored without cell dropout, as fit_lbfgs fits
-            s, m = model.eval().log_likelihood_sums(val)[model.response]
-        model.train(was_training)
-        path.append(-float(s) / m)
-        if best is None or path[-1] < best[0]:
-            best, worse = (path[-1], c, [p.detach().clone() for p in params], history), 0
-        else:
-            worse += 1
-            if worse == 2:
-                break
-    assert best is not None
-    score, c, state, history = best
-    with torch.no_grad():
-        for p, v in zip(params, state, strict=True):
-            p.copy_(v)
-    if history.stopped == "max_iter":
-        warnings.warn(f"the GLM stage's fit at the chosen C = {c:g} stopped at the L-BFGS "
-                      "limits without reaching the gradient tolerance; its parameters stay "
-                      "where it stopped", ConvergenceWarning, stacklevel=4)
-    history.epochs_run, history.val_loss, history.best_val = iterations, path, score
-    return history, c
-
-
 def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.ndarray,
-                    soften: bool = False) -> float:
+                    soften: bool = False, model: TableEFA | None = None) -> float:
     """The temperature that minimises the response's log loss on held-out rows (Guo et al.,
     2017: one scalar that divides every logit, so the most probable class, and with it the
     accuracy, is unchanged).
@@ -476,6 +316,8 @@ def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.nd
     soften : bool, default False
         Keep T ≥ 1: the best temperature that does not sharpen the model's probabilities
         (max(T, 1) exactly, as the log loss is convex in 1/T).
+    model : TableEFA, optional
+        The fitted network whose logits are tempered (default: ``est.model_``).
 
     Returns
     -------
@@ -485,7 +327,8 @@ def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.nd
     rows = np.flatnonzero(codes >= 0)
     if not len(rows):
         return 1.0
-    p = column_proba(est, sequences(est, X.iloc[rows]), est.n_positions_ - 1, est._target)
+    p = column_proba(est, sequences(est, X.iloc[rows]), est.n_positions_ - 1, est._target,
+                     model)
     seen = (np.arange(len(rows)), codes[rows])
 
     def loss(log_t: float) -> float:
@@ -495,3 +338,78 @@ def fit_temperature(est: AttentionTableClassifier, X: pd.DataFrame, codes: np.nd
     t = float(np.exp(minimize_scalar(loss, bounds=(-4.0, 4.0), method="bounded",
                                      options={"xatol": 1e-6}).x))
     return max(t, 1.0) if soften else t
+
+
+#: ``patience="auto"``'s wait, in optimiser steps, while the validation loss has not left the
+#: first epoch's (an interaction can sit on a plateau that long): chosen on development tables,
+#: docs/moe.md, sessions 26-27.
+AUTO_PLATEAU_STEPS = 500
+
+
+@dataclass
+class Network:
+    """One fit of the estimator's network (:func:`fit_network`)."""
+
+    model: TableEFA
+    history: History
+    glm_history: History | None  # ``init="glm"``'s first stage (None without it)
+    glm_C: float | None  # its penalty (None without it or with ``glm_solver="adam"``)
+    temperature: float
+
+
+def fit_network(est: AttentionTableClassifier, X: pd.DataFrame, data: Sequences,
+                y_codes: np.ndarray, split: tuple[np.ndarray, np.ndarray], seed: int,
+                cell_dropout: float) -> Network:
+    """A network built from the fitted layout (seeded: the same ``seed`` gives the same fit)
+    and fitted as the estimator's parameters say: ``init="glm"``'s first stage, training with
+    early stopping on the validation rows, then the response's temperature on them.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The estimator being fitted: its layout, ``patience_``, ``stop_on_`` and
+        ``numeric_range_`` learned.
+    X : pandas.DataFrame
+        The training table (for the temperature's validation rows).
+    data : Sequences
+        Its rows, encoded with the labels.
+    y_codes : numpy.ndarray, shape (n,)
+        The labels' codes (−1: unlabelled).
+    split : tuple of numpy.ndarray
+        The training and validation rows' indices (no validation rows without early
+        stopping).
+    seed : int
+        Seeds the initialisation and the batches.
+    cell_dropout : float
+        The training cell dropout.
+
+    Returns
+    -------
+    Network
+        The fitted model (in eval mode), its histories, the GLM stage's C and the
+        temperature (1.0 without calibration or validation rows).
+    """
+    train_idx, val_idx = split
+    seed_everything(seed)
+    model = build_model(est, cell_dropout)
+    cfg = TrainConfig(lr=est.lr, weight_decay=est.weight_decay, batch_size=est.batch_size,
+                      max_epochs=est.max_epochs, patience=est.patience_,
+                      plateau_steps=AUTO_PLATEAU_STEPS if est.patience == "auto" else None,
+                      schedule="constant", seed=seed, progress=False, grad_clip=1.0,
+                      min_delta=1e-6,  # the stopping threshold of the committed tables
+                      monitor=(model.response,) if est.stop_on_ == "response" else None)
+    val = data[torch.as_tensor(val_idx)] if len(val_idx) else None
+    if val is not None and est.stop_on_ == "response":  # score the response cells only
+        last = torch.zeros_like(val.valid())
+        last[:, -1] = True
+        val = val.with_scored(last)
+    train = data[torch.as_tensor(train_idx)]
+    glm_history, glm_C = (fit_glm_stage(model, train, val, cfg, est.glm_solver, est.glm_C)
+                          if est.init == "glm" else (None, None))
+    history = fit(model, train, val, cfg)
+    model.eval()
+    temperature = 1.0
+    if est.calibration is not None and len(val_idx):
+        temperature = fit_temperature(est, X.iloc[val_idx], y_codes[val_idx],
+                                      est.calibration != "temperature", model)
+    return Network(model, history, glm_history, glm_C, temperature)

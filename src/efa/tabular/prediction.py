@@ -14,12 +14,13 @@ import torch
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from efa.core.data import Sequences
-from efa.tabular.encoding import as_frame, sequences
+from efa.tabular.encoding import as_frame, sequences, unseen_rows
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.families import Ordinal
     from efa.core.fields import Value
     from efa.tabular.estimator import AttentionTableClassifier
+    from efa.tabular.model import TableEFA
 
 
 def check_table(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike) -> pd.DataFrame:
@@ -61,7 +62,7 @@ def check_table(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike) 
 
 @torch.no_grad()
 def column_proba(est: AttentionTableClassifier, data: Sequences, pos: int,
-                 column: Hashable) -> np.ndarray:
+                 column: Hashable, model: TableEFA | None = None) -> np.ndarray:
     """p(column = level | the other cells) of every row, the column masked (in batches of
     4096 rows).
 
@@ -75,12 +76,15 @@ def column_proba(est: AttentionTableClassifier, data: Sequences, pos: int,
         The column's position (the response's is the last).
     column : hashable
         The column's name in the internal table.
+    model : TableEFA, optional
+        The fitted network to read (default: ``est.model_``).
 
     Returns
     -------
     numpy.ndarray, shape (n, levels)
         The probabilities over the column's levels (for the response, its classes).
     """
+    model = est.model_ if model is None else model
     at = torch.zeros(len(data), est.n_positions_, dtype=torch.bool)
     at[:, pos] = True
     ordinal = column == est._target and est.response == "ordinal"
@@ -89,17 +93,44 @@ def column_proba(est: AttentionTableClassifier, data: Sequences, pos: int,
         batch = data[torch.arange(s, min(s + 4096, len(data)))]
         here = at[s : s + len(batch)]
         if ordinal:
-            eta = est.model_.natural_params_at(batch, {"resp": here})["resp"]
-            family = cast("Ordinal", cast("Value", est.model_.field("resp")).family)
+            eta = model.natural_params_at(batch, {"resp": here})["resp"]
+            family = cast("Ordinal", cast("Value", model.field("resp")).family)
             out.append(family.probabilities(eta))
         else:
-            out.append(est.model_.predict_mean(batch, at=here)["cat"][:, pos])
+            out.append(model.predict_mean(batch, at=here)["cat"][:, pos])
     p = torch.cat(out).double().numpy()
     if ordinal:
         return p
     lo = est.offsets_[column]
     p = p[:, lo : lo + len(est.levels_[column])]
     return p / p.sum(1, keepdims=True)
+
+
+def response_proba(est: AttentionTableClassifier, X: pd.DataFrame) -> np.ndarray:
+    """p(y = class | the row's features) of every row of ``X``, at the fitted temperature; a
+    row holding a level that fit never saw is read from the unseen-level fit
+    (``unseen_model_``, at ``unseen_temperature_``) where there is one.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    X : pandas.DataFrame
+        The table, checked (:func:`check_table`).
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, n_classes)
+        The probabilities, in the order of ``classes_``.
+    """
+    data, pos = sequences(est, X), est.n_positions_ - 1
+    p = tempered(column_proba(est, data, pos, est._target), est.temperature_)
+    if est.unseen_model_ is not None:
+        rows = np.flatnonzero(unseen_rows(est, X))
+        if len(rows):
+            p[rows] = tempered(column_proba(est, data[torch.as_tensor(rows)], pos, est._target,
+                                            est.unseen_model_), est.unseen_temperature_)
+    return p
 
 
 def fill_missing(est: AttentionTableClassifier, X: pd.DataFrame,
