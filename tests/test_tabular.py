@@ -391,7 +391,8 @@ def test_init_glm_fits_the_glm_first_then_everything():
     assert all(p.requires_grad for p in est.model_.parameters())
     # the first stage alone: only the GLM's parameters and the read-outs' biases move, the
     # read-outs' weights stay at 0 (the plain GLM), and every parameter trains again afterwards
-    from efa.tabular.fitting import build_model, fit_glm_stage
+    from efa.tabular.fitting import build_model
+    from efa.tabular.glm_stage import fit_glm_stage
 
     model = est.model_ = build_model(est)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -424,6 +425,7 @@ def test_glm_stage_by_lbfgs_is_the_maximum_likelihood_glm(monkeypatch):
     from sklearn.preprocessing import OneHotEncoder
 
     import efa.tabular.fitting as fitting
+    import efa.tabular.glm_stage as glm_stage
     import efa.training.lbfgs as lbfgs
     from efa.training.train import TrainConfig
 
@@ -438,7 +440,7 @@ def test_glm_stage_by_lbfgs_is_the_maximum_likelihood_glm(monkeypatch):
     assert est.glm_history_.stopped == "converged" and 0 < est.glm_history_.epochs_run < 1000
     model = est.model_ = fitting.build_model(est)
     data = sequences(est, X, y.to_numpy())
-    hist, C = fitting.fit_glm_stage(model, data, None, TrainConfig(progress=False), "lbfgs",
+    hist, C = glm_stage.fit_glm_stage(model, data, None, TrainConfig(progress=False), "lbfgs",
                                     np.inf)
     assert hist.stopped == "converged" and C == np.inf
     assert all(p.dtype == torch.float32 and p.requires_grad for p in model.parameters())
@@ -448,7 +450,7 @@ def test_glm_stage_by_lbfgs_is_the_maximum_likelihood_glm(monkeypatch):
                                atol=1e-4)
     # the comparison can fail: the Adam stage of FAST's settings ends far from that optimum
     est.model_ = fitting.build_model(est)
-    fitting.fit_glm_stage(est.model_, data, None, TrainConfig(progress=False, **{
+    glm_stage.fit_glm_stage(est.model_, data, None, TrainConfig(progress=False, **{
         k: FAST[k] for k in ("max_epochs", "lr")}))
     assert np.abs(est.predict_proba(X) - lr.predict_proba(onehot.transform(X))).max() > 0.05
     again = AttentionTableClassifier(random_state=0, additive=True, init="glm",
@@ -477,6 +479,7 @@ def test_penalised_glm_stage_is_the_ridge_glm_and_auto_chooses_C_on_validation()
     from sklearn.preprocessing import OneHotEncoder
 
     import efa.tabular.fitting as fitting
+    import efa.tabular.glm_stage as glm_stage
     from efa.training.train import TrainConfig
 
     rng = np.random.default_rng(1)
@@ -492,7 +495,7 @@ def test_penalised_glm_stage_is_the_ridge_glm_and_auto_chooses_C_on_validation()
         est.fit(X, y)
         model = est.model_ = fitting.build_model(est)
         data = sequences(est, X, y.to_numpy())
-        hist, C = fitting.fit_glm_stage(model, data, None, TrainConfig(progress=False),
+        hist, C = glm_stage.fit_glm_stage(model, data, None, TrainConfig(progress=False),
                                         "lbfgs", 0.3)
         assert hist.stopped == "converged" and C == 0.3
         got = est.predict_proba(X)
@@ -517,9 +520,9 @@ def test_penalised_glm_stage_is_the_ridge_glm_and_auto_chooses_C_on_validation()
     auto = AttentionTableClassifier(random_state=0, additive=True, init="glm",
                                     response="ordinal", glm_solver="lbfgs", **FAST).fit(X, y)
     path = auto.glm_history_.val_loss
-    assert auto.glm_C_ in fitting.GLM_C_GRID and len(path) >= 3
+    assert auto.glm_C_ in glm_stage.GLM_C_GRID and len(path) >= 3
     assert auto.glm_history_.best_val == min(path)
-    assert auto.glm_C_ == fitting.GLM_C_GRID[path.index(min(path))]
+    assert auto.glm_C_ == glm_stage.GLM_C_GRID[path.index(min(path))]
     with pytest.raises(ValueError, match="glm_C='auto' chooses"):
         clone(auto).set_params(early_stopping=False).fit(X, y)
     import efa.training.lbfgs as lbfgs  # one warning, for the kept fit only

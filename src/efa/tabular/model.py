@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # for annotations only
     from efa.core.attention import Block
     from efa.core.softmax import Sampling
 
-# The model whose init="glm" first stage is running (efa.tabular.fitting.fit_glm_stage): its
+# The model whose init="glm" first stage is running (efa.tabular.glm_stage.fit_glm_stage): its
 # read-outs' weights are held at 0, so TableEFA.states skips the network. A context, not a
 # flag written onto the model.
 GLM_STAGE: ContextVar[TableEFA | None] = ContextVar("efa_glm_stage", default=None)
