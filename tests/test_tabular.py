@@ -730,7 +730,7 @@ def test_ordered_logit_peer_recovers_a_proportional_odds_model():
 
 
 def test_without_early_stopping_every_row_trains_for_max_epochs(monkeypatch):
-    import efa.tabular.estimator as tab
+    import efa.tabular.fitting as tab
 
     seen = []
     real_fit = tab.fit

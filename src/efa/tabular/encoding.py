@@ -333,20 +333,25 @@ def learn_columns(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
 
 
 def level_codes(est: AttentionTableClassifier, column: Hashable, col: pd.Series) -> np.ndarray:
-    """Each cell's code among a categorical ``column``'s fitted levels: −1 where it is missing
-    or holds a level that fit never saw."""
+    """Each cell's code among a categorical ``column``'s fitted levels.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    column : hashable
+        The categorical column's name.
+    col : pandas.Series
+        Its cells.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n,)
+        int64 codes into the column's levels, −1 where a cell is missing or holds a level
+        that fit never saw.
+    """
     lookup = est.lookup_[column]
     return np.array([lookup.get(v, -1) for v in col.where(~col.isna(), None)], dtype=np.int64)
-
-
-def unseen_rows(est: AttentionTableClassifier, X: pd.DataFrame) -> np.ndarray:
-    """Bool, shape (n,): the rows of ``X`` (checked against the fitted columns) holding, in a
-    categorical column, a level that fit never saw (a missing cell is not one)."""
-    out = np.zeros(len(X), dtype=bool)
-    for c in X.columns:
-        if est.kinds_[est._index[c]] != "num":
-            out |= (level_codes(est, c, X[c]) < 0) & ~X[c].isna().to_numpy()
-    return out
 
 
 def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hashable],

@@ -348,12 +348,26 @@ AUTO_PLATEAU_STEPS = 500
 
 @dataclass
 class Network:
-    """One fit of the estimator's network (:func:`fit_network`)."""
+    """One fit of the estimator's network (:func:`fit_network`).
+
+    Parameters
+    ----------
+    model : TableEFA
+        The fitted network, in eval mode.
+    history : History
+        Its training history.
+    glm_history : History or None
+        ``init="glm"``'s first stage (None without it).
+    glm_C : float or None
+        That stage's penalty (None without it or with ``glm_solver="adam"``).
+    temperature : float
+        The response's temperature (1.0 without calibration or validation rows).
+    """
 
     model: TableEFA
     history: History
-    glm_history: History | None  # ``init="glm"``'s first stage (None without it)
-    glm_C: float | None  # its penalty (None without it or with ``glm_solver="adam"``)
+    glm_history: History | None
+    glm_C: float | None
     temperature: float
 
 

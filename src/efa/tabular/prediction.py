@@ -14,7 +14,7 @@ import torch
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from efa.core.data import Sequences
-from efa.tabular.encoding import as_frame, sequences, unseen_rows
+from efa.tabular.encoding import as_frame, level_codes, sequences
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.families import Ordinal
@@ -104,6 +104,28 @@ def column_proba(est: AttentionTableClassifier, data: Sequences, pos: int,
     lo = est.offsets_[column]
     p = p[:, lo : lo + len(est.levels_[column])]
     return p / p.sum(1, keepdims=True)
+
+
+def unseen_rows(est: AttentionTableClassifier, X: pd.DataFrame) -> np.ndarray:
+    """The rows of ``X`` holding, in a categorical column, a level that fit never saw.
+
+    Parameters
+    ----------
+    est : AttentionTableClassifier
+        The fitted estimator.
+    X : pandas.DataFrame
+        The table, checked against the fitted columns.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n,)
+        Bool, True at such rows (a missing cell is not an unseen level).
+    """
+    out = np.zeros(len(X), dtype=bool)
+    for c in X.columns:
+        if est.kinds_[est._index[c]] != "num":
+            out |= (level_codes(est, c, X[c]) < 0) & ~X[c].isna().to_numpy()
+    return out
 
 
 def response_proba(est: AttentionTableClassifier, X: pd.DataFrame) -> np.ndarray:
