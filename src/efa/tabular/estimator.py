@@ -372,7 +372,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     def predict_column_proba(self, X: pd.DataFrame | npt.ArrayLike, column: Hashable | None,
                              y: npt.ArrayLike | None = None) -> pd.DataFrame:
         """p(column = level | every other cell of the row, and ``y`` if given): any categorical
-        (or binned) column of X, or the response when ``column`` is None.
+        (or binned) column of X (from ``model_``), or the response when ``column`` is None
+        (as :meth:`predict_proba` gives it).
 
         Parameters
         ----------
@@ -434,7 +435,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
               layer: int = -1) -> np.ndarray:
         """Attention weights [n, heads, columns + 1] of the masked ``column`` (default: the
         response) over every column, its own [MASK] slot included. With the ``linear``
-        backbone these are exactly the mixture-of-experts gates π of efa.moe.
+        backbone these are exactly the mixture-of-experts gates π of efa.moe. Read from
+        ``model_`` for every row (not from ``unseen_model_``; see ``cell_dropout``).
 
         Parameters
         ----------
@@ -462,6 +464,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         """The mixture of experts of the masked ``column`` (default: the response), ``linear``
         backbone: gates π [n, heads, columns + 1], expert logits [n, heads, columns + 1,
         levels] over the column's levels; Σ π·f is the column's logits (efa.moe, Theorem 2).
+        Read from ``model_`` for every row (not from ``unseen_model_``).
 
         Parameters
         ----------
