@@ -20,7 +20,13 @@ import numpy as np
 from experiments.harness.evaluate import bootstrap_interval
 from experiments.harness.papers import paper_numbers
 from experiments.harness.report import Report
-from experiments.moe.tabular_simulation import GLM_NAME, GLM_OPTIONS, numbers_name
+from experiments.moe.tabular_simulation import (
+    GLM_NAME,
+    GLM_OPTIONS,
+    GLM_RIDGE,
+    RIDGE_OPTIONS,
+    numbers_name,
+)
 
 PAPER = {m: tuple(v) for m, v in paper_numbers(__file__, "auto-mpg")["table_2"].items()}
 REFERENCE_SEED = 42
@@ -29,10 +35,6 @@ LINEAR_BACKBONE = "efa (linear block)"
 # The estimator as a user gets it: every setting at its default, except handle_unknown="unk"
 # (car's test rows hold levels that training has not seen; the default refuses them).
 DEFAULTS = "efa (defaults)"
-# The GLM-first row with the GLM stage's ridge penalty chosen on the validation split
-# (glm_C="auto", the estimator's default since efa's session 24), beside the pinned row.
-GLM_RIDGE = "efa (linear block, ordinal GLM, ridge)"
-RIDGE_OPTIONS = {**GLM_OPTIONS, "glm_C": "auto"}
 
 
 def estimators(**options) -> dict:
