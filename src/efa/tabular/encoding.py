@@ -332,28 +332,6 @@ def learn_columns(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
             est.levels_[c] = list(levels)
 
 
-def level_codes(est: AttentionTableClassifier, column: Hashable, col: pd.Series) -> np.ndarray:
-    """Each cell's code among a categorical ``column``'s fitted levels.
-
-    Parameters
-    ----------
-    est : AttentionTableClassifier
-        The fitted estimator.
-    column : hashable
-        The categorical column's name.
-    col : pandas.Series
-        Its cells.
-
-    Returns
-    -------
-    numpy.ndarray, shape (n,)
-        int64 codes into the column's levels, −1 where a cell is missing or holds a level
-        that fit never saw.
-    """
-    lookup = est.lookup_[column]
-    return np.array([lookup.get(v, -1) for v in col.where(~col.isna(), None)], dtype=np.int64)
-
-
 def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hashable],
           unknown_ok: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The cells of the given feature columns of ``X``, encoded with the fitted state.
@@ -419,7 +397,8 @@ def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hash
             raise ValueError(f"column {c!r} has inf in {int(infinite.sum())} row(s) (first: "
                              f"row {int(np.flatnonzero(infinite)[0])}); a level must be "
                              "finite")
-        codes = level_codes(est, c, col)
+        lookup = est.lookup_[c]
+        codes = np.array([lookup.get(v, -1) for v in col.where(~col.isna(), None)])
         unseen = (codes < 0) & ~missing
         if unseen.any():
             r = int(np.flatnonzero(unseen)[0])

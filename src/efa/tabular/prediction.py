@@ -14,7 +14,7 @@ import torch
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from efa.core.data import Sequences
-from efa.tabular.encoding import as_frame, level_codes, sequences
+from efa.tabular.encoding import as_frame, sequences
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.families import Ordinal
@@ -106,28 +106,6 @@ def column_proba(est: AttentionTableClassifier, data: Sequences, pos: int,
     return p / p.sum(1, keepdims=True)
 
 
-def unseen_rows(est: AttentionTableClassifier, X: pd.DataFrame) -> np.ndarray:
-    """The rows of ``X`` holding, in a categorical column, a level that fit never saw.
-
-    Parameters
-    ----------
-    est : AttentionTableClassifier
-        The fitted estimator.
-    X : pandas.DataFrame
-        The table, checked against the fitted columns.
-
-    Returns
-    -------
-    numpy.ndarray, shape (n,)
-        Bool, True at such rows (a missing cell is not an unseen level).
-    """
-    out = np.zeros(len(X), dtype=bool)
-    for c in X.columns:
-        if est.kinds_[est._index[c]] != "num":
-            out |= (level_codes(est, c, X[c]) < 0) & ~X[c].isna().to_numpy()
-    return out
-
-
 def response_proba(est: AttentionTableClassifier, X: pd.DataFrame) -> np.ndarray:
     """p(y = class | the row's features) of every row of ``X``, at the fitted temperature; a
     row holding a level that fit never saw is read from the unseen-level fit
@@ -148,7 +126,10 @@ def response_proba(est: AttentionTableClassifier, X: pd.DataFrame) -> np.ndarray
     data, pos = sequences(est, X), est.n_positions_ - 1
     p = tempered(column_proba(est, data, pos, est._target), est.temperature_)
     if est.unseen_model_ is not None:
-        rows = np.flatnonzero(unseen_rows(est, X))
+        # a categorical cell the encoding left unobserved that is not missing holds an
+        # unseen level (a binned number is unobserved only where it is missing)
+        hidden = ~data.observed["cat"][:, :-1].numpy() & np.array(est.is_cat_[:-1])
+        rows = np.flatnonzero((hidden & ~X.isna().to_numpy()).any(1))
         if len(rows):
             p[rows] = tempered(column_proba(est, data[torch.as_tensor(rows)], pos, est._target,
                                             est.unseen_model_), est.unseen_temperature_)
