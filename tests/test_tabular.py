@@ -206,6 +206,30 @@ def test_rows_with_an_unseen_level_are_read_from_a_second_fit_at_the_larger_cell
     assert once.unseen_model_ is None and once.unseen_history_ is None
 
 
+def test_response_auto_is_ordinal_where_y_declares_its_order_and_categorical_otherwise():
+    X, _ = table(150)
+    levels = ["low", "mid", "high"]  # declared order; sorted labels would be high, low, mid
+    bins = np.digitize(X["num"], [-0.4, 0.4])
+    y = pd.Series(pd.Categorical(np.array(levels)[bins], categories=levels, ordered=True))
+    auto = AttentionTableClassifier(random_state=0, **FAST).fit(X, y)
+    assert auto.response == "auto" and auto.response_ == "ordinal"
+    assert list(auto.classes_) == levels
+    given = AttentionTableClassifier(random_state=0, response="ordinal", **FAST).fit(X, y)
+    np.testing.assert_array_equal(auto.predict_proba(X), given.predict_proba(X))
+    for labels in (y.astype(str), y.cat.as_unordered(), bins):  # no order declared
+        assert AttentionTableClassifier(random_state=0, **FAST).fit(
+            X, labels).response_ == "categorical"
+    nominal = AttentionTableClassifier(random_state=0, response="categorical", **FAST)
+    np.testing.assert_array_equal(
+        AttentionTableClassifier(random_state=0, **FAST).fit(X, bins).predict_proba(X),
+        nominal.fit(X, bins).predict_proba(X))
+    ordered_term = AttentionTableClassifier(random_state=0, additive="ordinal", **FAST)
+    assert ordered_term.fit(X, y).response_ == "categorical"  # the GLM term carries the order
+    assert list(ordered_term.classes_) == levels
+    with pytest.raises(ValueError, match="additive='ordinal' orders"):
+        AttentionTableClassifier(response="ordinal", additive="ordinal").fit(X, y)
+
+
 def test_patience_auto_is_10_epochs_and_500_optimiser_steps_on_the_first_plateau():
     def fitted(**options):
         return AttentionTableClassifier(random_state=0, **{**FAST, "max_epochs": 1,

@@ -454,7 +454,7 @@ def sequences(est: AttentionTableClassifier, X: pd.DataFrame, y_codes: np.ndarra
         num_pos[-1] = False
         fields["num"] = torch.from_numpy(vals.astype(np.float32))
         observed["num"] = torch.from_numpy(obs & num_pos[None])
-    if est.response == "ordinal":  # the response is its own field, at the last position
+    if est.response_ == "ordinal":  # the response is its own field, at the last position
         resp = np.zeros_like(ids)
         resp[:, -1] = np.where(y_obs, y_codes, 0)
         at_last = np.zeros_like(obs)

@@ -79,13 +79,16 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
     categorical : sequence of hashable, optional
         Column names (or indices) to treat as categorical; default: every column that is not
         floating point (integers, strings, booleans, pandas categoricals).
-    response : {"categorical", "ordinal"}
+    response : {"auto", "categorical", "ordinal"}, default "auto"
         ``"categorical"``: a softmax over the classes, the paper's model; ``"ordinal"``:
         ordered classes, in the order of ``classes_`` (a pandas Categorical ``y``'s
         categories, e.g. unacc < acc < good < vgood, else sorted labels);
         :class:`efa.core.families.Ordinal`, p(y = k) ∝ exp(η s_k + b_k) with one natural
         parameter η read out at the response and learned increasing scores s; for a binned
-        continuous response, or any ordered label.
+        continuous response, or any ordered label. ``"auto"``: ``"ordinal"`` where ``y`` is
+        an ordered pandas Categorical (the order declared; not with ``additive="ordinal"``),
+        else ``"categorical"`` (numbers as labels are not taken to be ordered); the choice is
+        ``response_``. Measured in docs/guide/tables.md.
     additive : bool or "ordinal", default False
         Add a GLM term to the response's natural parameter: an effect per feature level and a
         slope per numeric column, summed over the row's observed cells (learned with the
@@ -177,7 +180,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
                  numeric: str = "quantile", clip_numeric: bool | str = "auto",
                  n_bins: int = 10,
                  categorical: Sequence[Hashable] | None = None,
-                 response: str = "categorical", additive: bool | str = False,
+                 response: str = "auto", additive: bool | str = False,
                  init: str | None = None, glm_solver: str = "adam",
                  glm_C: float | str = "auto",
                  handle_unknown: str = "error",
@@ -243,7 +246,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         "clip_numeric": ["boolean", StrOptions({"auto"})],
         "n_bins": [Interval(numbers.Integral, 2, None, closed="left")],
         "categorical": ["array-like", None],
-        "response": [StrOptions(set(RESPONSES))],
+        "response": [StrOptions({*RESPONSES, "auto"})],
         "additive": ["boolean", StrOptions({"ordinal"})],
         "init": [StrOptions({"glm"}), None],
         "glm_solver": [StrOptions({"adam", "lbfgs"})],
@@ -284,13 +287,13 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         Returns
         -------
         AttentionTableClassifier
-            ``self``, fitted: ``classes_``, ``model_`` (a :class:`efa.tabular.TableEFA`),
-            ``history_``, ``stop_on_``, ``cell_dropout_``, ``patience_``, ``temperature_``,
-            ``n_iter_``, the columns' learned state; with ``init="glm"`` ``glm_history_`` and
-            ``glm_C_`` (None with ``glm_solver="adam"``); ``numeric_range_``, shape (2,
-            n_positions): each position's lowest and highest float value in fit, in the
-            model's standardised units, which the network's inputs are clipped to (None
-            without float columns or without clipping); ``unseen_model_``,
+            ``self``, fitted: ``classes_``, ``response_``, ``model_`` (a
+            :class:`efa.tabular.TableEFA`), ``history_``, ``stop_on_``, ``cell_dropout_``,
+            ``patience_``, ``temperature_``, ``n_iter_``, the columns' learned state; with
+            ``init="glm"`` ``glm_history_`` and ``glm_C_`` (None with ``glm_solver="adam"``);
+            ``numeric_range_``, shape (2, n_positions): each position's lowest and highest
+            float value in fit, in the model's standardised units, which the network's inputs
+            are clipped to (None without float columns or without clipping); ``unseen_model_``,
             ``unseen_history_`` and ``unseen_temperature_``: the second fit of
             ``cell_dropout="auto"`` with ``handle_unknown="unk"`` (None, None and 1.0
             otherwise; ``n_iter_`` counts the first fit's epochs only).

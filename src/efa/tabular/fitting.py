@@ -37,8 +37,9 @@ def learn_classes(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike
                   y: npt.ArrayLike) -> tuple[pd.DataFrame, np.ndarray]:
     """Check the training table and its labels, and learn the classes (``classes_``).
 
-    The classes are the sorted labels; with an ordered response (``response="ordinal"`` or
+    The classes are the sorted labels; with an ordered response (``response_`` "ordinal" or
     ``additive="ordinal"``) and a pandas Categorical ``y``, its categories' order instead.
+    Resolves ``response="auto"`` (``response_``): "ordinal" for an ordered Categorical ``y``.
     Records ``n_features_in_`` (and ``feature_names_in_``) as scikit-learn does.
 
     Parameters
@@ -77,6 +78,8 @@ def learn_classes(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike
                          "minimum of 1 is required.")
     order = (y.categories if isinstance(y, pd.Categorical)  # a bare Categorical too
              else getattr(getattr(y, "cat", None), "categories", None))
+    dtype = getattr(y, "dtype", None)  # a Series' or a bare Categorical's
+    declared = isinstance(dtype, pd.CategoricalDtype) and bool(dtype.ordered)
     y = as_1d(y)
     if len(y) != len(X):
         raise ValueError(f"X has {len(X)} rows but y has {len(y)} labels")
@@ -85,7 +88,9 @@ def learn_classes(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike
         raise ValueError("y has no label (every entry is missing)")
     check_classification_targets(y[labelled])
     est.classes_ = np.unique(y[labelled])
-    if order is not None and (est.response == "ordinal" or est.additive == "ordinal"):
+    est.response_ = (est.response if est.response != "auto" else
+                     "ordinal" if declared and est.additive != "ordinal" else "categorical")
+    if order is not None and (est.response_ == "ordinal" or est.additive == "ordinal"):
         present = set(est.classes_.tolist())
         est.classes_ = np.asarray([c for c in order if c in present],
                                   dtype=est.classes_.dtype)
@@ -125,10 +130,10 @@ def learn_layout(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
     learn_columns(est, X)
     est.has_num_ = est.numeric == "gaussian" and "num" in est.kinds_
     est.is_cat_ = ([k == "cat" or est.numeric == "quantile" for k in est.kinds_]
-                   + [est.response == "categorical"])
+                   + [est.response_ == "categorical"])
     est.columns_ = [*est.feature_columns_, est._target]
     est.n_positions_ = len(est.columns_)
-    if est.response == "categorical":
+    if est.response_ == "categorical":
         est.levels_[est._target] = list(est.classes_)
     est.offsets_, start = {}, 0
     cats = [c for c, is_cat in zip(est.columns_, est.is_cat_, strict=True) if is_cat]
@@ -163,7 +168,7 @@ def check_rules(est: AttentionTableClassifier) -> None:
     ValueError
         Naming the parameters and what to give instead.
     """
-    if est.additive == "ordinal" and est.response != "categorical":
+    if est.additive == "ordinal" and est.response == "ordinal":
         raise ValueError("additive='ordinal' orders the GLM term of a categorical response; "
                          "with response='ordinal' use additive=True")
     if est.init == "glm" and not est.additive:
@@ -270,7 +275,7 @@ def build_model(est: AttentionTableClassifier, cell_dropout: float | None = None
                             readout="mlp", readout_hidden=(d,), loc=0.0, scale=1.0))
         # loc/scale fixed: _cells already standardised each float column on the fit data
         mix, d_model = "linear", d
-    if est.response == "ordinal":
+    if est.response_ == "ordinal":
         k = len(est.classes_)
         fields.append(Value("resp", Ordinal(k), dim=d, encoder="table", num_values=k,
                             readout="linear", loc=0.0, scale=1.0))
@@ -288,7 +293,7 @@ def build_model(est: AttentionTableClassifier, cell_dropout: float | None = None
         if est.is_cat_[pos]:
             lo = est.offsets_[c]
             support[pos, lo : lo + len(est.levels_[c])] = True
-    ordinal = est.response == "ordinal"
+    ordinal = est.response_ == "ordinal"
     ordered = est.additive == "ordinal"
     out = (1 if ordinal or ordered else len(est.classes_)) if est.additive else 0
     rate = est.cell_dropout_ if cell_dropout is None else cell_dropout

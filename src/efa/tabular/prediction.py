@@ -87,7 +87,7 @@ def column_proba(est: AttentionTableClassifier, data: Sequences, pos: int,
     model = est.model_ if model is None else model
     at = torch.zeros(len(data), est.n_positions_, dtype=torch.bool)
     at[:, pos] = True
-    ordinal = column == est._target and est.response == "ordinal"
+    ordinal = column == est._target and est.response_ == "ordinal"
     out = []
     for s in range(0, len(data), 4096):
         batch = data[torch.arange(s, min(s + 4096, len(data)))]
@@ -271,7 +271,7 @@ def moe_experts(est: AttentionTableClassifier, X: pd.DataFrame,
     """
     from efa.moe import mixture
 
-    if est.backbone != "linear" or est.num_layers != 1 or est.response != "categorical":
+    if est.backbone != "linear" or est.num_layers != 1 or est.response_ != "categorical":
         raise ValueError("experts() needs backbone='linear', num_layers=1 and "
                          "response='categorical' (the block whose logits are a mixture of "
                          "CBOW experts)")
