@@ -946,14 +946,20 @@ def test_quick_defaults_experiment(tmp_path):
                                       "--quick", "--out", str(tmp_path), "--no-progress"])
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "tabular-simulation-defaults" / "results.json").read_text())
-    claim = doc["claims"]["defaults_log_loss_not_worse_than_LR"]
-    assert claim["data sets"] == 2 and 0 <= claim["worse"] <= 2
-    gap = [r for r in doc["rows"] if r["model"] == "efa (defaults) − LR"]
     runs = {tuple(r["setting"]): r["models"] for r in doc["runs"]}
-    for row in gap:  # the paired mean is the difference of the two log losses
-        models = next(m for s, m in runs.items() if row["setting"] == setting_name(s))
-        assert row["mean"] == pytest.approx(models["efa (defaults)"]["log loss"]
-                                            - models["LR"]["log loss"], abs=1e-6)
+    for model, prefix in (("efa (defaults)", "defaults"),
+                          ("efa (defaults), y ordered", "ordered_defaults")):
+        claim = doc["claims"][f"{prefix}_log_loss_not_worse_than_LR"]
+        assert claim["data sets"] == 2 and 0 <= claim["worse"] <= 2
+        gap = [r for r in doc["rows"] if r["model"] == f"{model} − LR"]
+        assert len(gap) == 2
+        for row in gap:  # the paired mean is the difference of the two log losses
+            models = next(m for s, m in runs.items() if row["setting"] == setting_name(s))
+            assert row["mean"] == pytest.approx(models[model]["log loss"]
+                                                - models["LR"]["log loss"], abs=1e-6)
+    for models in runs.values():  # the ordered labels fit another model (an ordinal response)
+        assert models["efa (defaults), y ordered"]["log loss"] != models["efa (defaults)"][
+            "log loss"]
 
 
 def test_column_softmax_loss_equals_the_restricted_likelihood():

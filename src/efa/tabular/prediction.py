@@ -272,9 +272,12 @@ def moe_experts(est: AttentionTableClassifier, X: pd.DataFrame,
     from efa.moe import mixture
 
     if est.backbone != "linear" or est.num_layers != 1 or est.response_ != "categorical":
-        raise ValueError("experts() needs backbone='linear', num_layers=1 and "
-                         "response='categorical' (the block whose logits are a mixture of "
-                         "CBOW experts)")
+        raise ValueError("experts() needs backbone='linear', num_layers=1 and a categorical "
+                         "response (the block whose logits are a mixture of CBOW experts); "
+                         f"this fit has backbone={est.backbone!r}, num_layers="
+                         f"{est.num_layers}, response_={est.response_!r} (response='auto' "
+                         "reads an ordered Categorical y as ordinal: give "
+                         "response='categorical')")
     pos = est.n_positions_ - 1 if column is None else est._position(column)
     if not est.is_cat_[pos]:
         raise ValueError(f"column {column!r} is a Gaussian value field, not categorical")
