@@ -6,6 +6,7 @@ NLL over the exact Bayes limit, with wall time, epochs and the sizes the default
     python benchmarks/defaults.py --quick             # two small development teachers, printed
     python benchmarks/defaults.py --role development --seeds 107 108   # some teachers only
     python benchmarks/defaults.py --role development --reference  # + the teacher's architecture
+    python benchmarks/defaults.py --role development --causal  # + a causal student, masked
 
 ``--reference`` also fits, for every teacher of the file that lacks it, the teacher's own
 architecture from fresh weights with the same ``fit`` defaults. For a unidirectional teacher
@@ -13,6 +14,13 @@ that is the exact model class, so its excess over Bayes is what a student of the
 reaches from this much data: estimation error, not a choice of size or schedule. A
 bidirectional teacher's conditionals are those of a causal joint, which the same architecture
 made bidirectional need not contain: there the reference is a same-size student, not the class.
+
+``--causal`` also fits, for every bidirectional teacher of the file that lacks it, the student
+with ``direction="unidirectional"`` (everything else as the defaults' student) and scores its
+masked conditionals p(x_i | x_-i) by renormalising its joint over the field's support
+(:func:`efa.masked_log_likelihoods`), the way the Bayes limit itself is computed. Causal models
+hold the teacher's joint (the teacher is one), so this route's class reaches the bidirectional
+Bayes limit, which a bidirectional student's class need not.
 
 The teachers are :mod:`efa.generators.suite`'s (development seeds choose defaults, evaluation
 seeds judge them and choose nothing). Each student is what a user would write, naming the
@@ -59,19 +67,26 @@ def draw(spec: TeacherSpec) -> dict:
             "bayes": spec.bayes_nll(teacher, test), "seconds": time.perf_counter() - t0}
 
 
+def checked(model: efa.EFA, drawn: dict) -> efa.EFA:
+    """``model``, in float64 where a value leaves its support in float32 (the check tells the
+    user model.double()); anything else wrong with the data is refused here as well."""
+    splits = [drawn[k] for k in ("train", "val", "test")]
+    try:
+        for data in splits:
+            model.check(data)
+    except ValueError:
+        model.double()
+        for data in splits:
+            model.check(data)
+    return model
+
+
 def run(spec: TeacherSpec, drawn: dict) -> dict:
     teacher, train, val, test, bayes = (drawn[k] for k in ("teacher", "train", "val", "test",
                                                            "bayes"))
     torch.manual_seed(spec.seed)
     config = efa.EFAConfig(student_fields(teacher), max_len=spec.length, direction=spec.direction)
-    student = efa.EFA(config)
-    try:  # a value that leaves its support in float32: the check tells the user model.double()
-        for data in (train, val, test):
-            student.check(data)
-    except ValueError:
-        student.double()
-        for data in (train, val, test):  # anything else wrong is refused here as well
-            student.check(data)
+    student = checked(efa.EFA(config), drawn)
     cpu, wall = time.process_time(), time.perf_counter()
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
@@ -96,7 +111,8 @@ def reference(spec: TeacherSpec, drawn: dict) -> dict:
     teacher, train, val, test, bayes = (drawn[k] for k in ("teacher", "train", "val", "test",
                                                            "bayes"))
     torch.manual_seed(spec.seed)
-    model = efa.EFA(replace(copy.deepcopy(teacher.config), direction=spec.direction))
+    model = checked(efa.EFA(replace(copy.deepcopy(teacher.config), direction=spec.direction)),
+                    drawn)
     wall = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -106,6 +122,24 @@ def reference(spec: TeacherSpec, drawn: dict) -> dict:
     return {"excess": {k: nll[k] - bayes[k] for k in bayes}, "fit_seconds": wall,
             "epochs": hist.epochs_run,
             "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def causal(spec: TeacherSpec, drawn: dict) -> dict:
+    """A unidirectional student fitted with the defaults, scored by its masked conditionals."""
+    teacher, train, val, test, bayes = (drawn[k] for k in ("teacher", "train", "val", "test",
+                                                           "bayes"))
+    torch.manual_seed(spec.seed)
+    student = checked(efa.EFA(efa.EFAConfig(student_fields(teacher), max_len=spec.length,
+                                            direction="unidirectional")), drawn)
+    wall = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hist = efa.fit(student, train, val, progress=False)
+    wall = time.perf_counter() - wall
+    scoring = time.perf_counter()
+    nll = {k: -v for k, v in efa.masked_evaluate(student, test).items()}
+    return {"excess": {k: nll[k] - bayes[k] for k in bayes}, "fit_seconds": wall,
+            "scoring_seconds": time.perf_counter() - scoring, "epochs": hist.epochs_run}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -120,6 +154,16 @@ def summarise(rows: list[dict]) -> dict:
     against = {} if not gaps else {
         "reference_pairs": len(gaps), "median_over_reference": statistics.median(gaps),
         "worst_over_reference": max(gaps)}
+    routes = [(v, r["causal"]["excess"][k]) for r in rows if "causal" in r
+              for k, v in r["excess"].items()]
+    if routes:
+        against |= {"causal_pairs": len(routes),
+                    "causal_median_excess": statistics.median(c for _, c in routes),
+                    "causal_share_within_0.01": sum(c <= TARGETS["pair_excess"]
+                                                    for _, c in routes) / len(routes),
+                    "bidirectional_median_excess_same_pairs": statistics.median(
+                        b for b, _ in routes),
+                    "causal_better": sum(c < b for b, c in routes)}
     return {"teachers": len(rows), "pairs": len(pairs), "median_excess": median,
             "share_within_0.01": share, "worst_excess": max(pairs), "slowest_fit_seconds": slowest,
             "targets_met": {"median": median <= TARGETS["median_excess"],
@@ -135,6 +179,9 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", help="only these teachers of the role")
     p.add_argument("--reference", action="store_true",
                    help="also fit the teacher's own architecture (where a row lacks it)")
+    p.add_argument("--causal", action="store_true",
+                   help="also fit a causal student to each bidirectional teacher and score its "
+                        "masked conditionals (where a row lacks it)")
     args = p.parse_args()
     specs = suite(args.role)
     if args.seeds:
@@ -145,7 +192,7 @@ def main() -> None:
     if args.quick:  # the same code path on two small teachers: printed, never written
         specs = [replace(s, n_train=300, length=min(s.length, 8)) for s in specs[:2]]
     command = ("python benchmarks/defaults.py --role " + args.role + " --quick" * args.quick
-               + " --reference" * args.reference)
+               + " --reference" * args.reference + " --causal" * args.causal)
     out = ROOT / "results" / "defaults" / f"{args.role}.json"
     rows: list[dict] = []
     if out.exists() and not args.fresh and not args.quick:
@@ -154,7 +201,9 @@ def main() -> None:
 
     for spec in specs:
         row = next((r for r in rows if r["spec"]["seed"] == spec.seed), None)
-        if row is not None and (not args.reference or "reference" in row):
+        wants_causal = args.causal and spec.direction == "bidirectional"
+        if row is not None and (not args.reference or "reference" in row) and (
+                not wants_causal or "causal" in row):
             continue
         drawn = draw(spec)  # once per teacher, for both fits
         if row is None:
@@ -162,9 +211,11 @@ def main() -> None:
             rows.append(row)
         if args.reference and "reference" not in row:
             row["reference"] = reference(spec, drawn)
+        if wants_causal and "causal" not in row:
+            row["causal"] = causal(spec, drawn)
         print(json.dumps({k: row[k] for k in ("excess", "fit_seconds", "epochs")} |
-                         {"seed": spec.seed, "reference": row.get("reference", {}).get("excess")}),
-              flush=True)
+                         {"seed": spec.seed, "reference": row.get("reference", {}).get("excess"),
+                          "causal": row.get("causal", {}).get("excess")}), flush=True)
         doc = {"command": command, "role": args.role, "targets": TARGETS,
                "summary": summarise(rows), "rows": rows,
                "environment": environment(torch.get_num_threads(), 0)}

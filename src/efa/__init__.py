@@ -42,6 +42,8 @@ _EXPORTS = {
     "fit": "efa.training.train",
     "fit_glm_first": "efa.training.train",
     "log_likelihoods": "efa.training.scoring",
+    "masked_evaluate": "efa.training.masked",
+    "masked_log_likelihoods": "efa.training.masked",
     "mean_squared_error": "efa.training.scoring",
     "predictions": "efa.training.scoring",
     "predictive_frame": "efa.training.predictive",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on 
     from efa.sampling import sample
     from efa.tabular import AttentionTableClassifier
     from efa.training.calibration import calibration, conformal_level
+    from efa.training.masked import masked_evaluate, masked_log_likelihoods
     from efa.training.predictive import predictive_frame
     from efa.training.scoring import evaluate, log_likelihoods, mean_squared_error, predictions
     from efa.training.storage import load, save
@@ -100,6 +103,8 @@ __all__ = [
     "generators",
     "load",
     "log_likelihoods",
+    "masked_evaluate",
+    "masked_log_likelihoods",
     "mean_squared_error",
     "predictions",
     "predictive_frame",

@@ -35,7 +35,7 @@ from efa.core.families import Bernoulli, Family, Gamma, Gaussian, NegativeBinomi
 from efa.core.fields import Attribute, Category, Field, Value
 from efa.core.model import EFA
 from efa.generators.teacher import attention_teacher, bayes_nll, sample
-from efa.training.scoring import log_likelihoods
+from efa.training.masked import masked_log_likelihoods
 
 __all__ = ["DEVELOPMENT_SEEDS", "EVALUATION_SEEDS", "TeacherSpec", "draw", "masked_bayes_nll",
            "suite"]
@@ -256,29 +256,13 @@ def suite(role: str) -> list[TeacherSpec]:
     return [draw(s) for s in seeds]
 
 
-def _support(f: Field) -> torch.Tensor:
-    if isinstance(f, Category):
-        return torch.arange(f.num_categories)
-    if isinstance(f, Value) and isinstance(f.family, Bernoulli):
-        return torch.arange(2)
-    raise ValueError(f"field {f.name!r}: the masked conditional is summed over a finite "
-                     "support (Category, or a Bernoulli value)")
-
-
-@torch.no_grad()
-def _log_joint(teacher: EFA, data: Sequences, batch_size: int) -> torch.Tensor:
-    """log p(sequence) under the causal teacher: the sum of its conditionals over every field
-    and position (attributes given)."""
-    lls = log_likelihoods(teacher, data, batch_size)
-    return sum(torch.nan_to_num(v, nan=0.0).sum(1) for v in lls.values())  # type: ignore[return-value]
-
-
 @torch.no_grad()
 def masked_bayes_nll(teacher: EFA, data: Sequences, batch_size: int = 8192) -> dict[str, float]:
     """Compute the mean −log p(x_i | everything else) per target field, exactly.
 
     Under the causal ``teacher`` that drew ``data``, the joint is renormalised over the field's
-    support at position i: p(v | rest) = p(x with v) / Σ_v' p(x with v').
+    support at position i: p(v | rest) = p(x with v) / Σ_v' p(x with v')
+    (:func:`efa.training.masked.masked_log_likelihoods`).
 
     Parameters
     ----------
@@ -288,7 +272,8 @@ def masked_bayes_nll(teacher: EFA, data: Sequences, batch_size: int = 8192) -> d
     data : Sequences
         Sequences it drew (without padding: every position is averaged over).
     batch_size : int, default 8192
-        Sequences per forward pass of the teacher.
+        Candidate sequences per forward pass of the teacher
+        (:func:`efa.training.masked.masked_log_likelihoods`).
 
     Returns
     -------
@@ -303,20 +288,5 @@ def masked_bayes_nll(teacher: EFA, data: Sequences, batch_size: int = 8192) -> d
     """
     if teacher.direction != "unidirectional":
         raise ValueError("the joint is defined by a unidirectional (causal) teacher")
-    out = {}
-    n, length = data.valid().shape
-    for f in teacher.target_fields:
-        support = _support(f)
-        total = 0.0
-        for i in range(length):
-            x = data.fields[f.name]
-            many = x.repeat_interleave(len(support), 0).clone()
-            many[:, i] = support.repeat(n).to(many.dtype)
-            fields = {k: (many if k == f.name else v.repeat_interleave(len(support), 0))
-                      for k, v in data.fields.items()}
-            joint = _log_joint(teacher, Sequences(fields, data.lengths.repeat_interleave(
-                len(support))), batch_size).view(n, len(support))
-            observed = joint.gather(1, x[:, i].long()[:, None])[:, 0]
-            total += float((torch.logsumexp(joint, 1) - observed).sum())
-        out[f.name] = total / (n * length)
-    return out
+    return {name: -float(lp.nanmean())
+            for name, lp in masked_log_likelihoods(teacher, data, batch_size=batch_size).items()}

@@ -1,0 +1,183 @@
+"""Masked conditionals p(x_i | everything else) of a unidirectional (causal) model.
+
+A causal model defines a joint, p(x) = ∏_j p(x_j | x_<j), and every joint has compatible
+masked conditionals: at position i, p(x_i = v | x_−i) ∝ p(x with v at i). Only the factors at
+positions ≥ i depend on v, so they are all that is summed. This is exact, needs no second model
+and, unlike a bidirectional model's conditionals (which need not be those of any joint), always
+describes one distribution. The price is one forward pass per candidate value: S · I passes per
+sequence and field for a support of S values and I positions, so it suits small supports
+(categories of tens to hundreds, Bernoulli and binomial values).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import torch
+
+from efa.core.conditional import ConditionalModel
+from efa.core.data import Sequences
+from efa.core.families import Bernoulli, Binomial
+from efa.core.fields import Category, Field, Value
+from efa.training.scoring import check_int, check_targets, in_batches, scoring_mode
+
+
+def finite_support(f: Field) -> torch.Tensor | None:
+    """The values a target field can take, when there are finitely many.
+
+    Parameters
+    ----------
+    f : Field
+        A target field.
+
+    Returns
+    -------
+    torch.Tensor or None
+        The support in order (category codes, 0/1, 0..n), or None for an infinite one.
+    """
+    if isinstance(f, Category):
+        return torch.arange(f.num_categories)
+    if isinstance(f, Value) and isinstance(f.family, Bernoulli):
+        return torch.arange(2)
+    if isinstance(f, Value) and isinstance(f.family, Binomial):
+        return torch.arange(f.family.total_count + 1)
+    return None
+
+
+@torch.no_grad()
+def masked_log_likelihoods(model: ConditionalModel, data: Sequences,
+                           fields: tuple[str, ...] | None = None,
+                           batch_size: int = 4096) -> dict[str, torch.Tensor]:
+    """log p(x_i | every other position and field) of a causal model, by renormalising its
+    joint over the field's support at each predicted position.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A fitted unidirectional model (``efa.EFA`` with ``direction="unidirectional"``).
+    data : Sequences
+        The data to score; checked against the model's fields.
+    fields : tuple of str, optional
+        Score these target fields (default: every target field; each needs a finite support).
+    batch_size : int, default 4096
+        Candidate sequences per forward pass (a batch holds ``batch_size // S`` sequences,
+        at least one).
+
+    Returns
+    -------
+    dict of str to Tensor
+        Per scored field, an [N, I] float64 tensor, NaN where the field is not predicted.
+
+    Raises
+    ------
+    ValueError
+        If the model is not unidirectional, a field is not one of its targets, or a field's
+        support is not finite (a Gaussian, Poisson, … value): the message names the field.
+    FloatingPointError
+        If the joint is not finite at an observed sequence (the field, sequence and position
+        are named).
+
+    Examples
+    --------
+    >>> lp = efa.masked_log_likelihoods(causal_model, test)  # doctest: +SKIP
+    >>> float(lp["item"].nanmean())  # the masked (pseudo-)log-likelihood per position
+    -3.02
+    """
+    if getattr(model, "direction", None) != "unidirectional":
+        raise ValueError("masked conditionals by renormalisation need a unidirectional "
+                         f"(causal) model, whose conditionals define a joint; this one is "
+                         f"{getattr(model, 'direction', type(model).__name__)!r}: score a "
+                         "bidirectional model's own conditionals with efa.evaluate")
+    check_int("batch_size", batch_size, 1)
+    if fields is not None:
+        check_targets(model, fields)
+    chosen = [f for f in model.target_fields if fields is None or f.name in fields]
+    supports = {}
+    for f in chosen:
+        s = finite_support(f)
+        if s is None:
+            family = type(f.family).__name__ if isinstance(f, Value) else type(f).__name__
+            raise ValueError(f"field {f.name!r} ({family}) has no finite support to sum over: "
+                             "masked conditionals by renormalisation need a Category or a "
+                             "Bernoulli or binomial value; pass fields=(...) to score others")
+        supports[f.name] = s.to(model.device)
+    out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
+           for f in chosen}
+    with scoring_mode(model, data):
+        for name, support in supports.items():
+            size = len(support)
+            for idx, batch in in_batches(data, max(1, batch_size // size), model.device):
+                out[name][idx, : batch.max_len] = _renormalised(model, batch, name, support, idx)
+    return out
+
+
+def _renormalised(model: ConditionalModel, batch: Sequences, name: str, support: torch.Tensor,
+                  idx: torch.Tensor) -> torch.Tensor:
+    """One batch's [n, I] masked log-probabilities of field ``name`` (NaN where not
+    predicted)."""
+    n, length, size = len(batch), batch.max_len, len(support)
+    predicted = batch.predicted(name)
+    many = batch[torch.arange(n, device=batch.lengths.device).repeat_interleave(size)]
+    out = torch.full((n, length), float("nan"), dtype=torch.float64)
+    for i in range(length):
+        rows = predicted[:, i]
+        if not rows.any():
+            continue
+        x = many.fields[name].clone()
+        x[:, i] = support.repeat(n).to(x.dtype)
+        lls = model.position_log_likelihoods(dataclasses.replace(
+            many, fields={**many.fields, name: x}))
+        later = torch.zeros((n * size,), dtype=torch.float64, device=x.device)
+        for g, lp in lls.items():  # only the factors at positions >= i depend on x_i
+            keep = many.predicted(g)[:, i:]
+            later += torch.where(keep, lp[:, i:].double(), 0.0).sum(1)
+        joint = later.view(n, size)
+        observed = batch.fields[name][:, i].long()
+        own = joint.gather(1, observed.clamp(0, size - 1)[:, None])[:, 0]
+        bad = rows & ~torch.isfinite(own) | rows & torch.isnan(joint).any(1)
+        if bad.any():
+            k = int(bad.nonzero()[0, 0])
+            raise FloatingPointError(
+                f"masked_log_likelihoods: the joint of field {name!r} is not finite at "
+                f"sequence {int(idx[k])}, position {i}")
+        out[:, i] = torch.where(rows, own - torch.logsumexp(joint, 1), float("nan")).cpu()
+    return out
+
+
+def masked_evaluate(model: ConditionalModel, data: Sequences,
+                    fields: tuple[str, ...] | None = None,
+                    batch_size: int = 4096) -> dict[str, float]:
+    """Mean masked log-likelihood per field of a causal model: :func:`masked_log_likelihoods`
+    averaged over the predicted positions, the bidirectional counterpart of
+    :func:`efa.evaluate`.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A fitted unidirectional model.
+    data : Sequences
+        The data to score.
+    fields : tuple of str, optional
+        Score these target fields (default: every target field).
+    batch_size : int, default 4096
+        Candidate sequences per forward pass.
+
+    Returns
+    -------
+    dict of str to float
+        Nats per predicted position, per field. A field with no predicted position gets NaN
+        and a warning, never a perfect score.
+
+    Raises
+    ------
+    ValueError, FloatingPointError
+        As :func:`masked_log_likelihoods`.
+    """
+    out = {}
+    for name, lp in masked_log_likelihoods(model, data, fields, batch_size).items():
+        if torch.isnan(lp).all():
+            warnings.warn(f"field {name!r} has no predicted position in the data (all values "
+                          "missing or not scored): its log-likelihood is NaN", stacklevel=2)
+        out[name] = float(lp.nanmean())
+    return out
