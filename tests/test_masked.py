@@ -87,3 +87,22 @@ def test_a_field_with_nothing_to_predict_is_nan_with_a_warning_never_a_score():
         means = efa.masked_evaluate(model, hidden)
     assert means["flag"] != means["flag"] and means["item"] < 0
     assert any("'flag' has no predicted position" in str(w.message) for w in said)
+
+
+def test_distinct_items_renormalise_over_the_items_left():
+    """With `distinct=True` a sequence cannot repeat an item, so at each position the masked
+    conditional is spread over the items that no other position holds: every ordered choice of
+    3 of 4 items enumerated, the alternatives at position i read off that table."""
+    model = causal([efa.Category("item", 4, dim=8, distinct=True)], seed=3)
+    combos = list(itertools.permutations(range(4), 3))
+    data = efa.Sequences({"item": torch.tensor(combos)}, torch.full((len(combos),), 3))
+    joint = efa.log_likelihoods(model, data)["item"].sum(1)
+    assert float(torch.logsumexp(joint, 0)) == pytest.approx(0.0, abs=1e-12)
+    index = {c: k for k, c in enumerate(combos)}
+    got = efa.masked_log_likelihoods(model, data)["item"]
+    for k, c in enumerate(combos):
+        for i in range(3):
+            alts = [joint[index[c[:i] + (v,) + c[i + 1:]]] for v in range(4)
+                    if v not in c[:i] + c[i + 1:]]
+            want = joint[k] - torch.logsumexp(torch.stack(alts), 0)
+            assert float(got[k, i]) == pytest.approx(float(want), abs=1e-12)

@@ -217,9 +217,9 @@ def defaults_tables(results: Path) -> str:
                   + ("; the command resumes with the rest" if s["teachers"] < len(suite(role))
                      else "") + ").", "",
                   "| seed | direction | layers × heads | fields | sequences × length | "
-                  "excess NLL per field (nats) | teacher's architecture, same fit | fit s | "
-                  "epochs (stopped by) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "excess NLL per field (nats) | teacher's architecture, same fit | "
+                  "causal student, masked (fit s) | fit s | epochs (stopped by) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         by_direction = []
         for d in ("unidirectional", "bidirectional"):
             pairs = [v for r in doc["rows"] if r["spec"]["direction"] == d
@@ -234,6 +234,20 @@ def defaults_tables(results: Path) -> str:
                           f"({s['reference_pairs']} pairs): median "
                           f"{s['median_over_reference']:+.4f}, worst "
                           f"{s['worst_over_reference']:+.4f} nats.")
+        if "causal_pairs" in s:
+            parts[-4] += (f" Bidirectional teachers through a causal student's masked "
+                          f"conditionals ({s['causal_pairs']} pairs): median "
+                          f"{s['causal_median_excess']:.4f} against "
+                          f"{s['bidirectional_median_excess_same_pairs']:.4f} for the "
+                          f"bidirectional defaults, {s['causal_share_within_0.01']:.0%} within "
+                          f"0.01, lower on {s['causal_better']} of {s['causal_pairs']}.")
+        bidirectional = [r for r in doc["rows"] if r["spec"]["direction"] == "bidirectional"]
+        if bidirectional and all("causal" in r for r in bidirectional):
+            route = [v for r in doc["rows"]
+                     for v in r.get("causal", r)["excess"].values()]
+            parts[-4] += (f" With that route for the bidirectional teachers, all "
+                          f"{len(route)} pairs: median {statistics.median(route):.4f}, "
+                          f"{sum(v <= 0.01 for v in route) / len(route):.0%} within 0.01.")
         for r in doc["rows"]:
             sp = r["spec"]
             fields = ", ".join([f"D={d}" for d in sp["categories"]] + list(sp["values"])
@@ -241,9 +255,11 @@ def defaults_tables(results: Path) -> str:
             excess = ", ".join(f"{k} {v:+.4f}" for k, v in r["excess"].items())
             ref = ", ".join(f"{k} {v:+.4f}" for k, v in r["reference"]["excess"].items()
                             ) if "reference" in r else ""
+            route = ", ".join(f"{k} {v:+.4f}" for k, v in r["causal"]["excess"].items()
+                              ) + f" ({r['causal']['fit_seconds']:.0f})" if "causal" in r else ""
             parts.append(f"| {sp['seed']} | {sp['direction'][:3]} | {sp['num_layers']} × "
                          f"{sp['num_heads']} | {fields} | {sp['n_train']:,} × {sp['length']} | "
-                         f"{excess} | {ref} | {r['fit_seconds']:.0f} | {r['epochs']} "
+                         f"{excess} | {ref} | {route} | {r['fit_seconds']:.0f} | {r['epochs']} "
                          f"({r['stopped']}) |")
         parts.append("")
     return "\n".join(parts).strip() or "(no results yet)"

@@ -81,7 +81,7 @@ def masked_log_likelihoods(model: ConditionalModel, data: Sequences,
     Examples
     --------
     >>> lp = efa.masked_log_likelihoods(causal_model, test)  # doctest: +SKIP
-    >>> float(lp["item"].nanmean())  # the masked (pseudo-)log-likelihood per position
+    >>> float(lp["item"].nanmean())  # doctest: +SKIP
     -3.02
     """
     if getattr(model, "direction", None) != "unidirectional":
