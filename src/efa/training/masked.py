@@ -12,7 +12,6 @@ sequence and field for a support of S values and I positions, so it suits small 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import torch
 
@@ -20,7 +19,13 @@ from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.core.families import Bernoulli, Binomial
 from efa.core.fields import Category, Field, Value
-from efa.training.scoring import check_int, check_targets, in_batches, scoring_mode
+from efa.training.scoring import (
+    check_int,
+    check_targets,
+    in_batches,
+    scoring_mode,
+    warn_nothing_predicted,
+)
 
 
 def finite_support(f: Field) -> torch.Tensor | None:
@@ -177,7 +182,6 @@ def masked_evaluate(model: ConditionalModel, data: Sequences,
     out = {}
     for name, lp in masked_log_likelihoods(model, data, fields, batch_size).items():
         if torch.isnan(lp).all():
-            warnings.warn(f"field {name!r} has no predicted position in the data (all values "
-                          "missing or not scored): its log-likelihood is NaN", stacklevel=2)
+            warn_nothing_predicted(name)
         out[name] = float(lp.nanmean())
     return out

@@ -188,12 +188,24 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
     out = {}
     for name in sums:
         if counts[name] == 0:
-            warnings.warn(f"field {name!r} has no predicted position in the data (all values "
-                          "missing or not scored): its log-likelihood is NaN", stacklevel=2)
+            warn_nothing_predicted(name)
             out[name] = float("nan")
         else:
             out[name] = sums[name] / counts[name]
     return out
+
+
+def warn_nothing_predicted(name: str) -> None:
+    """Warn that field ``name`` has no predicted position, so its mean is NaN (never a perfect
+    score); the warning points at the caller of the public scoring function.
+
+    Parameters
+    ----------
+    name : str
+        The field.
+    """
+    warnings.warn(f"field {name!r} has no predicted position in the data (all values missing "
+                  "or not scored): its log-likelihood is NaN", stacklevel=3)
 
 
 def check_targets(model: ConditionalModel, names: Iterable[str]) -> None:
