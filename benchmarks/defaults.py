@@ -203,7 +203,7 @@ def main() -> None:
         if row is not None and (not args.reference or "reference" in row) and (
                 not wants_causal or "causal" in row):
             continue
-        drawn = draw(spec)  # once per teacher, for both fits
+        drawn = draw(spec)  # once per teacher, for every fit it needs
         if row is None:
             row = run(spec, drawn)
             rows.append(row)
