@@ -106,3 +106,15 @@ def test_distinct_items_renormalise_over_the_items_left():
                     if v not in c[:i] + c[i + 1:]]
             want = joint[k] - torch.logsumexp(torch.stack(alts), 0)
             assert float(got[k, i]) == pytest.approx(float(want), abs=1e-12)
+
+
+def test_the_support_is_what_the_familys_torch_distribution_enumerates():
+    from efa.core.families import Gaussian, Ordinal
+    from efa.training.masked import finite_support
+
+    assert finite_support(efa.Category("item", 5)).tolist() == [0, 1, 2, 3, 4]
+    assert finite_support(efa.Value("grade", Ordinal(4))).tolist() == [0, 1, 2, 3]
+    assert finite_support(efa.Value("n", Binomial(3))).tolist() == [0, 1, 2, 3]
+    assert finite_support(efa.Value("flag", Bernoulli())).tolist() == [0, 1]
+    for family in (Poisson(), Poisson(shift=1), Gaussian()):  # unbounded or continuous
+        assert finite_support(efa.Value("v", family)) is None

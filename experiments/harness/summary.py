@@ -255,11 +255,11 @@ def defaults_tables(results: Path) -> str:
             excess = ", ".join(f"{k} {v:+.4f}" for k, v in r["excess"].items())
             ref = ", ".join(f"{k} {v:+.4f}" for k, v in r["reference"]["excess"].items()
                             ) if "reference" in r else ""
-            route = ", ".join(f"{k} {v:+.4f}" for k, v in r["causal"]["excess"].items()
-                              ) + f" ({r['causal']['fit_seconds']:.0f})" if "causal" in r else ""
+            causal = ", ".join(f"{k} {v:+.4f}" for k, v in r["causal"]["excess"].items()
+                               ) + f" ({r['causal']['fit_seconds']:.0f})" if "causal" in r else ""
             parts.append(f"| {sp['seed']} | {sp['direction'][:3]} | {sp['num_layers']} × "
                          f"{sp['num_heads']} | {fields} | {sp['n_train']:,} × {sp['length']} | "
-                         f"{excess} | {ref} | {route} | {r['fit_seconds']:.0f} | {r['epochs']} "
+                         f"{excess} | {ref} | {causal} | {r['fit_seconds']:.0f} | {r['epochs']} "
                          f"({r['stopped']}) |")
         parts.append("")
     return "\n".join(parts).strip() or "(no results yet)"

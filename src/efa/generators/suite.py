@@ -286,7 +286,5 @@ def masked_bayes_nll(teacher: EFA, data: Sequences, batch_size: int = 8192) -> d
     ValueError
         When the teacher is not unidirectional or a target field's support is not finite.
     """
-    if teacher.direction != "unidirectional":
-        raise ValueError("the joint is defined by a unidirectional (causal) teacher")
     return {name: -float(lp.nanmean())
             for name, lp in masked_log_likelihoods(teacher, data, batch_size=batch_size).items()}

@@ -6,7 +6,7 @@ positions ≥ i depend on v, so they are all that is summed. This is exact, need
 and, unlike a bidirectional model's conditionals (which need not be those of any joint), always
 describes one distribution. The price is one forward pass per candidate value: S · I passes per
 sequence and field for a support of S values and I positions, so it suits small supports
-(categories of tens to hundreds, Bernoulli and binomial values).
+(categories of tens to hundreds; ordinal, Bernoulli and binomial values).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import torch
 
 from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
-from efa.core.families import Bernoulli, Binomial
-from efa.core.fields import Category, Field, Value
+from efa.core.fields import Field
 from efa.training.scoring import (
     check_int,
     check_targets,
@@ -29,25 +28,29 @@ from efa.training.scoring import (
 
 
 def finite_support(f: Field) -> torch.Tensor | None:
-    """The values a target field can take, when there are finitely many.
+    """The values a target field can take, when there are finitely many: what the
+    ``torch.distributions`` object of its family enumerates.
 
     Parameters
     ----------
     f : Field
-        A target field.
+        A target field (a Category or a Value).
 
     Returns
     -------
     torch.Tensor or None
-        The support in order (category codes, 0/1, 0..n), or None for an infinite one.
+        The support in order (category codes, ordinal classes, 0/1, 0..n), or None where the
+        family's distribution has no enumerable support (counts without bound, continuous
+        values).
     """
-    if isinstance(f, Category):
-        return torch.arange(f.num_categories)
-    if isinstance(f, Value) and isinstance(f.family, Bernoulli):
-        return torch.arange(2)
-    if isinstance(f, Value) and isinstance(f.family, Binomial):
-        return torch.arange(f.family.total_count + 1)
-    return None
+    family = getattr(f, "family", None)  # an Attribute has none: it is never predicted
+    if family is None or not family.is_discrete:
+        return None
+    # any natural parameter gives the support; -1 is inside every discrete family's domain
+    dist = family.distribution(torch.full((family.num_natural,), -1.0))
+    if not dist.has_enumerate_support:
+        return None
+    return dist.enumerate_support(expand=False).reshape(-1).long()
 
 
 @torch.no_grad()
@@ -102,10 +105,11 @@ def masked_log_likelihoods(model: ConditionalModel, data: Sequences,
     for f in chosen:
         s = finite_support(f)
         if s is None:
-            family = type(f.family).__name__ if isinstance(f, Value) else type(f).__name__
-            raise ValueError(f"field {f.name!r} ({family}) has no finite support to sum over: "
-                             "masked conditionals by renormalisation need a Category or a "
-                             "Bernoulli or binomial value; pass fields=(...) to score others")
+            family = type(getattr(f, "family", f)).__name__
+            raise ValueError(f"field {f.name!r} ({family}) has no finite "
+                             "support to sum over: masked conditionals by renormalisation need "
+                             "a family whose values can be enumerated (a Category, ordinal, "
+                             "Bernoulli or binomial value); pass fields=(...) to score others")
         supports[f.name] = s.to(model.device)
     out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
            for f in chosen}
@@ -124,6 +128,7 @@ def _renormalised(model: ConditionalModel, batch: Sequences, name: str, support:
     n, length, size = len(batch), batch.max_len, len(support)
     predicted = batch.predicted(name)
     many = batch[torch.arange(n, device=batch.lengths.device).repeat_interleave(size)]
+    scored = {g.name: many.predicted(g.name) for g in model.target_fields}
     out = torch.full((n, length), float("nan"), dtype=torch.float64)
     for i in range(length):
         rows = predicted[:, i]
@@ -135,8 +140,7 @@ def _renormalised(model: ConditionalModel, batch: Sequences, name: str, support:
             many, fields={**many.fields, name: x}))
         later = torch.zeros((n * size,), dtype=torch.float64, device=x.device)
         for g, lp in lls.items():  # only the factors at positions >= i depend on x_i
-            keep = many.predicted(g)[:, i:]
-            later += torch.where(keep, lp[:, i:].double(), 0.0).sum(1)
+            later += torch.where(scored[g][:, i:], lp[:, i:].double(), 0.0).sum(1)
         joint = later.view(n, size)
         observed = batch.fields[name][:, i].long()
         own = joint.gather(1, observed.clamp(0, size - 1)[:, None])[:, 0]
