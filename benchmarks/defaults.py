@@ -10,8 +10,10 @@ NLL over the exact Bayes limit, with wall time, epochs and the sizes the default
 
 ``--reference`` also fits, for every teacher of the file that lacks it, the teacher's own
 architecture from fresh weights with the same ``fit`` defaults. For a unidirectional teacher
-that is the exact model class, so its excess over Bayes is what a student of the right class
-reaches from this much data: estimation error, not a choice of size or schedule. A
+that is the exact model class, so its excess over Bayes is what one fit of the right class
+reaches from this much data: estimation error plus what that fit's optimisation left, which
+is small on most teachers but not on all (docs/reproductions.md, "Defaults on unseen
+teachers"). A
 bidirectional teacher's conditionals are those of a causal joint, which the same architecture
 made bidirectional need not contain: there the reference is a same-size student, not the class.
 
