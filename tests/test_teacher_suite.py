@@ -21,7 +21,7 @@ from efa.generators.suite import (
 
 def test_seeds_are_fixed_disjoint_and_draw_the_documented_ranges():
     assert set(DEVELOPMENT_SEEDS).isdisjoint(EVALUATION_SEEDS)
-    assert (len(DEVELOPMENT_SEEDS), len(EVALUATION_SEEDS)) == (10, 20)
+    assert (len(DEVELOPMENT_SEEDS), len(EVALUATION_SEEDS)) == (20, 20)
     specs = suite("development") + suite("evaluation")
     assert suite("evaluation") == [draw(s) for s in EVALUATION_SEEDS]  # a function of the seed
     assert {s.role for s in suite("evaluation")} == {"evaluation"}
