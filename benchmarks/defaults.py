@@ -7,6 +7,7 @@ NLL over the exact Bayes limit, with wall time, epochs and the sizes the default
     python benchmarks/defaults.py --role development --seeds 107 108   # some teachers only
     python benchmarks/defaults.py --role development --reference  # + the teacher's architecture
     python benchmarks/defaults.py --role development --causal  # + a causal student, masked
+    python benchmarks/defaults.py --role development --restarts 3  # + best of 3 initial draws
 
 ``--reference`` also fits, for every teacher of the file that lacks it, the teacher's own
 architecture from fresh weights with the same ``fit`` defaults. For a unidirectional teacher
@@ -23,6 +24,11 @@ masked conditionals p(x_i | x_-i) by renormalising its joint over the field's su
 (:func:`efa.masked_log_likelihoods`), the way the Bayes limit itself is computed. Causal models
 hold the teacher's joint (the teacher is one), so this route's class reaches the bidirectional
 Bayes limit, which a bidirectional student's class need not.
+
+``--restarts K`` also fits, for every teacher of the file that lacks it, the defaults' student
+from K initial draws with :func:`efa.fit_restarts` (torch seeds ``seed``, ``seed + 1``, ...; the
+first is the row's own fit where run on the same machine), the lowest validation loss kept;
+every draw's test excess is stored beside the kept one's, to show the spread.
 
 The teachers are :mod:`efa.generators.suite`'s (development seeds choose defaults, evaluation
 seeds judge them and choose nothing). Each student is what a user would write, naming the
@@ -144,6 +150,35 @@ def causal(spec: TeacherSpec, drawn: dict) -> dict:
             "scoring_seconds": time.perf_counter() - scoring, "epochs": hist.epochs_run}
 
 
+def restarted(spec: TeacherSpec, drawn: dict, restarts: int) -> dict:
+    """The defaults' student fitted from ``restarts`` initial draws by :func:`efa.fit_restarts`
+    (the lowest validation loss kept); every draw's test excess is recorded beside the kept
+    one's to show the spread, and chooses nothing."""
+    from experiments.harness.provenance import cpu_model
+
+    teacher, train, val, test, bayes = (drawn[k] for k in ("teacher", "train", "val", "test",
+                                                           "bayes"))
+    config = efa.EFAConfig(student_fields(teacher), max_len=spec.length, direction=spec.direction)
+    models: list[efa.EFA] = []
+
+    def build() -> efa.EFA:
+        models.append(checked(efa.EFA(config), drawn))
+        return models[-1]
+
+    wall = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = efa.fit_restarts(build, train, val, restarts=restarts, seed=spec.seed,
+                                  progress=False)
+    wall = time.perf_counter() - wall
+    draws = [{name: -v - bayes[name] for name, v in efa.evaluate(m, test).items()}
+             for m in models]
+    return {"restarts": restarts, "seeds": result.seeds, "kept": result.best,
+            "excess": draws[result.best], "draws": draws,
+            "best_val": [h.best_val for h in result.histories], "fit_seconds": wall,
+            "epochs": [h.epochs_run for h in result.histories], "cpu": cpu_model()}
+
+
 def summarise(rows: list[dict]) -> dict:
     pairs = [v for r in rows for v in r["excess"].values()]
     if not pairs:
@@ -166,6 +201,13 @@ def summarise(rows: list[dict]) -> dict:
                     "bidirectional_median_excess_same_pairs": statistics.median(
                         b for b, _ in routes),
                     "causal_better": sum(c < b for b, c in routes)}
+    kept = [(statistics.mean(d[k] for d in r["restarts"]["draws"]), v)
+            for r in rows if "restarts" in r for k, v in r["restarts"]["excess"].items()]
+    if kept:
+        against |= {"restart_pairs": len(kept),
+                    "restarts_median_excess": statistics.median(v for _, v in kept),
+                    "draws_mean_median_excess": statistics.median(m for m, _ in kept),
+                    "restarts_lower_than_draws_mean": sum(v < m for m, v in kept)}
     return {"teachers": len(rows), "pairs": len(pairs), "median_excess": median,
             "share_within_0.01": share, "worst_excess": max(pairs), "slowest_fit_seconds": slowest,
             "targets_met": {"median": median <= TARGETS["median_excess"],
@@ -184,7 +226,12 @@ def main() -> None:
     p.add_argument("--causal", action="store_true",
                    help="also fit a causal student to each bidirectional teacher and score its "
                         "masked conditionals (where a row lacks it)")
+    p.add_argument("--restarts", type=int, metavar="K",
+                   help="also fit the defaults' student from K initial draws with "
+                        "efa.fit_restarts (where a row lacks it)")
     args = p.parse_args()
+    if args.restarts is not None and args.restarts < 2:
+        p.error("--restarts needs K >= 2 (one draw is the row itself)")
     specs = suite(args.role)
     if args.seeds:
         unknown = sorted(set(args.seeds) - {s.seed for s in specs})
@@ -194,16 +241,22 @@ def main() -> None:
     if args.quick:  # the same code path on two small teachers: printed, never written
         specs = [replace(s, n_train=300, length=min(s.length, 8)) for s in specs[:2]]
     out = ROOT / "results" / "defaults" / f"{args.role}.json"
-    rows: list[dict] = []
-    if out.exists() and not args.fresh and not args.quick:
-        rows = json.loads(out.read_text())["rows"]
     from experiments.harness.provenance import environment
+
+    rows: list[dict] = []
+    # The machine of the file's first run; an entry added later on another machine names its
+    # own CPU ("cpu"), since fit times and the last digits depend on it.
+    machine = environment(torch.get_num_threads(), 0)
+    if out.exists() and not args.fresh and not args.quick:
+        stored = json.loads(out.read_text())
+        rows, machine = stored["rows"], stored.get("environment", machine)
 
     for spec in specs:
         row = next((r for r in rows if r["spec"]["seed"] == spec.seed), None)
         wants_causal = args.causal and spec.direction == "bidirectional"
         if row is not None and (not args.reference or "reference" in row) and (
-                not wants_causal or "causal" in row):
+                not wants_causal or "causal" in row) and (
+                args.restarts is None or "restarts" in row):
             continue
         drawn = draw(spec)  # once per teacher, for every fit it needs
         if row is None:
@@ -213,16 +266,21 @@ def main() -> None:
             row["reference"] = reference(spec, drawn)
         if wants_causal and "causal" not in row:
             row["causal"] = causal(spec, drawn)
+        if args.restarts is not None and "restarts" not in row:
+            row["restarts"] = restarted(spec, drawn, args.restarts)
         print(json.dumps({k: row[k] for k in ("excess", "fit_seconds", "epochs")} |
                          {"seed": spec.seed, "reference": row.get("reference", {}).get("excess"),
-                          "causal": row.get("causal", {}).get("excess")}), flush=True)
+                          "causal": row.get("causal", {}).get("excess"),
+                          "restarts": row.get("restarts", {}).get("draws")}), flush=True)
         # the command that regenerates the whole file: the columns any of its rows hold
         command = ("python benchmarks/defaults.py --role " + args.role + " --quick" * args.quick
                    + " --reference" * any("reference" in r for r in rows)
-                   + " --causal" * any("causal" in r for r in rows))
+                   + " --causal" * any("causal" in r for r in rows)
+                   + "".join(sorted({f" --restarts {r['restarts']['restarts']}"
+                                     for r in rows if "restarts" in r})))
         doc = {"command": command, "role": args.role, "targets": TARGETS,
                "summary": summarise(rows), "rows": rows,
-               "environment": environment(torch.get_num_threads(), 0)}
+               "environment": machine}
         if not args.quick:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(doc, indent=1) + "\n")

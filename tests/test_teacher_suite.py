@@ -84,9 +84,10 @@ def test_a_spec_draws_the_same_teacher_and_data_every_time():
 
 @pytest.mark.slow
 def test_the_defaults_benchmark_runs_quick_and_writes_nothing():
-    """benchmarks/defaults.py --quick --causal: the full code path on two small development
-    teachers (the bidirectional one also through a causal student's masked conditionals),
-    printed, never written over the committed results."""
+    """benchmarks/defaults.py --quick --causal --restarts 2: the full code path on two small
+    development teachers (the bidirectional one also through a causal student's masked
+    conditionals; both also from two initial draws), printed, never written over the committed
+    results."""
     import json
     import subprocess
     import sys
@@ -96,13 +97,14 @@ def test_the_defaults_benchmark_runs_quick_and_writes_nothing():
     out = root / "results" / "defaults" / "development.json"
     before = out.read_bytes() if out.exists() else None
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "defaults.py"), "--quick",
-                          "--causal"],
+                          "--causal", "--restarts", "2"],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     summary = json.loads(run.stdout[run.stdout.index("{\n"):])
     assert summary["teachers"] == 2 and summary["pairs"] >= 2
     assert set(summary["targets_met"]) == {"median", "share", "seconds"}
     assert summary["causal_pairs"] == 1 and summary["causal_median_excess"] > -0.05
+    assert summary["restart_pairs"] == summary["pairs"]
     assert (out.read_bytes() if out.exists() else None) == before
 
 

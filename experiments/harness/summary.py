@@ -263,7 +263,43 @@ def defaults_tables(results: Path) -> str:
                          f"{excess} | {ref} | {causal} | {r['fit_seconds']:.0f} | {r['epochs']} "
                          f"({r['stopped']}) |")
         parts.append("")
+        parts += _restarts_table(doc)
     return "\n".join(parts).strip() or "(no results yet)"
+
+
+def _restarts_table(doc: dict) -> list[str]:
+    """The rows run with ``--restarts K``: every draw's excess and the one validation kept."""
+    rows = [r for r in doc["rows"] if "restarts" in r]
+    if not rows:
+        return []
+    s = doc["summary"]
+    k = rows[0]["restarts"]["restarts"]
+    cpus = sorted({r["restarts"].get("cpu", doc["environment"]["cpu"]) for r in rows})
+    # Draw 1 has the row's own seed; on another CPU rounding can carry it elsewhere.
+    moved = [str(r["spec"]["seed"]) for r in rows if any(
+        abs(r["restarts"]["draws"][0][name] - v) > 1e-3 for name, v in r["excess"].items())]
+    where = (f"; draw 1 has the row's own seed, and ran on {', '.join(cpus)} while the rows "
+             f"above ran on {doc['environment']['cpu']}" if cpus != [doc["environment"]["cpu"]]
+             else "; draw 1 is the row's own fit")
+    where += (f" (it differs from the row by more than 0.001 nats on {', '.join(moved)})"
+              if moved else "")
+    out = [f"{doc['role'].capitalize()} teachers from {k} initial draws each "
+           f"(`--restarts {k}`, {{py:func}}`efa.fit_restarts`: the lowest validation loss kept; "
+           f"{len(rows)} teachers, {s['restart_pairs']} pairs{where}): median excess of the "
+           f"kept fit {s['restarts_median_excess']:.4f} against "
+           f"{s['draws_mean_median_excess']:.4f} "
+           f"for the mean of the draws (the expected single fit), lower on "
+           f"{s['restarts_lower_than_draws_mean']} of {s['restart_pairs']}.", "",
+           "| seed | excess NLL per field, draw by draw (nats) | kept draw | kept's excess | "
+           "fit s (all draws) |", "|---|---|---|---|---|"]
+    for r in rows:
+        x = r["restarts"]
+        draws = "; ".join(f"{name} " + " / ".join(f"{d[name]:+.4f}" for d in x["draws"])
+                          for name in x["excess"])
+        kept = ", ".join(f"{name} {v:+.4f}" for name, v in x["excess"].items())
+        out.append(f"| {r['spec']['seed']} | {draws} | {x['kept'] + 1} | {kept} | "
+                   f"{x['fit_seconds']:.0f} |")
+    return [*out, ""]
 
 
 def headline_table(results: Path) -> str:

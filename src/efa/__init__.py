@@ -41,6 +41,7 @@ _EXPORTS = {
     "evaluate": "efa.training.scoring",
     "fit": "efa.training.train",
     "fit_glm_first": "efa.training.train",
+    "fit_restarts": "efa.training.restarts",
     "log_likelihoods": "efa.training.scoring",
     "masked_evaluate": "efa.training.masked",
     "masked_log_likelihoods": "efa.training.masked",
@@ -73,6 +74,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on 
     from efa.training.calibration import calibration, conformal_level
     from efa.training.masked import masked_evaluate, masked_log_likelihoods
     from efa.training.predictive import predictive_frame
+    from efa.training.restarts import fit_restarts
     from efa.training.scoring import evaluate, log_likelihoods, mean_squared_error, predictions
     from efa.training.storage import load, save
     from efa.training.train import History, TrainConfig, fit, fit_glm_first, seed_everything
@@ -100,6 +102,7 @@ __all__ = [
     "evaluate",
     "fit",
     "fit_glm_first",
+    "fit_restarts",
     "generators",
     "load",
     "log_likelihoods",
