@@ -57,12 +57,12 @@ def fit_restarts(build: Callable[[], ConditionalModel], train: Sequences, val: S
     the one with the lowest validation loss.
 
     Restart k builds its model under ``torch.manual_seed(seed + k)`` (inside
-    ``torch.random.fork_rng``, so the caller's random state is left as it was) and fits it with
-    :func:`efa.fit` and the same settings; only the initial weights differ between restarts
-    (the batch order follows the settings' ``seed``). The choice reads each fit's
-    ``History.best_val`` (the restored weights' validation loss, over ``monitor``'s fields
-    where set) and nothing of any test data. Only the kept model is held once a better one is
-    found, so the memory is that of two models.
+    ``torch.random.fork_rng``, so drawing the weights leaves the caller's random state as it
+    was) and fits it with :func:`efa.fit` and the same settings; only the initial weights
+    differ between restarts (the batch order follows the settings' ``seed``). The choice
+    reads each fit's ``History.best_val`` (the restored weights' validation loss, over
+    ``monitor``'s fields where set) and nothing of any test data. Only the best model so far
+    is kept between fits: at most two models are held at once.
 
     Parameters
     ----------
