@@ -231,10 +231,15 @@ def defaults_tables(results: Path) -> str:
                     f"of {len(pairs)} pairs within {within:g})")
         parts[-4] += f" Median excess by direction: {'; '.join(by_direction)}."
         if "median_over_reference" in s:
+            own = [v for r in doc["rows"] if "reference" in r
+                   for v in r["reference"]["excess"].values()]
             parts[-4] += (f" Over the teacher's own architecture fitted the same way "
                           f"({s['reference_pairs']} pairs): median "
                           f"{s['median_over_reference']:+.4f}, worst "
-                          f"{s['worst_over_reference']:+.4f} nats.")
+                          f"{s['worst_over_reference']:+.4f} nats; that architecture itself "
+                          f"is a median {statistics.median(own):.4f} above the limit, "
+                          f"{sum(v <= within for v in own) / len(own):.0%} of its pairs within "
+                          f"{within:g}.")
         if "causal_pairs" in s:
             parts[-4] += (f" Bidirectional teachers through a causal student's masked "
                           f"conditionals ({s['causal_pairs']} pairs): median "
