@@ -60,7 +60,7 @@ def test_one_restart_is_one_fit_and_checkpoints_go_to_a_folder_per_restart(tmp_p
     assert [h.val_loss for h in again.histories] == [h.val_loss for h in first.histories]
 
 
-def test_bad_requests_are_refused():
+def test_bad_requests_are_refused(tmp_path):
     train, val = _data(), _data(seed=1)
     with pytest.raises(ValueError, match="on validation data: pass val"):
         efa.fit_restarts(_build, train, None, **FIT)
@@ -75,6 +75,18 @@ def test_bad_requests_are_refused():
         efa.fit_restarts(lambda: {}, train, val, **FIT)
     model = _build()
     with pytest.raises(ValueError, match="returned a model it had returned before"):
-        efa.fit_restarts(lambda: model, train, val, restarts=2, **FIT)
+        efa.fit_restarts(lambda: model, train, val, restarts=2, **FIT,
+                         checkpoint_dir=str(tmp_path / "none"))
+    assert not (tmp_path / "none").exists()
+
+    def seeded():  # a build that sets its own seed draws the same weights every restart
+        torch.manual_seed(0)
+        return _build()
+
+    with pytest.raises(ValueError, match="restart 1's model starts from the same weights as "
+                                         "restart 0: build.. must draw them"):
+        efa.fit_restarts(seeded, train, val, restarts=2, **FIT,
+                         checkpoint_dir=str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()  # refused before any fit began
     with pytest.raises(TypeError, match="unknown settings"):
         efa.fit_restarts(_build, train, val, epochs=3)

@@ -19,6 +19,7 @@ import torch
 
 from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
+from efa.training.checkpoint import weights_fingerprint
 from efa.training.scoring import check_int
 from efa.training.settings import History, TrainConfig
 from efa.training.train import _settings, fit
@@ -61,13 +62,15 @@ def fit_restarts(build: Callable[[], ConditionalModel], train: Sequences, val: S
     was) and fits it with :func:`efa.fit` and the same settings; only the initial weights
     differ between restarts (the batch order follows the settings' ``seed``). The choice
     reads each fit's ``History.best_val`` (the restored weights' validation loss, over
-    ``monitor``'s fields where set) and nothing of any test data. Only the best model so far
-    is kept between fits: at most two models are held at once.
+    ``monitor``'s fields where set) and nothing of any test data. Each restart's model is
+    built (and checked) before the previous one is fitted, and only the best fit so far is
+    kept: at most three models are held at once.
 
     Parameters
     ----------
     build : callable
-        Returns a new, unfitted model each call, e.g. ``lambda: efa.EFA(config)``.
+        Returns a new, unfitted model each call, e.g. ``lambda: efa.EFA(config)``, with
+        weights drawn from torch's random state (not under a seed of its own).
     train : Sequences
         Training data.
     val : Sequences
@@ -93,8 +96,9 @@ def fit_restarts(build: Callable[[], ConditionalModel], train: Sequences, val: S
     ------
     ValueError
         Without validation data, for ``restarts`` or ``seed`` not an integer (at least 1 and 0),
-        or when ``build`` returns a model it returned before (that would refit the same
-        weights, a warm start rather than a restart).
+        when ``build`` returns a model it returned before (that would refit the same weights, a
+        warm start rather than a restart), or one whose initial weights equal an earlier
+        restart's (a ``build`` that sets its own seed: every restart would be the same fit).
     TypeError
         When ``build`` is not callable or returns something other than a model.
 
@@ -114,13 +118,16 @@ def fit_restarts(build: Callable[[], ConditionalModel], train: Sequences, val: S
     check_int("seed", seed, 0)
     cfg = _settings(config, overrides)
     built: weakref.WeakSet[ConditionalModel] = weakref.WeakSet()
+    starts: dict[str, int] = {}  # initial weights' fingerprint -> the restart that drew them
     kept: ConditionalModel | None = None
     histories: list[History] = []
     best = 0
     seeds = [seed + k for k in range(restarts)]
-    for k, s in enumerate(seeds):
+
+    def draw(k: int) -> ConditionalModel:
+        """Restart k's model, checked: a new one, with weights of its own."""
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(s)
+            torch.manual_seed(seeds[k])
             model = build()
         if not isinstance(model, ConditionalModel):
             raise TypeError(f"build() returned {type(model).__name__}, not a model (efa.EFA or "
@@ -129,6 +136,20 @@ def fit_restarts(build: Callable[[], ConditionalModel], train: Sequences, val: S
             raise ValueError("build() returned a model it had returned before: it must build a "
                              "new one on each call, e.g. lambda: efa.EFA(config)")
         built.add(model)
+        start = weights_fingerprint(model.state_dict())
+        if start in starts:  # e.g. a build that seeds itself: every restart the same fit
+            raise ValueError(f"restart {k}'s model starts from the same weights as restart "
+                             f"{starts[start]}: build() must draw them from torch's random "
+                             f"state, which fit_restarts seeds (seed + k), not set a seed itself")
+        starts[start] = k
+        return model
+
+    # The next restart is drawn before this one is fitted, so a bad build is refused before
+    # any fit's time is spent on it.
+    following: ConditionalModel | None = draw(0)
+    for k in range(restarts):
+        model, following = following, (draw(k + 1) if k + 1 < restarts else None)
+        assert model is not None
         run = cfg if not cfg.checkpoint_dir else replace(
             cfg, checkpoint_dir=str(Path(cfg.checkpoint_dir) / f"restart{k}"))
         histories.append(fit(model, train, val, run))
