@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT))  # experiments.harness.provenance, from a checkout
 import efa  # noqa: E402
 from efa.generators import student_fields  # noqa: E402
 from efa.generators.suite import TeacherSpec, suite  # noqa: E402
+from experiments.harness.provenance import cpu_model  # noqa: E402
 
 TARGETS = {"median_excess": 0.005, "pair_excess": 0.01, "pair_share": 0.9, "seconds": 120.0}
 
@@ -111,7 +112,8 @@ def run(spec: TeacherSpec, drawn: dict) -> dict:
                       "num_heads": config.num_heads, "parameters": sum(
                           p.numel() for p in student.parameters())},
             "threads": hist.threads, "data_seconds": drawn["seconds"],
-            "dtype": str(next(student.parameters()).dtype).removeprefix("torch.")}
+            "dtype": str(next(student.parameters()).dtype).removeprefix("torch."),
+            "cpu": cpu_model()}
 
 
 def reference(spec: TeacherSpec, drawn: dict) -> dict:
@@ -129,7 +131,7 @@ def reference(spec: TeacherSpec, drawn: dict) -> dict:
     nll = {k: -v for k, v in efa.evaluate(model, test).items()}
     return {"excess": {k: nll[k] - bayes[k] for k in bayes}, "fit_seconds": wall,
             "epochs": hist.epochs_run,
-            "parameters": sum(p.numel() for p in model.parameters())}
+            "parameters": sum(p.numel() for p in model.parameters()), "cpu": cpu_model()}
 
 
 def causal(spec: TeacherSpec, drawn: dict) -> dict:
@@ -147,15 +149,14 @@ def causal(spec: TeacherSpec, drawn: dict) -> dict:
     scoring = time.perf_counter()
     nll = {k: -v for k, v in efa.masked_evaluate(student, test).items()}
     return {"excess": {k: nll[k] - bayes[k] for k in bayes}, "fit_seconds": wall,
-            "scoring_seconds": time.perf_counter() - scoring, "epochs": hist.epochs_run}
+            "scoring_seconds": time.perf_counter() - scoring, "epochs": hist.epochs_run,
+            "cpu": cpu_model()}
 
 
 def restarted(spec: TeacherSpec, drawn: dict, restarts: int) -> dict:
     """The defaults' student fitted from ``restarts`` initial draws by :func:`efa.fit_restarts`
     (the lowest validation loss kept); every draw's test excess is recorded beside the kept
     one's to show the spread, and chooses nothing."""
-    from experiments.harness.provenance import cpu_model
-
     teacher, train, val, test, bayes = (drawn[k] for k in ("teacher", "train", "val", "test",
                                                            "bayes"))
     config = efa.EFAConfig(student_fields(teacher), max_len=spec.length, direction=spec.direction)

@@ -254,6 +254,13 @@ def defaults_tables(results: Path) -> str:
             parts[-4] += (f" With that route for the bidirectional teachers, all "
                           f"{len(route)} pairs: median {statistics.median(route):.4f}, "
                           f"{sum(v <= within for v in route) / len(route):.0%} within {within:g}.")
+        cpu = doc["environment"]["cpu"]  # the file's first run; later entries name their own
+        elsewhere = [f"{name} of {r['spec']['seed']} on {entry['cpu']}" for r in doc["rows"]
+                     for name, entry in (("row", r), ("reference", r.get("reference", {})),
+                                         ("causal", r.get("causal", {})))
+                     if entry.get("cpu", cpu) != cpu]
+        if elsewhere:
+            parts[-4] += f" The rows ran on {cpu}, except: {'; '.join(elsewhere)}."
         for r in doc["rows"]:
             sp = r["spec"]
             fields = ", ".join([f"D={d}" for d in sp["categories"]] + list(sp["values"])
@@ -288,13 +295,19 @@ def _restarts_table(doc: dict) -> list[str]:
              else "; draw 1 is the row's own fit")
     where += (f" (it differs from the row by more than 0.001 nats on {', '.join(moved)})"
               if moved else "")
+    # Did validation keep the draw that is best on test, on each teacher's first field?
+    first = [(x["excess"][name], [d[name] for d in x["draws"]])
+             for x in (r["restarts"] for r in rows) for name in list(x["excess"])[:1]]
+    best = sum(kept <= min(draws) for kept, draws in first)
     out = [f"{doc['role'].capitalize()} teachers from {k} initial draws each "
            f"(`--restarts {k}`, {{py:func}}`efa.fit_restarts`: the lowest validation loss kept; "
            f"{len(rows)} teachers, {s['restart_pairs']} pairs{where}): median excess of the "
            f"kept fit {s['restarts_median_excess']:.4f} against "
            f"{s['draws_mean_median_excess']:.4f} "
            f"for the mean of the draws (the expected single fit), lower on "
-           f"{s['restarts_lower_than_draws_mean']} of {s['restart_pairs']}.", "",
+           f"{s['restarts_lower_than_draws_mean']} of {s['restart_pairs']}; on each teacher's "
+           f"first field (its items) validation kept the draw best on test on {best} of "
+           f"{len(first)}.", "",
            "| seed | excess NLL per field, draw by draw (nats) | kept draw | kept's excess | "
            "fit s (all draws) |", "|---|---|---|---|---|"]
     for r in rows:
