@@ -21,8 +21,8 @@ from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.training.checkpoint import weights_fingerprint
 from efa.training.scoring import check_int
-from efa.training.settings import History, TrainConfig
-from efa.training.train import _settings, fit
+from efa.training.settings import History, TrainConfig, with_overrides
+from efa.training.train import fit
 
 
 @dataclass
@@ -116,7 +116,7 @@ def fit_restarts(build: Callable[[], ConditionalModel], train: Sequences, val: S
                         f"lambda: efa.EFA(config)), got {type(build).__name__}")
     check_int("restarts", restarts, 1)
     check_int("seed", seed, 0)
-    cfg = _settings(config, overrides)
+    cfg = with_overrides(config, overrides, "fit_restarts")
     built: weakref.WeakSet[ConditionalModel] = weakref.WeakSet()
     starts: dict[str, int] = {}  # initial weights' fingerprint -> the restart that drew them
     kept: ConditionalModel | None = None

@@ -4,7 +4,7 @@ gives)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -191,6 +191,41 @@ class TrainConfig:
                     or (low is not None and v <= low) or v < 0:
                 raise ValueError(f"{name} must be a finite number {'> 0' if low == 0 else '>= 0'}"
                                  f", got {v!r}")
+
+
+def with_overrides(config: TrainConfig | None, overrides: dict, caller: str) -> TrainConfig:
+    """``config`` (the default settings if None) with the keyword ``overrides``, checked by
+    name: the settings of :func:`efa.fit` and of the functions that fit through it.
+
+    Parameters
+    ----------
+    config : TrainConfig or None
+        The settings given, if any.
+    overrides : dict
+        :class:`TrainConfig` fields by name.
+    caller : str
+        The public function the settings were given to, named in the errors.
+
+    Returns
+    -------
+    TrainConfig
+        A new one where anything is overridden, ``config`` itself otherwise.
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not a :class:`TrainConfig` or an override names no field of it.
+    """
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(f"{caller}'s config is a TrainConfig, got {config!r}; pass settings as "
+                        f"keywords, e.g. {caller}(..., max_epochs=30)")
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise TypeError(f"{caller} got unknown settings {sorted(unknown)}; TrainConfig has "
+                        f"{sorted(known)}")
+    cfg = config or TrainConfig()
+    return TrainConfig(**{**asdict(cfg), **overrides}) if overrides else cfg
 
 
 @dataclass

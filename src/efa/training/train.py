@@ -18,7 +18,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from efa.training.settings import (
     default_patience,
     patience_now,
     plateau_patience,
+    with_overrides,
 )
 
 JOB_SAVE_SECONDS = 60.0
@@ -180,7 +181,7 @@ def fit(
     --------
     >>> history = efa.fit(model, train, val, threads=1, progress=False)  # doctest: +SKIP
     """
-    cfg = _settings(config, overrides)
+    cfg = with_overrides(config, overrides, "fit")
     if cfg.monitor is not None:
         check_targets(model, cfg.monitor)
     generic = [what for what, on in (("positions=m", cfg.positions is not None),
@@ -267,7 +268,7 @@ def fit_glm_first(model: ConditionalModel, train: Sequences, val: Sequences | No
     if not params:
         raise ValueError(f"{type(model).__name__} contains no GLM to fit first (an EFA needs a "
                          "Category(bag=True) target field)")
-    cfg = _settings(config, overrides)
+    cfg = with_overrides(config, overrides, "fit_glm_first")
     stages = [cfg, cfg]
     if cfg.checkpoint_dir:
         stages = [TrainConfig(**{**asdict(cfg), "checkpoint_dir": str(Path(cfg.checkpoint_dir)
@@ -286,22 +287,6 @@ def fit_glm_first(model: ConditionalModel, train: Sequences, val: Sequences | No
         for p in frozen:
             p.requires_grad_(True)
     return first, fit(model, train, val, stages[1])
-
-
-def _settings(config: TrainConfig | None, overrides: dict[str, Any]) -> TrainConfig:
-    """``config`` (default settings if None) with the keyword ``overrides``, checked by name."""
-    if config is not None and not isinstance(config, TrainConfig):
-        raise TypeError(
-            f"fit's fourth argument is a TrainConfig, got {config!r}; pass settings as keywords, "
-            "e.g. fit(model, train, val, max_epochs=30)"
-        )
-    known = {f.name for f in fields(TrainConfig)}
-    unknown = set(overrides) - known
-    if unknown:
-        raise TypeError(f"fit got unknown settings {sorted(unknown)}; TrainConfig has "
-                        f"{sorted(known)}")
-    cfg = config or TrainConfig()
-    return TrainConfig(**{**asdict(cfg), **overrides}) if overrides else cfg
 
 
 def check_device(device: str | torch.device) -> None:
