@@ -4,7 +4,7 @@ gives)."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -225,7 +225,7 @@ def with_overrides(config: TrainConfig | None, overrides: dict, caller: str) -> 
         raise TypeError(f"{caller} got unknown settings {sorted(unknown)}; TrainConfig has "
                         f"{sorted(known)}")
     cfg = config or TrainConfig()
-    return TrainConfig(**{**asdict(cfg), **overrides}) if overrides else cfg
+    return replace(cfg, **overrides) if overrides else cfg
 
 
 @dataclass

@@ -271,8 +271,7 @@ def fit_glm_first(model: ConditionalModel, train: Sequences, val: Sequences | No
     cfg = with_overrides(config, overrides, "fit_glm_first")
     stages = [cfg, cfg]
     if cfg.checkpoint_dir:
-        stages = [TrainConfig(**{**asdict(cfg), "checkpoint_dir": str(Path(cfg.checkpoint_dir)
-                                                                      / stage)})
+        stages = [replace(cfg, checkpoint_dir=str(Path(cfg.checkpoint_dir) / stage))
                   for stage in ("glm", "all")]
     with torch.no_grad():
         for w in zero:
