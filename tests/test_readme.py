@@ -1,11 +1,12 @@
 """README's and the user guide's Python examples run, and the generated tables (README's
-headline table, docs/reproductions.md) match the committed results files."""
+headline table, docs/reproductions.md, docs/sequences.md) match the committed results files."""
 
 import re
 from pathlib import Path
 
 import pytest
 
+from experiments.efa_paper import sequences_page
 from experiments.harness.summary import (
     DEFAULTS_END,
     DEFAULTS_START,
@@ -15,6 +16,10 @@ from experiments.harness.summary import (
     REPRODUCTIONS,
     SCALE_END,
     SCALE_START,
+    SEQ_END,
+    SEQ_START,
+    SEQ_TARGETS_END,
+    SEQ_TARGETS_START,
     START,
     defaults_tables,
     headline_table,
@@ -62,3 +67,8 @@ def test_tables_are_generated_from_results():
                              (DEFAULTS_START, DEFAULTS_END, defaults_tables)):
         assert _block(page, start, end) == make(ROOT / "results"), \
             f"run `efa summary` to regenerate {REPRODUCTIONS}"
+    page = (ROOT / "docs" / "sequences.md").read_text()
+    for start, end, make in ((SEQ_START, SEQ_END, sequences_page.results_tables),
+                             (SEQ_TARGETS_START, SEQ_TARGETS_END, sequences_page.targets_table)):
+        assert _block(page, start, end) == make(ROOT / "results"), \
+            "run `efa summary` to regenerate docs/sequences.md"

@@ -117,14 +117,14 @@ def summary(
     readme: Path = typer.Option(Path("README.md"), help="file with a results block to rewrite"),
     results: Path = typer.Option(Path("results"), help="folder of OUT/NAME/results.json"),
 ):
-    """Regenerate the README's results tables from the committed results files."""
+    """Regenerate the README's and docs' results tables from the committed results files."""
     from experiments.harness.summary import update_readme
 
     try:
         changed = update_readme(readme, results)
     except Exception as err:  # one line for the user; the traceback with --debug
         fail(err)
-    typer.echo(f"{readme} and docs/reproductions.md: "
+    typer.echo(f"{readme}, docs/reproductions.md and docs/sequences.md: "
                f"{'updated' if changed else 'already up to date'}")
 
 

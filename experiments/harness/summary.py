@@ -16,7 +16,12 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 SCALE_START, SCALE_END = "<!-- scale:start -->", "<!-- scale:end -->"
 DEFAULTS_START, DEFAULTS_END = "<!-- defaults:start -->", "<!-- defaults:end -->"
 HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
+SEQ_START, SEQ_END = "<!-- sequences:start -->", "<!-- sequences:end -->"
+SEQ_TARGETS_START = "<!-- sequence-targets:start -->"
+SEQ_TARGETS_END = "<!-- sequence-targets:end -->"
 REPRODUCTIONS = Path("docs") / "reproductions.md"  # beside README: the full tables
+# Pages beside README with generated blocks.
+PAGES = (REPRODUCTIONS, Path("docs") / "sequences.md")
 
 # README's headline table: (work, experiment, setting, what is measured, efa's row, the peers
 # compared, whether lower is better). The paper's number is the one stored on efa's row, or on
@@ -351,9 +356,10 @@ def _replace(text: str, start: str, end: str, body: str, readme) -> str:
 
 
 def update_readme(readme: Path, results: Path) -> bool:
-    """Rewrite README's headline block and the blocks of ``docs/reproductions.md`` beside it,
-    and each results.md from its results.json (so each shows its environment); True if a page
-    changed."""
+    """Rewrite README's headline block, the generated blocks of the pages beside it
+    (``docs/reproductions.md``, ``docs/sequences.md``) and each results.md from its results.json
+    (so each shows its environment); True if a page changed."""
+    from experiments.efa_paper import sequences_page
     from experiments.harness.report import Report
 
     if not Path(readme).is_file():
@@ -369,10 +375,12 @@ def update_readme(readme: Path, results: Path) -> bool:
         if not md.exists() or md.read_text() != text:
             md.write_text(text)
     blocks = {HEADLINE_START: (HEADLINE_END, headline_table), START: (END, tables),
-              SCALE_START: (SCALE_END, scale_tables), DEFAULTS_START: (DEFAULTS_END,
-                                                                       defaults_tables)}
+              SCALE_START: (SCALE_END, scale_tables),
+              DEFAULTS_START: (DEFAULTS_END, defaults_tables),
+              SEQ_START: (SEQ_END, sequences_page.results_tables),
+              SEQ_TARGETS_START: (SEQ_TARGETS_END, sequences_page.targets_table)}
     changed = False
-    for page in (Path(readme), Path(readme).parent / REPRODUCTIONS):
+    for page in (Path(readme), *(Path(readme).parent / p for p in PAGES)):
         if not page.is_file():
             continue
         text = new = page.read_text()

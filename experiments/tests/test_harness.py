@@ -272,3 +272,29 @@ def test_replot_names_what_an_incomplete_results_file_lacks(tmp_path):
         r = CliRunner().invoke(app, ["replot", str(folder)])
         assert r.exit_code == 2 and "efa: error" in r.output, r.output
         assert __import__("re").search(message, r.output), r.output
+
+
+def test_the_sequences_page_says_missed_when_the_files_say_so(tmp_path):
+    """docs/sequences.md's targets are computed, not typed: an EFA row made worse than the
+    paper's, or a peer made better than EFA on every seed, turns the status."""
+    from experiments.efa_paper import sequences_page
+
+    results = Path(__file__).resolve().parents[2] / "results"
+    for name in ("movielens-sequence", "movielens-ratings", "instacart"):
+        (tmp_path / name).mkdir()
+        for file in ("results.json", "benchmark.json"):
+            if (results / name / file).exists():
+                (tmp_path / name / file).write_text((results / name / file).read_text())
+    assert "| EFA better than the paper's EFA on every row | met" in \
+        sequences_page.targets_table(tmp_path)
+    path = tmp_path / "instacart" / "results.json"
+    doc = json.loads(path.read_text())
+    for row in doc["rows"]:
+        if row["model"] == "EFA + distinct" and row["metric"] == "test CE":
+            row["values"] = [v + 0.5 for v in row["values"]]
+            row["mean"] += 0.5
+    path.write_text(json.dumps(doc))
+    table = sequences_page.targets_table(tmp_path)
+    assert "| EFA better than the paper's EFA on every row | **missed**" in table
+    assert "Logit + distinct on uni Instacart (+0." in table
+    assert "EFA lower on 0 of 5" in sequences_page.results_tables(tmp_path)
