@@ -318,3 +318,23 @@ def test_the_device_parity_benchmark_runs_quick_and_writes_nothing():
     assert len(rows) == 11
     assert all("difference': 0.0" in r or "differing': 0.0" in r for r in rows), rows
     assert sorted((root / "results" / "scale").iterdir()) == before
+
+
+@pytest.mark.slow
+def test_the_bucketing_benchmark_runs_quick_and_writes_nothing():
+    """benchmarks/bucketing.py --quick: the committed benchmark's code path on 1,000 Instacart
+    baskets (real data, through the one data root), printed only."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    committed = (root / "results" / "bucketing" / "benchmark.json").read_text()
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "bucketing.py"), "--quick",
+                          "--seeds", "0", "--buckets", "4"], capture_output=True, text=True,
+                         timeout=300, cwd=root,
+                         env={**os.environ, "PYTHONPATH": f"{root / 'src'}{os.pathsep}{root}"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "| 0 | 4 | 2 |" in run.stdout and "bucket 4: speed-up" in run.stdout
+    assert (root / "results" / "bucketing" / "benchmark.json").read_text() == committed

@@ -497,3 +497,54 @@ def test_the_default_batch_size_follows_the_data(capsys):
     assert hist.batch_size == 8 and "chosen" not in capsys.readouterr().err
     with pytest.raises(ValueError, match="batch_size"):
         efa.TrainConfig(batch_size=0)
+
+
+@pytest.mark.parametrize("n, drop_last", [(1000, False), (1000, True), (1024, False)])
+def test_bucketed_batches_hold_every_sequence_once_sorted_within_windows(n, drop_last):
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 30, (n,), generator=g)
+    order = torch.randperm(n, generator=g)
+    n_batches = n // 64 if drop_last else -(-n // 64)
+    got = steps_mod.batches(order, lengths, 64, n_batches, 4, torch.Generator().manual_seed(1))
+    assert len(got) == n_batches
+    seen = torch.cat(got)
+    assert len(set(seen.tolist())) == len(seen)  # nothing twice
+    assert len(seen) == (n_batches * 64 if drop_last else n)
+    # each window of 4 · 64 of the order, sorted by length, is cut into the same batches
+    window = order[:256][torch.sort(lengths[order[:256]], descending=True, stable=True).indices]
+    firsts = {tuple(b.tolist()) for b in got}
+    assert all(tuple(window[k : k + 64].tolist()) in firsts for k in range(0, 256, 64))
+    pad = sum(len(b) * int(lengths[b].max()) for b in got)
+    plain = steps_mod.batches(order, lengths, 64, n_batches, None, g)
+    assert pad < sum(len(b) * int(lengths[b].max()) for b in plain)
+    # without bucket: the shuffled order's slices, no draw from the generator
+    state = g.get_state()
+    assert torch.equal(torch.cat(steps_mod.batches(order, lengths, 64, n_batches, None, g)),
+                       order[: len(torch.cat(plain))])
+    assert torch.equal(g.get_state(), state)
+
+
+def test_a_bucketed_fit_is_reproducible_and_older_checkpoints_still_resume():
+    runs = []
+    for _ in range(2):
+        model = _model()
+        hist = efa.fit(model, _data(), _data(seed=1), max_epochs=3, seed=5, progress=False,
+                       batch_size=8, bucket=2)
+        runs.append((hist.train_loss, hist.val_loss))
+    assert runs[0] == runs[1]
+    plain = efa.fit(_model(), _data(), _data(seed=1), max_epochs=3, seed=5, progress=False,
+                    batch_size=8)
+    assert plain.train_loss != runs[0][0]  # another batching, another path
+    with pytest.raises(ValueError, match="bucket"):
+        efa.TrainConfig(bucket=0)
+    # a checkpoint written before the setting existed has no "bucket": it still resumes
+    key = train_mod._resume_key(efa.TrainConfig().__dict__)
+    assert "bucket" not in key and "bucket" in train_mod._resume_key(
+        efa.TrainConfig(bucket=4).__dict__)
+
+
+def test_history_records_each_epochs_wall_time():
+    hist = efa.fit(_model(), _data(), _data(seed=1), max_epochs=3, patience=3, progress=False)
+    assert len(hist.epoch_seconds) == hist.epochs_run == 3
+    assert all(t > 0 for t in hist.epoch_seconds)
+    assert sum(hist.epoch_seconds) <= hist.seconds + 1e-6

@@ -228,7 +228,9 @@ def targets_table(results: Path) -> str:
            and bench["wall_seconds"] <= bench["budget_seconds"] else "**missed**")
         + f": `{bench['command']}` (`results/instacart/benchmark.json`: "
         f"{bench['model'].split(' (')[0]}, seed "
-        f"{bench['seed']}, {bench['threads']} thread): {bench['epochs_run']} epochs, "
+        f"{bench['seed']}, {bench['threads']} thread"
+        + (f", {bench['cpu']}" if "cpu" in bench else "")
+        + f"): {bench['epochs_run']} epochs, "
         f"{bench['wall_seconds']:.0f} s wall from process start ({bench['fit_seconds']:.0f} s "
         f"training), test CE {bench['test_ce']:.3f}; validation reached its final level "
         f"({bench['final_val_ce']:.3f}) after {bench['seconds_to_final_val']:.0f} s |",

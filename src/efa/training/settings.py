@@ -120,6 +120,13 @@ class TrainConfig:
         default): ``patience`` throughout. :func:`patience_now` gives the rule.
     plateau_tol : float
         The band of ``plateau_steps``, in the validation loss's nats.
+    bucket : int or None
+        Length-bucketed batches: the epoch's shuffled order is cut into windows of ``bucket``
+        batches, each window is sorted by sequence length before it is cut into batches, and
+        the batches are shuffled. A batch is padded to its longest sequence, so batches of
+        similar lengths carry less padding (Hugging Face's ``group_by_length`` does the same
+        with windows of 50). None (the default): batches are cut from the shuffled order as
+        it is. :func:`efa.training.steps.batches` gives the rule.
     """
 
     lr: float = 6e-3
@@ -147,6 +154,7 @@ class TrainConfig:
     time_limit: float | None = None
     plateau_steps: int | None = None
     plateau_tol: float = 0.02
+    bucket: int | None = None
 
     def __post_init__(self):
         for name in ("progress", "resume", "drop_last"):  # 'False' would be truthy
@@ -162,7 +170,7 @@ class TrainConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         for name in ("max_epochs", "eval_batch_size"):
             check_int(name, getattr(self, name), 1)
-        for name in ("batch_size", "patience", "plateau_steps"):
+        for name in ("batch_size", "patience", "plateau_steps", "bucket"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
         check_int("warmup_steps", self.warmup_steps, 0)
@@ -250,6 +258,9 @@ class History:
         Epochs run.
     seconds : float, default 0.0
         Seconds of training.
+    epoch_seconds : list of float
+        The wall seconds of every epoch, its validation included (empty for a fit by
+        :func:`efa.training.lbfgs.fit_lbfgs`).
     threads : int or None, default None
         The torch threads it trained with (numbers depend on them).
     start_val : float or None, default None
@@ -275,6 +286,7 @@ class History:
     best_val: float = math.inf
     epochs_run: int = 0
     seconds: float = 0.0
+    epoch_seconds: list[float] = field(default_factory=list)  # each epoch's, validation included
     threads: int | None = None  # torch threads it trained with (numbers depend on them)
     start_val: float | None = None  # validation loss of the starting weights
     stopped: str = ""  # why training ended: "patience", "max_epochs", "time_limit"

@@ -78,6 +78,51 @@ def batch_loss(model: ConditionalModel, objective: torch.nn.Module, train: Seque
     return objective(batch, weights, counts, float(size), sampling), batch
 
 
+def batches(order: torch.Tensor, lengths: torch.Tensor, batch_size: int, n_batches: int,
+            bucket: int | None, gen: torch.Generator) -> list[torch.Tensor]:
+    """Cut an epoch's shuffled ``order`` into its ``n_batches`` batches of sequence indices.
+
+    Without ``bucket``, consecutive slices of ``order`` (the last may be shorter, or is left
+    out when ``n_batches`` says so). With ``bucket`` = b, each window of b · batch_size
+    indices of ``order`` is sorted by length (longest first, ties in the order's order) before
+    it is cut, and the batches are then put in a random order drawn from ``gen``: a batch holds
+    sequences of similar lengths, so less padding, while which sequences meet in a window, and
+    the order of the batches, stay random.
+
+    Parameters
+    ----------
+    order : torch.Tensor
+        A permutation of the training sequences' indices.
+    lengths : torch.Tensor
+        Every training sequence's length.
+    batch_size : int
+        Sequences per batch.
+    n_batches : int
+        Batches to return: ``ceil(len(order) / batch_size)``, or its floor to drop the
+        last partial batch.
+    bucket : int or None
+        Batches per sorted window (None: no sorting).
+    gen : torch.Generator
+        Draws the batches' order (only with ``bucket``).
+
+    Returns
+    -------
+    list of torch.Tensor
+        The batches, in the order they are trained on.
+    """
+    if bucket is None:
+        return [order[s : s + batch_size] for s in range(0, n_batches * batch_size, batch_size)]
+    window = bucket * batch_size
+    cut: list[torch.Tensor] = []
+    for start in range(0, len(order), window):
+        part = order[start : start + window]
+        part = part[torch.sort(lengths[part].cpu(), descending=True, stable=True).indices]
+        cut += list(part.split(batch_size))
+    # Only the last batch can be partial; dropping it drops the last window's shortest ones.
+    cut = cut[:n_batches]
+    return [cut[i] for i in torch.randperm(len(cut), generator=gen)]
+
+
 def step(model: torch.nn.Module, opt: torch.optim.Optimizer,
          sched: torch.optim.lr_scheduler.LRScheduler | None, loss: torch.Tensor,
          grad_clip: float | None) -> None:

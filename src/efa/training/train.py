@@ -389,11 +389,12 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                     time.perf_counter() - t0 + pace > cfg.time_limit:
                 hist.stopped = "time_limit"
                 break
+            began = time.perf_counter()
             model.train()
             order = torch.randperm(len(train), generator=gen)
             total = 0.0
-            for start in range(0, n_batches * cfg.batch_size, cfg.batch_size):
-                idx = order[start : start + cfg.batch_size]
+            for idx in steps.batches(order, train.lengths, cfg.batch_size, n_batches,
+                                     cfg.bucket, gen):
                 with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                     loss, batch = steps.batch_loss(model, objective, train, idx, cfg, sampler,
                                                     sampling, rank, size)
@@ -415,6 +416,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
             hist.lr.append(opt.param_groups[0]["lr"])
             hist.epochs_run = epoch + 1
             hist.seconds = time.perf_counter() - t0
+            hist.epoch_seconds.append(time.perf_counter() - began)
             bar.set_postfix(
                 train=f"{hist.train_loss[-1]:.4f}",
                 val=f"{hist.val_loss[-1]:.4f}" if hist.val_loss else "-",
@@ -481,4 +483,5 @@ def _resume(folder: Path, own: bool, fingerprint: dict, model, opt, sched, gen, 
 def _resume_key(cfg: dict) -> dict:
     """The settings a resumed run must share with the run that wrote the checkpoint."""
     return {k: v for k, v in cfg.items()
-            if k not in ("progress", "checkpoint_dir", "threads", "resume", "time_limit")}
+            if k not in ("progress", "checkpoint_dir", "threads", "resume", "time_limit")
+            and not (k == "bucket" and v is None)}  # checkpoints from before it existed resume
