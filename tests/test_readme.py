@@ -1,31 +1,14 @@
 """README's and the user guide's Python examples run, and the generated tables (README's
-headline table, docs/reproductions.md, docs/sequences.md) match the committed results files."""
+headline table and the blocks of docs/reproductions.md, sequences.md and temperature.md) match
+the committed results files."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-from experiments.efa_paper import sequences_page
-from experiments.harness.summary import (
-    DEFAULTS_END,
-    DEFAULTS_START,
-    END,
-    HEADLINE_END,
-    HEADLINE_START,
-    REPRODUCTIONS,
-    SCALE_END,
-    SCALE_START,
-    SEQ_END,
-    SEQ_START,
-    SEQ_TARGETS_END,
-    SEQ_TARGETS_START,
-    START,
-    defaults_tables,
-    headline_table,
-    scale_tables,
-    tables,
-)
+from experiments.harness.summary import PAGES as GENERATED_PAGES
+from experiments.harness.summary import generated_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")
@@ -59,16 +42,12 @@ def _block(text: str, start: str, end: str) -> str:
 
 
 def test_tables_are_generated_from_results():
-    readme = (ROOT / "README.md").read_text()
-    assert _block(readme, HEADLINE_START, HEADLINE_END) == headline_table(ROOT / "results"), \
-        "run `efa summary` to regenerate README's headline table"
-    page = (ROOT / REPRODUCTIONS).read_text()
-    for start, end, make in ((START, END, tables), (SCALE_START, SCALE_END, scale_tables),
-                             (DEFAULTS_START, DEFAULTS_END, defaults_tables)):
-        assert _block(page, start, end) == make(ROOT / "results"), \
-            f"run `efa summary` to regenerate {REPRODUCTIONS}"
-    page = (ROOT / "docs" / "sequences.md").read_text()
-    for start, end, make in ((SEQ_START, SEQ_END, sequences_page.results_tables),
-                             (SEQ_TARGETS_START, SEQ_TARGETS_END, sequences_page.targets_table)):
-        assert _block(page, start, end) == make(ROOT / "results"), \
-            "run `efa summary` to regenerate docs/sequences.md"
+    """Every generated block of README and the pages beside it equals what `efa summary`
+    writes from the committed results, and each block is on exactly one page."""
+    pages = {page: (ROOT / page).read_text()
+             for page in ("README.md", *map(str, GENERATED_PAGES))}
+    for start, end, make in generated_blocks():
+        holders = [page for page, text in pages.items() if start in text]
+        assert len(holders) == 1, f"{start} is on {holders or 'no page'}"
+        assert _block(pages[holders[0]], start, end) == make(ROOT / "results"), \
+            f"run `efa summary` to regenerate {holders[0]}"

@@ -124,7 +124,7 @@ def summary(
         changed = update_readme(readme, results)
     except Exception as err:  # one line for the user; the traceback with --debug
         fail(err)
-    typer.echo(f"{readme}, docs/reproductions.md and docs/sequences.md: "
+    typer.echo(f"{readme} and the docs' generated tables: "
                f"{'updated' if changed else 'already up to date'}")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 from experiments.harness.report import fmt
@@ -19,9 +20,12 @@ HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->
 SEQ_START, SEQ_END = "<!-- sequences:start -->", "<!-- sequences:end -->"
 SEQ_TARGETS_START = "<!-- sequence-targets:start -->"
 SEQ_TARGETS_END = "<!-- sequence-targets:end -->"
+TEMP_START, TEMP_END = "<!-- temperature:start -->", "<!-- temperature:end -->"
+TEMP_TARGETS_START = "<!-- temperature-targets:start -->"
+TEMP_TARGETS_END = "<!-- temperature-targets:end -->"
 REPRODUCTIONS = Path("docs") / "reproductions.md"  # beside README: the full tables
 # Pages beside README with generated blocks.
-PAGES = (REPRODUCTIONS, Path("docs") / "sequences.md")
+PAGES = (REPRODUCTIONS, Path("docs") / "sequences.md", Path("docs") / "temperature.md")
 
 # README's headline table: (work, experiment, setting, what is measured, efa's row, the peers
 # compared, whether lower is better). The paper's number is the one stored on efa's row, or on
@@ -355,11 +359,24 @@ def _replace(text: str, start: str, end: str, body: str, readme) -> str:
     return re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
 
 
+def generated_blocks() -> list[tuple[str, str, Callable[[Path], str]]]:
+    """Every generated block: (start marker, end marker, the function of the results folder
+    that writes its body). Each sits in README or in one of :data:`PAGES`."""
+    from experiments.efa_paper import sequences_page, temperature_page
+
+    return [(HEADLINE_START, HEADLINE_END, headline_table), (START, END, tables),
+            (SCALE_START, SCALE_END, scale_tables),
+            (DEFAULTS_START, DEFAULTS_END, defaults_tables),
+            (SEQ_START, SEQ_END, sequences_page.results_tables),
+            (SEQ_TARGETS_START, SEQ_TARGETS_END, sequences_page.targets_table),
+            (TEMP_START, TEMP_END, temperature_page.results_block),
+            (TEMP_TARGETS_START, TEMP_TARGETS_END, temperature_page.targets_block)]
+
+
 def update_readme(readme: Path, results: Path) -> bool:
-    """Rewrite README's headline block, the generated blocks of the pages beside it
-    (``docs/reproductions.md``, ``docs/sequences.md``) and each results.md from its results.json
-    (so each shows its environment); True if a page changed."""
-    from experiments.efa_paper import sequences_page
+    """Rewrite the generated blocks of README and of the pages beside it (:data:`PAGES`) and
+    each results.md from its results.json (so each shows its environment); True if a page
+    changed."""
     from experiments.harness.report import Report
 
     if not Path(readme).is_file():
@@ -374,17 +391,12 @@ def update_readme(readme: Path, results: Path) -> bool:
         text = Report.read(path.parent).markdown()
         if not md.exists() or md.read_text() != text:
             md.write_text(text)
-    blocks = {HEADLINE_START: (HEADLINE_END, headline_table), START: (END, tables),
-              SCALE_START: (SCALE_END, scale_tables),
-              DEFAULTS_START: (DEFAULTS_END, defaults_tables),
-              SEQ_START: (SEQ_END, sequences_page.results_tables),
-              SEQ_TARGETS_START: (SEQ_TARGETS_END, sequences_page.targets_table)}
     changed = False
     for page in (Path(readme), *(Path(readme).parent / p for p in PAGES)):
         if not page.is_file():
             continue
         text = new = page.read_text()
-        for start, (end, make) in blocks.items():
+        for start, end, make in generated_blocks():
             if start in new:
                 new = _replace(new, start, end, make(results), page)
         if new != text:

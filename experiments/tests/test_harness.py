@@ -298,3 +298,19 @@ def test_the_sequences_page_says_missed_when_the_files_say_so(tmp_path):
     assert "| EFA better than the paper's EFA on every row | **missed**" in table
     assert "Logit + distinct on uni Instacart (+0." in table
     assert "EFA lower on 0 of 5" in sequences_page.results_tables(tmp_path)
+
+
+def test_the_temperature_page_follows_the_file(tmp_path):
+    """docs/temperature.md's targets are computed: a seed on which EFA ℓ=2 is made worse than
+    the Gaussian conditional shows up in the count."""
+    from experiments.efa_paper import temperature_page
+
+    source = Path(__file__).resolve().parents[2] / "results" / "temperature" / "results.json"
+    (tmp_path / "temperature").mkdir()
+    doc = json.loads(source.read_text())
+    assert "ℓ=2 8.23 (lower on every seed)" in temperature_page.targets_block(source.parents[1])
+    for row in doc["rows"]:
+        if row["model"] == "EFA ℓ=2" and row["metric"] == "test MSE (°F²)":
+            row["values"][0] = 99.0
+    (tmp_path / "temperature" / "results.json").write_text(json.dumps(doc))
+    assert "(lower on 4 of 5 seeds)" in temperature_page.targets_block(tmp_path)
