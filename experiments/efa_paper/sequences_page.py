@@ -247,3 +247,7 @@ def targets_table(results: Path) -> str:
         "crosses; attention maps and Q/K/V maps labelled with product names |",
     ]
     return "\n".join(lines)
+
+
+PAGE = Path("docs") / "sequences.md"
+BLOCKS = {"sequences": results_tables, "sequence-targets": targets_table}

@@ -168,3 +168,7 @@ def targets_block(results: Path) -> str:
         + ("gets worse" if two_gauss > lagged_gauss else "does not get worse")
         + f" with 2 lags ({two_gauss:.2f} vs {lagged_gauss:.2f}).",
     ])
+
+
+PAGE = Path("docs") / "temperature.md"
+BLOCKS = {"temperature": results_block, "temperature-targets": targets_block}

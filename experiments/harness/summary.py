@@ -17,15 +17,12 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 SCALE_START, SCALE_END = "<!-- scale:start -->", "<!-- scale:end -->"
 DEFAULTS_START, DEFAULTS_END = "<!-- defaults:start -->", "<!-- defaults:end -->"
 HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
-SEQ_START, SEQ_END = "<!-- sequences:start -->", "<!-- sequences:end -->"
-SEQ_TARGETS_START = "<!-- sequence-targets:start -->"
-SEQ_TARGETS_END = "<!-- sequence-targets:end -->"
-TEMP_START, TEMP_END = "<!-- temperature:start -->", "<!-- temperature:end -->"
-TEMP_TARGETS_START = "<!-- temperature-targets:start -->"
-TEMP_TARGETS_END = "<!-- temperature-targets:end -->"
 REPRODUCTIONS = Path("docs") / "reproductions.md"  # beside README: the full tables
-# Pages beside README with generated blocks.
-PAGES = (REPRODUCTIONS, Path("docs") / "sequences.md", Path("docs") / "temperature.md")
+# The experiments' own pages with generated blocks: each module names its PAGE and its BLOCKS
+# (marker name → the function of the results folder that writes the block's body).
+PAGE_MODULES = ("experiments.efa_paper.sequences_page", "experiments.efa_paper.temperature_page",
+                "experiments.fenchel.page", "experiments.moe.analogy_page",
+                "experiments.cme.page", "experiments.regression.page")
 
 # README's headline table: (work, experiment, setting, what is measured, efa's row, the peers
 # compared, whether lower is better). The paper's number is the one stored on efa's row, or on
@@ -359,24 +356,26 @@ def _replace(text: str, start: str, end: str, body: str, readme) -> str:
     return re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
 
 
-def generated_blocks() -> list[tuple[str, str, Callable[[Path], str]]]:
-    """Every generated block: (start marker, end marker, the function of the results folder
-    that writes its body). Each sits in README or in one of :data:`PAGES`."""
-    from experiments.efa_paper import sequences_page, temperature_page
+def generated_blocks() -> list[tuple[Path, str, str, Callable[[Path], str]]]:
+    """Every generated block: (its page relative to README's folder, start marker, end marker,
+    the function of the results folder that writes its body)."""
+    import importlib
 
-    return [(HEADLINE_START, HEADLINE_END, headline_table), (START, END, tables),
-            (SCALE_START, SCALE_END, scale_tables),
-            (DEFAULTS_START, DEFAULTS_END, defaults_tables),
-            (SEQ_START, SEQ_END, sequences_page.results_tables),
-            (SEQ_TARGETS_START, SEQ_TARGETS_END, sequences_page.targets_table),
-            (TEMP_START, TEMP_END, temperature_page.results_block),
-            (TEMP_TARGETS_START, TEMP_TARGETS_END, temperature_page.targets_block)]
+    out: list[tuple[Path, str, str, Callable[[Path], str]]] = [
+        (Path("README.md"), HEADLINE_START, HEADLINE_END, headline_table),
+        (REPRODUCTIONS, START, END, tables), (REPRODUCTIONS, SCALE_START, SCALE_END, scale_tables),
+        (REPRODUCTIONS, DEFAULTS_START, DEFAULTS_END, defaults_tables)]
+    for name in PAGE_MODULES:
+        module = importlib.import_module(name)
+        out += [(module.PAGE, f"<!-- {marker}:start -->", f"<!-- {marker}:end -->", make)
+                for marker, make in module.BLOCKS.items()]
+    return out
 
 
 def update_readme(readme: Path, results: Path) -> bool:
-    """Rewrite the generated blocks of README and of the pages beside it (:data:`PAGES`) and
-    each results.md from its results.json (so each shows its environment); True if a page
-    changed."""
+    """Rewrite the generated blocks of README and of the pages beside it
+    (:func:`generated_blocks`) and each results.md from its results.json (so each shows its
+    environment); True if a page changed."""
     from experiments.harness.report import Report
 
     if not Path(readme).is_file():
@@ -392,14 +391,16 @@ def update_readme(readme: Path, results: Path) -> bool:
         if not md.exists() or md.read_text() != text:
             md.write_text(text)
     changed = False
-    for page in (Path(readme), *(Path(readme).parent / p for p in PAGES)):
-        if not page.is_file():
+    blocks = generated_blocks()
+    for page in dict.fromkeys(page for page, *_ in blocks):
+        path = Path(readme) if page == Path("README.md") else Path(readme).parent / page
+        if not path.is_file():
             continue
-        text = new = page.read_text()
-        for start, end, make in generated_blocks():
-            if start in new:
-                new = _replace(new, start, end, make(results), page)
+        text = new = path.read_text()
+        for _, start, end, make in (b for b in blocks if b[0] == page):
+            if start in new:  # a README of another folder may hold only some blocks
+                new = _replace(new, start, end, make(results), path)
         if new != text:
-            page.write_text(new)
+            path.write_text(new)
             changed = True
     return changed
