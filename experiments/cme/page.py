@@ -3,8 +3,9 @@ committed ``results/temperature-cme/results.json`` by ``efa summary``."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from experiments.harness.report import published
 
 PAGE = Path("docs") / "exchangeability.md"
 MSE = "test MSE (°F²)"
@@ -17,9 +18,7 @@ ROWS = {"EFA, CME attention": "EFA cme ℓ={}", "EFA, softmax attention": "EFA s
 def mse_table(results: Path) -> str:
     """Test MSE, same day, by depth: CME and softmax attention (mean ± std over seeds, the
     lower of the two in bold) beside the two peers that have no depth."""
-    doc = json.loads((Path(results) / "temperature-cme" / "results.json").read_text())
-    if "--quick" in doc["command"]:
-        raise ValueError("results/temperature-cme/results.json was made by a --quick run")
+    doc = published(results, "temperature-cme")
     c = {r["model"]: r for r in doc["rows"] if r["setting"] == "same day" and r["metric"] == MSE}
     depths = sorted({int(m.rsplit("=", 1)[1]) for m in c if m.startswith("EFA cme")})
     n = len(doc["seeds"])

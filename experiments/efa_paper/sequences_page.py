@@ -4,23 +4,14 @@ Instacart speed benchmark, so that the page cannot fall out of step with them.""
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
-from experiments.harness.report import fmt
+from experiments.harness.report import fmt, published
 
 CE = "test CE"
 RATING_CE, RATING_NLL = "test CE (paper: no log y!)", "test NLL (full)"
 EFA, LOGIT = "EFA + distinct", "Logit + distinct"
-
-
-def _load(results: Path, name: str) -> dict:
-    path = Path(results) / name / "results.json"
-    doc = json.loads(path.read_text())
-    if "--quick" in doc["command"]:
-        raise ValueError(f"{path} was made by a --quick run: not results to publish")
-    return doc
 
 
 def _cells(doc: dict, metric: str) -> dict[tuple[str, str], dict]:
@@ -55,7 +46,7 @@ def _pct(row: dict) -> str:
 
 def results_tables(results: Path) -> str:
     """The Results section's tables and paired comparisons."""
-    ml, rt, ic = (_load(results, n) for n in ("movielens-sequence", "movielens-ratings",
+    ml, rt, ic = (published(results, n) for n in ("movielens-sequence", "movielens-ratings",
                                                "instacart"))
     n = len(ml["seeds"])
     out = [f"**movielens-sequence** (test CE, nats per masked movie; {n} seeds, mean ± std; "
@@ -189,7 +180,7 @@ def _instacart_fits(ic: dict) -> str:
 
 def targets_table(results: Path) -> str:
     """The Targets section's table, each status computed from the files."""
-    ml, rt, ic = (_load(results, n) for n in ("movielens-sequence", "movielens-ratings",
+    ml, rt, ic = (published(results, n) for n in ("movielens-sequence", "movielens-ratings",
                                                "instacart"))
     fm = [r for doc in (ml, rt, ic) for r in doc["rows"]
           if r["model"] == "FM" and r["paper"] is not None and r["metric"] in (CE, RATING_CE)]
@@ -207,7 +198,7 @@ def targets_table(results: Path) -> str:
         ours.append((f"ratings {_short(s)}",
                      c[s, "EFA"]["mean"], c[s, "EFA"]["paper"]))
     close = [o for o in ours if o[1] < o[2] and o[2] - o[1] < 0.002]
-    bench = json.loads((Path(results) / "instacart" / "benchmark.json").read_text())
+    bench = published(results, "instacart", "benchmark.json")
     walls = [doc["wall_seconds"] for doc in (ml, rt, ic)]
     resumed = ic.get("resumed_jobs")
     lines = [

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
 from scipy import stats
 
-from experiments.harness.report import fmt
+from experiments.harness.report import fmt, published
 
 MSE, NLL = "test MSE (°F²)", "test NLL (nats per prediction)"
 COVER = {50: "50 % interval coverage (test)", 90: "90 % interval coverage (test)"}
@@ -20,14 +19,6 @@ EFA_ROWS = [(SAME, "EFA ℓ=1"), (SAME, "EFA ℓ=2"), (SAME, "EFA ℓ=4"),
             ("1 day ahead", "EFA ℓ=4"), ("2 days ahead", "EFA ℓ=4")]
 GAUSS_ROWS = [(SAME, GAUSS), ("1 day ahead", f"{GAUSS} + 1-day lag"),
               ("2 days ahead", f"{GAUSS} + 2-day lag")]
-
-
-def _load(results: Path) -> dict:
-    path = Path(results) / "temperature" / "results.json"
-    doc = json.loads(path.read_text())
-    if "--quick" in doc["command"]:
-        raise ValueError(f"{path} was made by a --quick run: not results to publish")
-    return doc
 
 
 def _cells(doc: dict) -> dict[tuple[str, str, str], dict]:
@@ -48,7 +39,7 @@ def _cell(c: dict, key: tuple[str, str, str], digits: int = 3) -> str:
 def results_block(results: Path) -> str:
     """The Results table (every model's test MSE beside the paper's, its likelihood, interval
     coverages and anomaly AUC), the validation numbers and the interval findings."""
-    doc = _load(results)
+    doc = published(results, "temperature")
     c = _cells(doc)
     rows = [(s, m) for s, m, metric in c if metric == MSE]
     out = [f"`{doc['command']}` ({len(doc['seeds'])} seeds, mean ± std over seeds; "
@@ -125,7 +116,7 @@ def _paired(a: list[float], b: list[float]) -> tuple[float, float, float, int]:
 
 def targets_block(results: Path) -> str:
     """The Targets list, each number and verdict computed from the file."""
-    doc = _load(results)
+    doc = published(results, "temperature")
     c = _cells(doc)
     n = len(doc["seeds"])
     margins = [1 - c[s, m, MSE]["mean"] / c[s, m, MSE]["paper"] for s, m in EFA_ROWS]

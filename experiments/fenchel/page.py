@@ -3,21 +3,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from experiments.harness.report import published
 
 PAGE = Path("docs") / "fenchel.md"
 SETTINGS = {"movielens: unidirectional": "MovieLens uni", "movielens: bidirectional":
             "MovieLens bi", "instacart: bidirectional": "Instacart bi",
             "temperature: same day ℓ=1": "temperature ℓ = 1"}
 KERNELS = ("generalized", "generalized + context", "second_order", "fenchel", "ot")
-
-
-def _doc(results: Path, name: str, file: str = "results.json") -> dict:
-    doc = json.loads((Path(results) / name / file).read_text())
-    if "--quick" in doc["command"]:
-        raise ValueError(f"results/{name}/{file} was made by a --quick run")
-    return doc
 
 
 def _small(v: float) -> str:
@@ -27,7 +21,7 @@ def _small(v: float) -> str:
 def toy_table(results: Path) -> str:
     """The d = 2 problem: each approximation's error of ĥ, and the first-order deviation of λ,
     per α."""
-    doc = _doc(results, "fenchel-toy")
+    doc = published(results, "fenchel-toy")
     picture = doc["figures"]["picture"]
     cell = {(r["setting"], r["model"]): r["mean"] for r in doc["rows"]
             if r["setting"].startswith("d = 2 toy")}
@@ -50,7 +44,7 @@ def kernels_table(results: Path) -> str:
     """Δ = kernel − softmax in test log-likelihood per prediction (mean ± SE over seeds, bold
     where the 2-SE verdict is a difference) and, in brackets, seconds per epoch against
     softmax in the same run (* : OT's rerun)."""
-    doc = _doc(results, "attention-kernels")
+    doc = published(results, "attention-kernels")
     comp = doc["comparisons"]
     lines = [f"`{doc['command']}`:", "", "| setting | " + " | ".join(KERNELS) + " |",
              "|---" * (len(KERNELS) + 1) + "|"]
@@ -70,7 +64,7 @@ def kernels_table(results: Path) -> str:
 
 def speed_table(results: Path) -> str:
     """Per training step relative to softmax (`benchmarks/attention_kernels_speed.py`)."""
-    doc = _doc(results, "attention-kernels", "benchmark.json")
+    doc = published(results, "attention-kernels", "benchmark.json")
     settings = doc["settings"]
     models = [m for m in next(iter(settings.values())) if m != "softmax"]
     lines = [f"`{doc['command']}`:", "", "| setting | " + " | ".join(models) + " |",

@@ -182,3 +182,14 @@ def fmt(mean: float, std: float) -> str:
     if math.isnan(std):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def published(results: Path, name: str, file: str = "results.json") -> dict:
+    """``results/<name>/<file>`` as a dict, refused when a ``--quick`` run made it (a page
+    generated from it would publish numbers of a code-path check)."""
+    path = Path(results) / name / file
+    doc = json.loads(path.read_text())
+    if "--quick" in doc.get("command", ""):
+        raise ValueError(f"{path} was made by `{doc['command']}`, a --quick run: not results to "
+                         "publish; rerun the full command")
+    return doc

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from experiments.harness.report import published
 
 PAGE = Path("docs") / "analogy.md"
 CBOW, ATTENTION = "CBOW (CategoricalFM)", "attention (1 layer, Eq. 1)"
@@ -14,13 +15,6 @@ EQ2 = "Pearson corr(wᵀc, Eq. 2 of Prop 14)"
 LEE_MODELS = {"efa CBOW": "efa CBOW", "efa attention": "efa attention",
               "efa attention (c̃)": "efa attention (c̃)", "gensim Word2Vec CBOW":
               "gensim Word2Vec", "random vectors": "random"}
-
-
-def _doc(results: Path, name: str) -> dict:
-    doc = json.loads((Path(results) / name / "results.json").read_text())
-    if "--quick" in doc["command"]:
-        raise ValueError(f"results/{name}/results.json was made by a --quick run")
-    return doc
 
 
 def _head(doc: dict) -> str:
@@ -40,7 +34,7 @@ def _fmt(r: dict | None, std: bool = True) -> str:
 def toy_table(results: Path) -> str:
     """Prop 9 on the toy language: CBOW's and one attention layer's correlations per width d,
     the paper's CBOW numbers in brackets."""
-    doc = _doc(results, "analogy-toy")
+    doc = published(results, "analogy-toy")
     c = {(r["setting"], r["model"], r["metric"]): r for r in doc["rows"]}
     settings = list(dict.fromkeys(r["setting"] for r in doc["rows"]))
     lines = [_head(doc), "", "| d | CBOW Spearman (paper) | CBOW Pearson (paper) | attention "
@@ -56,7 +50,7 @@ def toy_table(results: Path) -> str:
 def lee_table(results: Path) -> str:
     """Analogies on the Lee corpus: accuracy, mean cosine and its chance level, Prop 13 and
     Prop 9, per model (context embeddings)."""
-    doc = _doc(results, "analogy-lee")
+    doc = published(results, "analogy-lee")
     c = {(r["setting"], r["model"], r["metric"]): r for r in doc["rows"]}
     rows = [
         ("accuracy, overall (raw 3CosAdd)", "overall", "analogy accuracy (3CosAdd, raw vectors)",

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from experiments.harness.report import published
 
 PAGE = Path("docs") / "in-context-regression.md"
 
@@ -12,7 +13,7 @@ PAGE = Path("docs") / "in-context-regression.md"
 def throughput_table(results: Path) -> str:
     """Points per second per model, and as a ratio to the exact GP (torch and scikit-learn)
     and to the GP fitted per function."""
-    doc = json.loads((Path(results) / "in-context-regression" / "benchmark.json").read_text())
+    doc = published(results, "in-context-regression", "benchmark.json")
     pps = doc["points_per_second"]
     lines = ["| model | points/s | × exact GP (torch) | × exact GP (scikit-learn) | × fitted GP |",
              "|---|---|---|---|---|"]
