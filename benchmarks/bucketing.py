@@ -10,6 +10,7 @@ selected on test). The speed-up is the ratio of mean epoch times against the pla
 same seed in the same run, so a busy machine moves both alike.
 
     .venv/bin/python benchmarks/bucketing.py [--seeds 0 1 2] [--buckets 4 16] [--out results]
+    .venv/bin/python benchmarks/bucketing.py --layers 2 --seeds 0   # exact copies (≈ 20 min)
     .venv/bin/python benchmarks/bucketing.py --layers 2 --epochs 2 --seeds 0   # time only
     .venv/bin/python benchmarks/bucketing.py --quick    # 1,000 baskets, 2 epochs; printed only
 
