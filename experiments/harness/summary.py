@@ -397,7 +397,8 @@ def update_readme(readme: Path, results: Path) -> bool:
         if not path.is_file():
             continue
         text = new = path.read_text()
-        for _, start, end, make in (b for b in blocks if b[0] == page):
+        # README takes any block it holds (as before pages had their own); a page its own.
+        for _, start, end, make in (b for b in blocks if page == Path("README.md") or b[0] == page):
             if start in new:  # a README of another folder may hold only some blocks
                 new = _replace(new, start, end, make(results), path)
         if new != text:
