@@ -524,7 +524,7 @@ def test_bucketed_batches_hold_every_sequence_once_sorted_within_windows(n, drop
     assert torch.equal(g.get_state(), state)
 
 
-def test_a_bucketed_fit_is_reproducible_and_older_checkpoints_still_resume():
+def test_a_bucketed_fit_is_reproducible():
     runs = []
     for _ in range(2):
         model = _model()
@@ -537,10 +537,27 @@ def test_a_bucketed_fit_is_reproducible_and_older_checkpoints_still_resume():
     assert plain.train_loss != runs[0][0]  # another batching, another path
     with pytest.raises(ValueError, match="bucket"):
         efa.TrainConfig(bucket=0)
-    # a checkpoint written before the setting existed has no "bucket": it still resumes
-    key = train_mod._resume_key(efa.TrainConfig().__dict__)
-    assert "bucket" not in key and "bucket" in train_mod._resume_key(
-        efa.TrainConfig(bucket=4).__dict__)
+
+
+def test_a_checkpoint_older_than_a_setting_resumes_at_its_default(tmp_path, monkeypatch):
+    """A checkpoint written before TrainConfig had a setting (here: one whose saved settings
+    lack "bucket") resumes a fit that leaves it at its default, and refuses one that sets it."""
+    first = efa.fit(_model(), _data(), None, max_epochs=2, progress=False,
+                    checkpoint_dir=str(tmp_path))
+    real_load = checkpoint_mod.load
+
+    def older(folder):
+        state = real_load(folder)
+        del state[1]["fingerprint"]["settings"]["bucket"]
+        return state
+
+    monkeypatch.setattr(checkpoint_mod, "load", older)
+    hist = efa.fit(_model(), _data(), None, max_epochs=2, progress=False,
+                   checkpoint_dir=str(tmp_path))
+    assert hist.train_loss == first.train_loss  # the finished run resumed, nothing retrained
+    with pytest.raises(ValueError, match="bucket: null in the checkpoint, 2 now"):
+        efa.fit(_model(), _data(), None, max_epochs=2, progress=False, bucket=2,
+                checkpoint_dir=str(tmp_path))
 
 
 def test_history_records_each_epochs_wall_time():

@@ -471,6 +471,12 @@ def _resume(folder: Path, own: bool, fingerprint: dict, model, opt, sched, gen, 
     state = checkpoint.load(folder)
     if state is None:
         return None
+    saved = state[1].get("fingerprint", {}) if isinstance(state[1], dict) else None
+    if isinstance(saved, dict) and isinstance(saved.get("settings"), dict):
+        # A setting added to TrainConfig after the checkpoint was written counts as its
+        # default there, so that the checkpoint still resumes a fit that leaves it unset.
+        for k, v in _resume_key(asdict(TrainConfig())).items():
+            saved["settings"].setdefault(k, v)
     try:
         return checkpoint.restore_state(state, folder, fingerprint, model, opt, sched, gen,
                                         sampler, History)
@@ -483,5 +489,4 @@ def _resume(folder: Path, own: bool, fingerprint: dict, model, opt, sched, gen, 
 def _resume_key(cfg: dict) -> dict:
     """The settings a resumed run must share with the run that wrote the checkpoint."""
     return {k: v for k, v in cfg.items()
-            if k not in ("progress", "checkpoint_dir", "threads", "resume", "time_limit")
-            and not (k == "bucket" and v is None)}  # checkpoints from before it existed resume
+            if k not in ("progress", "checkpoint_dir", "threads", "resume", "time_limit")}
