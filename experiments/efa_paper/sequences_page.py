@@ -4,9 +4,9 @@ Instacart speed benchmark, so that the page cannot fall out of step with them.""
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
+from experiments.harness.evaluate import lower_on, paired, said_lower
 from experiments.harness.report import fmt, published
 
 CE = "test CE"
@@ -26,12 +26,7 @@ def _best_other(cell: dict, setting: str, exclude: tuple[str, ...]) -> str:
 
 def _paired(ours: dict, peer: dict) -> tuple[float, int]:
     """Mean of the per-seed differences (ours − peer) and the seeds on which ours is lower."""
-    diff = [a - b for a, b in zip(ours["values"], peer["values"], strict=True)]
-    return statistics.fmean(diff), sum(d < 0 for d in diff)
-
-
-def _seeds(lower: int, n: int) -> str:
-    return "lower on every seed" if lower == n else f"lower on {lower} of {n} seeds"
+    return paired(ours["values"], peer["values"]).mean, lower_on(ours["values"], peer["values"])
 
 
 def _short(setting: str) -> str:
@@ -122,8 +117,8 @@ def results_tables(results: Path) -> str:
     def listed(pairs: list[tuple[float, int]]) -> str:
         ds = " / ".join(f"{d:+.3f}" for d, _ in pairs)
         lows = {lower for _, lower in pairs}
-        return ds + (f", {_seeds(lows.pop(), n)}" if len(lows) == 1 else " (" + ", ".join(
-            _seeds(lower, n) for _, lower in pairs) + ")")
+        return ds + (f", {said_lower(lows.pop(), n)}" if len(lows) == 1 else " (" + ", ".join(
+            said_lower(lower, n) for _, lower in pairs) + ")")
 
     out += ["", f"Paired over seeds (EFA minus the peer, mean of the per-seed differences; "
             f"settings in the tables' order): against {LOGIT}, MovieLens sequences "
@@ -232,8 +227,7 @@ def targets_table(results: Path) -> str:
         + ": " + " + ".join(f"{w:.0f}" for w in walls) + " s"
         + (f" (Instacart's for the last {resumed[1] - resumed[0]} of {resumed[1]} jobs; the "
            "rest resumed from a journal)" if resumed else "")
-        + ". An early run without those peers took 102 + 114 + 296 s ≈ 8.5 min (notes, "
-        f"issue #3). {_instacart_fits(ic)} |",
+        + f". {_instacart_fits(ic)} |",
         "| plots readable without the paper | dot plots per setting with the paper's numbers as "
         "crosses; attention maps and Q/K/V maps labelled with product names |",
     ]

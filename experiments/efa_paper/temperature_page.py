@@ -8,6 +8,7 @@ from pathlib import Path
 
 from scipy import stats
 
+from experiments.harness.evaluate import lower_on, paired, said_lower
 from experiments.harness.report import fmt, published
 
 MSE, NLL = "test MSE (°F²)", "test NLL (nats per prediction)"
@@ -108,12 +109,6 @@ def results_block(results: Path) -> str:
     return "\n".join(out)
 
 
-def _paired(a: list[float], b: list[float]) -> tuple[float, float, float, int]:
-    """Mean, smallest and largest per-seed difference a − b, and the seeds where a < b."""
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    return statistics.fmean(d), min(d), max(d), sum(x < 0 for x in d)
-
-
 def targets_block(results: Path) -> str:
     """The Targets list, each number and verdict computed from the file."""
     doc = published(results, "temperature")
@@ -126,15 +121,15 @@ def targets_block(results: Path) -> str:
     gauss = c[SAME, GAUSS, MSE]["mean"]
     vs_gauss = []
     for s, m in EFA_ROWS[:3]:
-        lower = sum(v < gauss for v in c[s, m, MSE]["values"])
+        lower = lower_on(c[s, m, MSE]["values"], [gauss] * n)
         vs_gauss.append(f"{m.removeprefix('EFA ')} {c[s, m, MSE]['mean']:.2f} "
-                        f"(lower on {'every seed' if lower == n else f'{lower} of {n} seeds'})")
+                        f"({said_lower(lower, n)})")
     lag = []
     for s in ("1 day ahead", "2 days ahead"):
-        mean, lo, hi, lower = _paired(c[s, "EFA ℓ=4", MSE]["values"],
-                                      c[SAME, "EFA ℓ=4", MSE]["values"])
-        lag.append(f"{mean:+.2f} °F² for {s} ({lo:+.2f} to {hi:+.2f} per seed; lower on "
-                   f"{'every seed' if lower == n else f'{lower} of {n}'})")
+        a, b = c[s, "EFA ℓ=4", MSE]["values"], c[SAME, "EFA ℓ=4", MSE]["values"]
+        d = [x - y for x, y in zip(a, b, strict=True)]
+        lag.append(f"{paired(a, b).mean:+.2f} °F² for {s} ({min(d):+.2f} to {max(d):+.2f} per "
+                   f"seed; {said_lower(lower_on(a, b), n)})")
     d = doc["two_minus_one_day_ahead"]
     test = stats.ttest_1samp(d, 0.0)
     lagged_gauss = c["1 day ahead", f"{GAUSS} + 1-day lag", MSE]["mean"]

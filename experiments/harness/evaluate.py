@@ -61,6 +61,16 @@ def paired(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> 
     return estimate(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
 
 
+def lower_on(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> int:
+    """The pairs (seeds) on which a is lower than b."""
+    return int((np.asarray(a, dtype=float) < np.asarray(b, dtype=float)).sum())
+
+
+def said_lower(lower: int, n: int) -> str:
+    """"lower on every seed" or "lower on k of n seeds"."""
+    return "lower on every seed" if lower == n else f"lower on {lower} of {n} seeds"
+
+
 def bootstrap_interval(values: Sequence[float] | np.ndarray, reps: int,
                        seed: int = 0) -> tuple[float, float]:
     """95 % percentile bootstrap interval of the mean of ``values`` (rows resampled with
