@@ -109,3 +109,21 @@ def test_conformal_level_refuses_what_it_cannot_do(teacher_and_data):
         efa.conformal_level(teacher, few, "temp", 0.99)
     with pytest.raises(ValueError, match="level must be"):
         efa.conformal_level(teacher, data, "temp", 1.0)
+
+
+def test_nothing_to_calibrate_is_refused_and_few_values_get_no_p_value():
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig([efa.Category("item", 5, dim=4),
+                                   efa.Value("y", Bernoulli(), dim=4)],
+                                  max_len=4, direction="unidirectional"))
+    data = efa.Sequences.from_lists({"item": [[0, 1], [2, 3]], "y": [[1, 0], [1, 1]]},
+                                    observed={"item": [[True, True], [False, False]]})
+    whole = calibration(model, data, "item")
+    assert calibration(model, data, "item", batch_size=1).ece == whole.ece
+    assert whole.n == 2
+    missing = efa.Sequences.from_lists({"item": [[0, 1]], "y": [[1, 0]]},
+                                       observed={"y": [[False, False]]})
+    with pytest.raises(ValueError, match="field 'y' has no predicted position"):
+        calibration(model, missing, "y")
+    few = calibration(model, data, "y")
+    assert few.n == 4 and few.pit_p_value is None  # 4 values in 10 bins: no χ² test

@@ -80,3 +80,45 @@ def test_split_keeps_every_sequence_whole():
     with pytest.raises(ValueError, match="at least one"):
         split_by_sequence(data[torch.arange(2)], (0.5, 0.25, 0.25))
     assert np.isclose(sum(len(p) for p in parts), 50)
+
+
+def test_a_field_reading_the_key_column_leaves_the_keys_as_given():
+    """Coding a field's column must not recode the sequence keys (a probe got [0, 1] back
+    for ["ann", "bob"]), nor another field reading the same column."""
+    ev = pd.DataFrame({"user": ["ann", "ann", "bob"], "t": [2, 1, 1], "item": ["a", "b", "c"]})
+    got = efa.Sequences.from_events(ev, "user", "t", {"item": "item", "who": "user",
+                                                     "again": "item"})
+    assert got.keys == ["ann", "bob"]
+    assert got.vocabularies == {"item": ["a", "b", "c"], "who": ["ann", "bob"],
+                                "again": ["a", "b", "c"]}
+    assert got.data.fields["who"].tolist() == [[0, 0], [1, 0]]
+    assert torch.equal(got.data.fields["again"], got.data.fields["item"])
+    windows = efa.Sequences.from_events(ev.assign(**{"user (window)": 0}), "user", "t",
+                                        {"who": "user"}, max_len=1, long="windows")
+    assert windows.keys == [("ann", 0), ("ann", 1), ("bob", 0)]
+    assert ev.user.tolist() == ["ann", "ann", "bob"]  # the user's table is untouched
+
+
+def test_numbers_coded_as_categories_keep_their_numeric_order():
+    ev = pd.DataFrame({"u": [1] * 4, "t": [1, 2, 3, 4], "rating": [1, 2, 10, 3]})
+    for column in (ev.rating, ev.rating.astype("Int64")):
+        got = efa.Sequences.from_events(ev.assign(rating=column), "u", "t",
+                                        {"rating": "rating"}, categories=["rating"])
+        assert got.vocabularies == {"rating": [1, 2, 3, 10]}
+
+
+def test_tied_events_are_warned_about_and_bad_arguments_refused():
+    ev = pd.DataFrame({"u": [1, 1, 1], "t": [1, 1, 2], "item": ["a", "b", "c"]})
+    with pytest.warns(UserWarning, match=r"1 event\(s\) share .*u=1.* t=1"):
+        efa.Sequences.from_events(ev, "u", "t", {"item": "item"})
+    with pytest.raises(TypeError, match="list of field names, got the string 'item'"):
+        efa.Sequences.from_events(ev, "u", "t", {"item": "item"}, categories="item")
+    with pytest.raises(TypeError, match=r"\['loc'\] are attribute fields"):
+        efa.Sequences.from_events(ev.assign(x=1.0), "u", "t", {"item": "item", "loc": ["x"]},
+                                  categories=["loc"])
+    data = efa.Sequences.from_lists({"x": [[1]] * 10})
+    for fractions in ((0.5, float("nan")), (float("nan"), 1.0)):
+        with pytest.raises(ValueError, match="positive numbers summing to 1"):
+            split_by_sequence(data, fractions)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        split_by_sequence(data, (0.5, 0.5), seed=None)

@@ -309,3 +309,22 @@ def test_a_value_that_leaves_the_support_in_the_models_precision_is_refused():
                                          r"torch.float32 \(the data are torch.float64\)"):
         efa.evaluate(model, data)
     assert math.isfinite(sum(efa.evaluate(model.double(), data).values()))
+
+
+def test_masks_hold_booleans_only():
+    """np.asarray(..., dtype=bool) reads the string "False" and NaN as True: refused."""
+    for mask, bad in (([["True", "False"]], "'True'"), ([[float("nan"), 1]], "nan"),
+                      ([[1, 2]], "2")):
+        with pytest.raises(TypeError, match=f"sequence 0, position [01]: masks hold True/False "
+                                            f"\\(or 1/0\\), got {bad}"):
+            Sequences.from_lists({"x": [[1, 2]]}, observed={"x": mask})
+    with pytest.raises(TypeError, match="scored, sequence 0, position 0"):
+        Sequences.from_lists({"x": [[1, 2]]}, scored=[["False", "True"]])
+    ok = Sequences.from_lists({"x": [[1, 2]]}, observed={"x": [[1, 0]]}, scored=[[True, 0.0]])
+    assert ok.observed["x"].tolist() == [[True, False]] and ok.scored.tolist() == [[True, False]]
+
+
+@pytest.mark.parametrize("name", ["training", "type", "float", "values", "keys"])
+def test_a_field_name_torch_reserves_is_refused_by_name(name):
+    with pytest.raises(ValueError, match=f"field name '{name}' is taken by torch"):
+        Category(name, 5, dim=4)

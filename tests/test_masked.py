@@ -61,6 +61,19 @@ def test_padding_and_missing_values_score_as_each_sequence_alone():
     assert all(v < 0 for v in means.values())
 
 
+def test_a_scored_mask_chooses_what_is_reported_not_the_joints_factors():
+    """``scored`` picks the positions to report; every observed value stays a factor of the
+    joint that is renormalised (a probe found the first position's conditional moved when the
+    later positions were unscored)."""
+    model = causal([efa.Category("item", 5, dim=8)], length=4, seed=3)
+    data = efa.Sequences.from_lists({"item": [[3, 1, 4, 2], [0, 2, 1, 3]]})
+    full = efa.masked_log_likelihoods(model, data)["item"]
+    scored = torch.tensor([[True, False, False, False], [False, True, False, True]])
+    part = efa.masked_log_likelihoods(model, data.with_scored(scored))["item"]
+    assert torch.isnan(part[~scored]).all()
+    assert torch.allclose(part[scored], full[scored], atol=1e-12)
+
+
 def test_requests_the_renormalisation_cannot_answer_are_refused():
     model = causal([efa.Category("item", 3), efa.Value("count", Poisson())])
     data = efa.generators.sample(model, 4, seed=1)

@@ -143,3 +143,37 @@ def test_bad_requests_are_refused(teacher_and_data):
                            "c": torch.zeros(1, 2, dtype=torch.long)}, torch.full((1,), 2)), "c")
     with pytest.raises(ValueError, match="level must be"):
         predictive_frame(teacher, data, "temp", level=0)
+
+
+def test_the_data_are_checked_and_padding_refused():
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig([efa.Category("item", 5, dim=4)], max_len=4,
+                                  direction="unidirectional"))
+    data = efa.Sequences.from_lists({"item": [[0, 1, 2], [3, 4]]})
+    at = torch.zeros(2, 3, dtype=torch.bool)
+    at[1, 2] = True
+    with pytest.raises(ValueError, match="sequence 1, position 2, which is padding"):
+        model.predictive(data, "item", at=at)
+    with pytest.raises(ValueError, match="item"):
+        model.predictive(efa.Sequences.from_lists({"item": [[0, 9]]}), "item")
+
+
+def test_a_batch_with_nothing_to_predict_and_a_saturated_probability():
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig([efa.Category("item", 5, dim=4), efa.Value("y", Bernoulli(),
+                                                                          dim=4)],
+                                  max_len=4, direction="unidirectional"))
+    data = efa.Sequences.from_lists({"item": [[0, 1], [2, 3]], "y": [[1, 0], [1, 1]]},
+                                    observed={"item": [[True, True], [False, False]]})
+    whole = predictive_frame(model, data, "item")
+    assert predictive_frame(model, data, "item", batch_size=1).equals(whole)
+    none = efa.Sequences.from_lists({"item": [[0, 1]], "y": [[1, 0]]},
+                                    observed={"item": [[False, False]]})
+    assert list(predictive_frame(model, none, "item").columns) == list(whole.columns)
+    with torch.no_grad():
+        model.readouts["y"].net[-1].bias.fill_(100.0)  # p(y = 1) is 1.0 in float32
+    with pytest.raises(FloatingPointError, match="no spread at sequence 0, position 1"):
+        predictive_frame(model, data, "y")
+    ones = efa.Sequences.from_lists({"item": [[0, 1]], "y": [[1, 1]]})
+    frame = predictive_frame(model, ones, "y")
+    assert (frame["residual"] == 0).all() and (frame["sd"] == 0).all()  # y is the mean

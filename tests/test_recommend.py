@@ -89,3 +89,31 @@ def test_batches_give_the_same_table_and_context_fields_are_unknown_at_the_new_s
         recommend(model, data, k=5, at=~data.valid())
     with pytest.raises(ValueError, match="asks for no position"):
         recommend(model, data, k=5, at=torch.zeros_like(data.valid()))
+
+
+def test_a_cut_off_beyond_the_catalogue_is_no_perfect_score():
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig([efa.Category("item", 5, dim=4)], max_len=4,
+                                  direction="unidirectional"))
+    data = efa.Sequences.from_lists({"item": [[0, 1, 2], [3, 4]]})
+    for k in (100, 6, 0, 2.5, True):
+        with pytest.raises(ValueError, match="k must be an integer between 1 and the "
+                                             "catalogue's 5 items"):
+            ranking_metrics(model, data, k=k)
+    assert ranking_metrics(model, data, k=5)["HR@5"] == 1.0  # the whole catalogue: every hit
+    counts = efa.EFA(efa.EFAConfig([efa.Value("count", efa.core.families.Poisson(), dim=4)],
+                                   max_len=4, direction="unidirectional"))
+    with pytest.raises(ValueError, match="'count' is not a category"):
+        ranking_metrics(counts, efa.Sequences.from_lists({"count": [[1, 2]]}))
+
+
+def test_a_unidirectional_model_excludes_only_the_items_before_the_position():
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig([efa.Category("item", 6, dim=4)], max_len=4,
+                                  direction="unidirectional"))
+    data = efa.Sequences.from_lists({"item": [[0, 1, 2, 3]]})
+    at = torch.tensor([[False, True, False, False]])
+    table = recommend(model, data, k=5, at=at)
+    assert set(table["item"]) == {1, 2, 3, 4, 5}  # item 0 came before; 2 and 3 come after
+    with pytest.raises(ValueError, match="exclude_seen must be True or False"):
+        recommend(model, data, k=2, exclude_seen="no")

@@ -124,19 +124,72 @@ def test_a_context_is_kept_continued_and_filled(teacher):
     assert torch.equal(filled.fields["flag"], data.fields["flag"])  # fully observed: kept
 
 
+def test_a_causal_gap_before_observed_values_is_drawn_from_its_exact_conditional(teacher):
+    """Item 0 missing, everything after it observed: ancestral sampling alone draws it from
+    p(x_0) and ignores the later values (sweeps=0 fails the test); the Metropolis sweeps reach
+    p(x_0 | rest) read off the enumerated joint."""
+    x, y, p = _joint(teacher)
+    rest = (x[:, 1] == 1) & (x[:, 2] == 2) & (y[:, 0] == 1) & (y[:, 1] == 0) & (y[:, 2] == 1)
+    exact = torch.zeros(3, dtype=torch.float64).index_add_(0, x[rest, 0], p[rest])
+    n = 2000
+    context = efa.Sequences({"item": torch.tensor([[0, 1, 2]] * n),
+                             "flag": torch.tensor([[1, 0, 1]] * n)}, torch.full((n,), 3),
+                            {"item": torch.tensor([[False, True, True]] * n)})
+    p_values = {}
+    for sweeps in (0, 5):
+        draws = efa.sample(teacher, context=context, sweeps=sweeps, seed=1)
+        assert torch.equal(draws.fields["item"][:, 1:], context.fields["item"][:, 1:])
+        p_values[sweeps] = _agree(draws.fields["item"][:, 0], exact / exact.sum(), n)
+    assert p_values[0] < 1e-6 and p_values[5] > 1e-3, p_values
+    assert torch.equal(context.fields["item"][:, 0], torch.zeros(n, dtype=torch.long))  # kept
+
+
+def test_a_context_keeps_each_length_and_distinct_items_stay_distinct():
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig([efa.Category("item", 5, dim=4, distinct=True)], max_len=5,
+                                  direction="unidirectional"))
+    ragged = efa.sample(model, context=efa.Sequences.from_lists({"item": [[0], [1, 2, 3]]}),
+                        seed=0)
+    assert ragged.lengths.tolist() == [1, 3]  # nothing drawn past a sequence's end
+    holes = efa.Sequences.from_lists({"item": [[0, 1, 2, 3]] * 200},
+                                     observed={"item": [[False, True, False, True]] * 200})
+    filled = efa.sample(model, context=holes, seed=0)
+    efa.evaluate(model, filled)  # refuses a repeated item of a distinct field
+    with pytest.raises(ValueError, match="distinct: a sequence holds at most its 3 items"):
+        efa.sample(efa.EFA(efa.EFAConfig([efa.Category("item", 3, distinct=True)], max_len=5,
+                                         direction="unidirectional")), 1, length=5)
+
+
 def test_bad_requests_are_refused(teacher):
     with pytest.raises(ValueError, match="n must be a positive integer"):
         efa.sample(teacher, 0)
     with pytest.raises(ValueError, match="not both"):
         efa.sample(teacher, 5, context=efa.generators.sample(teacher, 2))
-    with pytest.raises(ValueError, match="length must be between"):
+    with pytest.raises(ValueError, match="between the context's width 3 and"):
         efa.sample(teacher, context=efa.generators.sample(teacher, 2), length=9)
     with pytest.raises(ValueError, match="sweeps must be"):
         efa.sample(teacher, 3, sweeps=-1)
     covariate = efa.EFA(efa.EFAConfig([efa.Category("x", 3), efa.Attribute("t", size=1)],
                                       max_len=2))
-    with pytest.raises(ValueError, match="attribute field"):
+    with pytest.raises(ValueError, match=r"reads field\(s\) \['t'\] without predicting"):
         efa.sample(covariate, 4)
+    for length in (0, 4, -1, 2.5, True):
+        with pytest.raises(ValueError, match="length must be an integer between 1 and the "
+                                             "model's max_len 3"):
+            efa.sample(teacher, 2, length=length)
+    for seed in (None, 1.5, -1):
+        with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+            efa.sample(teacher, 2, seed=seed)
+    store = efa.EFA(efa.EFAConfig([efa.Category("store", 5, target=False),
+                                   efa.Category("item", 6)], max_len=4,
+                                  direction="unidirectional"))
+    with pytest.raises(ValueError, match=r"\['store'\] without predicting"):
+        efa.sample(store, 2, length=3)
+    gap = efa.Sequences.from_lists({"store": [[1, 2]], "item": [[0, 1]]},
+                                   observed={"store": [[True, False]]})
+    with pytest.raises(ValueError, match="'store' is read, not predicted.* sequence 0, "
+                                         "position 1"):
+        efa.sample(store, context=gap)
 
 
 @pytest.mark.slow

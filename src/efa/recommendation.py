@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from efa.baselines.recsys import ranking_metrics
+from efa.baselines.recsys import check_cut_off, ranking_metrics
+from efa.core.checks import refuse_padding
 from efa.core.conditional import ConditionalModel
 from efa.core.context import context_items
 from efa.core.data import Sequences
@@ -47,7 +48,9 @@ def _top_k(model: ConditionalModel, f: Category, batch: Sequences, here: Tensor,
     eta = model.natural_params_at(batch, {f.name: here})[f.name]
     logp = torch.log_softmax(eta.double(), -1)
     if exclude_seen:
-        seen = context_items(batch, f.name, f.num_categories, "bidirectional", here)
+        # the model's own context: a unidirectional model's is the items before the position
+        seen = context_items(batch, f.name, f.num_categories,
+                             getattr(model, "direction", "bidirectional"), here)
         logp = logp.masked_fill(seen, -torch.inf)
     logp = logp.cpu()
     rows, pos = here.cpu().nonzero(as_tuple=True)
@@ -84,8 +87,10 @@ def recommend(model: ConditionalModel, data: Sequences, k: int = 10, *,
     field : str, optional
         The category field (default: the first target).
     exclude_seen : bool
-        Leave out the items in the sequence's context (a ``distinct`` field never proposes
-        them anyway). Probabilities are the model's, not renormalised over what is left.
+        Leave out the items in the position's context (the items before it for a
+        unidirectional model, all the sequence's others for a bidirectional one; a
+        ``distinct`` field never proposes them anyway). Probabilities are the model's, not
+        renormalised over what is left.
     at : Tensor, optional
         A bool mask [N, I] of the positions to recommend at (default: a new position after each
         sequence's end: the next item of a unidirectional model, a masked slot of a
@@ -103,12 +108,9 @@ def recommend(model: ConditionalModel, data: Sequences, k: int = 10, *,
     --------
     >>> efa.recommend(model, data, k=3)  # doctest: +SKIP
     """
-    f = model.target(field)
-    if not isinstance(f, Category):
-        raise ValueError(f"field {f.name!r} is not a category: recommendations rank items")
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= f.num_categories:
-        raise ValueError(f"k must be an integer between 1 and the catalogue's "
-                         f"{f.num_categories} items, got {k!r}")
+    f = check_cut_off(model.target(field), k)
+    if not isinstance(exclude_seen, bool):
+        raise ValueError(f"exclude_seen must be True or False, got {exclude_seen!r}")
     model.check(data)
     if at is None:
         attributes = [g.name for g in model.fields if not g.target and g.kind == "attribute"]
@@ -122,10 +124,7 @@ def recommend(model: ConditionalModel, data: Sequences, k: int = 10, *,
     at = at.cpu()
     if not at.any():
         raise ValueError("at asks for no position: nothing to recommend")
-    if (at & ~data.valid()).any():
-        b, i = (int(v) for v in (at & ~data.valid()).nonzero()[0])
-        raise ValueError(f"at asks for sequence {b}, position {i}, which is padding (the "
-                         f"sequence has length {int(data.lengths[b])})")
+    refuse_padding(data, at)
     frames = []
     with scoring_mode(model, data):
         for idx, batch in in_batches(data, batch_size, model.device):

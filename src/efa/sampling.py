@@ -12,9 +12,17 @@
   chains from different starts to the same item frequencies).
 
 ``context`` conditions the draws: its observed values are kept, and the values it marks
-missing (``observed``) and the positions past each sequence's end, up to ``length``, are drawn
-(continuing a sequence, filling its gaps). Attributes (always-observed covariates) are never
-drawn: a model with attribute fields samples only with a ``context`` that holds them.
+missing (``observed``) and, with ``length``, the positions past each sequence's end are drawn
+(continuing a sequence, filling its gaps). Attributes (always-observed covariates) and other
+fields a model reads but does not predict are never drawn: such a model samples only with a
+``context`` that holds them.
+
+A unidirectional model's gap that comes before an observed value is not drawn by ancestral
+sampling alone, which would ignore that later value: after the ancestral pass, ``sweeps``
+Metropolis-within-Gibbs sweeps redraw each such gap with the ancestral conditional
+p(x_i | x_<i) as proposal and the joint as target, so a move is accepted with probability
+min(1, p(later values | x_i') / p(later values | x_i)); their chain's stationary law is the
+exact conditional of the gaps given every observed value.
 """
 
 from __future__ import annotations
@@ -26,9 +34,23 @@ from torch import Tensor
 
 from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
-from efa.core.fields import Attribute, Category, Value
+from efa.core.fields import Category, Value
 
 __all__ = ["sample"]
+
+
+def _check_length(model: ConditionalModel, length: object, low: int, lowest: str) -> None:
+    """Refuse a length outside low..max_len, or one a distinct field cannot fill."""
+    high = model.max_len
+    if (isinstance(length, bool) or not isinstance(length, int) or length < low
+            or (high is not None and length > high)):
+        raise ValueError(f"length must be an integer between {lowest}{low} and the model's "
+                         f"max_len {high}, got {length!r}")
+    for f in model.target_fields:
+        if isinstance(f, Category) and f.distinct and length > f.num_categories:
+            raise ValueError(f"field {f.name!r} is distinct: a sequence holds at most its "
+                             f"{f.num_categories} items, so no sequence of length {length} "
+                             "can be drawn")
 
 
 def _start(model: ConditionalModel, n: int | None, length: int | None,
@@ -38,14 +60,17 @@ def _start(model: ConditionalModel, n: int | None, length: int | None,
     if context is None:
         if n is None or isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer without a context, got {n!r}")
-        attributes = [f.name for f in model.fields if isinstance(f, Attribute)]
-        if attributes:
-            raise ValueError(f"the model reads attribute field(s) {attributes}: they are "
-                             "covariates, not drawn; pass them in context= (with the values to "
-                             "draw marked missing in its observed masks)")
-        length = length or model.max_len
+        given = [f.name for f in model.fields if not f.target]
+        if given:
+            raise ValueError(f"the model reads field(s) {given} without predicting them "
+                             "(attributes, covariates): they are not drawn; pass them in "
+                             "context= (with the values to draw marked missing in its observed "
+                             "masks)")
         if length is None:
-            raise ValueError("the model has no max_len: pass length=")
+            length = model.max_len
+            if length is None:
+                raise ValueError("the model has no max_len: pass length=")
+        _check_length(model, length, 1, "")
         dtype = next(model.parameters()).dtype
         values = {f.name: torch.zeros(n, length, dtype=torch.long if isinstance(f, Category)
                                       or cast(Value, f).family.is_discrete else dtype)
@@ -57,18 +82,27 @@ def _start(model: ConditionalModel, n: int | None, length: int | None,
                          "not both")
     model.check(context)
     width = context.max_len
-    length = width if length is None else length
-    if length < width or (model.max_len is not None and length > model.max_len):
-        raise ValueError(f"length must be between the context's width {width} and the model's "
-                         f"max_len {model.max_len}, got {length}")
-    if length > width and any(isinstance(f, Attribute) for f in model.fields):
-        raise ValueError("a model with attribute fields continues a sequence only where the "
-                         "context holds its attributes: pad the context to the length wanted, "
-                         "mark the values to draw missing and leave length=None")
+    valid = context.valid()
+    for f in model.fields:
+        if not f.target and f.name in context.observed and (
+                ~context.observed[f.name] & valid).any():
+            s, i = (int(v) for v in (~context.observed[f.name] & valid).nonzero()[0])
+            raise ValueError(f"field {f.name!r} is read, not predicted, so it is not drawn: it "
+                             f"must be observed, and is missing at sequence {s}, position {i}")
+    if length is None:  # each sequence keeps its length: only its gaps are drawn
+        _check_length(model, width, width, "the context's width ")
+        return ({k: v.clone() for k, v in context.fields.items()},
+                {k: ~context.observed.get(k, torch.ones_like(valid)) & valid for k in targets},
+                context.lengths.clone())
+    _check_length(model, length, width, "the context's width ")
+    if length > width and any(not f.target for f in model.fields):
+        raise ValueError("a model with fields it reads but does not predict (attributes, "
+                         "covariates) continues a sequence only where the context holds them: "
+                         "pad the context to the length wanted, mark the values to draw "
+                         "missing and leave length=None")
     pad = length - width
     values = {k: torch.nn.functional.pad(v, (0, 0) * (v.dim() - 2) + (0, pad))
               for k, v in context.fields.items()}
-    valid = context.valid()
     todo = {}
     for k in targets:
         own = context.observed.get(k, torch.ones_like(valid)) & valid
@@ -93,6 +127,31 @@ def _draw(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, T
     known[name][rows, i] = True
 
 
+def _rest(model: ConditionalModel, values: dict[str, Tensor], lengths: Tensor, name: str,
+          i: int, rows: Tensor) -> Tensor:
+    """log of the joint of ``rows`` without the factor of ``name`` at position ``i`` (float64;
+    every value known)."""
+    data = Sequences({k: v[rows] for k, v in values.items()}, lengths[rows])
+    with torch.no_grad():
+        lls = model.position_log_likelihoods(data.to(model.device))
+    total = sum(torch.nansum(v.double(), 1) for v in lls.values())
+    return cast(Tensor, total - lls[name][:, i].double()).cpu()
+
+
+def _metropolis(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, Tensor],
+                lengths: Tensor, name: str, i: int, rows: Tensor, g: torch.Generator) -> None:
+    """One Metropolis-within-Gibbs move of a causal model's ``name`` at position ``i``:
+    proposed from p(x_i | x_<i), accepted by the factors it changes after it."""
+    old = values[name][rows, i].clone()
+    before = _rest(model, values, lengths, name, i, rows)
+    _draw(model, values, known, lengths, name, i, rows, g, i + 1)
+    after = _rest(model, values, lengths, name, i, rows)
+    u = torch.rand(len(rows), generator=g, dtype=torch.float64)
+    # A state of probability 0 (a repeated distinct item) is always left; NaN never kept.
+    accept = torch.where(torch.isneginf(before), True, u.log() < after - before)
+    values[name][rows[~accept], i] = old[~accept]
+
+
 def sample(model: ConditionalModel, n: int | None = None, length: int | None = None, *,
            context: Sequences | None = None, sweeps: int = 20, seed: int = 0) -> Sequences:
     """Draw sequences from a fitted model, or complete given ones.
@@ -109,13 +168,15 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     n : int, optional
         Number of new sequences (with ``context=None``).
     length : int, optional
-        Positions per sequence (default: the model's ``max_len``); with ``context``, the
-        sequences are continued to this length.
+        Positions per sequence (default: the model's ``max_len``); with ``context``, every
+        sequence is continued to this length (default: each keeps its own).
     context : Sequences, optional
         Sequences to complete: observed values are kept, missing ones and the positions up to
         ``length`` are drawn.
     sweeps : int
-        Gibbs sweeps of a bidirectional model after the first pass.
+        Gibbs sweeps of a bidirectional model after the first pass; for a unidirectional
+        model, Metropolis-within-Gibbs sweeps over the gaps of ``context`` that come before an
+        observed value (see the module's docstring; none without such gaps).
     seed : int
         The same seed gives the same draws.
 
@@ -130,9 +191,16 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     """
     if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 0:
         raise ValueError(f"sweeps must be an integer >= 0, got {sweeps!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     values, todo, lengths = _start(model, n, length, context)
     width = values[next(iter(values))].shape[1]
     known = {k: ~m for k, m in todo.items()}
+    # A causal gap needs the joint's correction where a value observed after it exists.
+    position = torch.arange(width)
+    seen = torch.stack([m & (position < lengths[:, None]) for m in known.values()]).any(0)
+    last_observed = torch.where(seen, position, -1).amax(1)
+    before_observed = {k: m & (position <= last_observed[:, None]) for k, m in todo.items()}
     g = torch.Generator().manual_seed(seed)
     causal = getattr(model, "direction", "bidirectional") == "unidirectional"
     was_training = model.training
@@ -144,12 +212,17 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
                 if len(rows):
                     _draw(model, values, known, lengths, f.name, i, rows, g,
                           i + 1 if causal else width)
-        for _ in range(0 if causal else sweeps):
+        for _ in range(sweeps):
             for i in range(width):
                 for f in model.target_fields:
-                    rows = todo[f.name][:, i].nonzero()[:, 0]
+                    if not causal:
+                        rows = todo[f.name][:, i].nonzero()[:, 0]
+                        if len(rows):
+                            _draw(model, values, known, lengths, f.name, i, rows, g, width)
+                        continue
+                    rows = before_observed[f.name][:, i].nonzero()[:, 0]
                     if len(rows):
-                        _draw(model, values, known, lengths, f.name, i, rows, g, width)
+                        _metropolis(model, values, known, lengths, f.name, i, rows, g)
     finally:
         model.train(was_training)
     return Sequences(values, lengths)

@@ -287,6 +287,35 @@ class BERT4Rec(ConditionalModel):
 
 
 @torch.no_grad()
+def check_cut_off(f: object, k: object) -> Category:
+    """``f`` as a category whose top ``k`` items can be ranked, or a ValueError saying why.
+
+    Parameters
+    ----------
+    f : Field
+        The ranked field.
+    k : int
+        The cut-off.
+
+    Returns
+    -------
+    Category
+        ``f``.
+
+    Raises
+    ------
+    ValueError
+        If ``f`` is not a category or ``k`` is not an integer in 1..its number of items.
+    """
+    if not isinstance(f, Category):
+        raise ValueError(f"field {getattr(f, 'name', f)!r} is not a category: only items are "
+                         "ranked")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= f.num_categories:
+        raise ValueError(f"k must be an integer between 1 and the catalogue's "
+                         f"{f.num_categories} items, got {k!r}")
+    return f
+
+
 def ranking_metrics(model: ConditionalModel, data: Sequences, name: str | None = None,
                     k: int = 10, batch_size: int = 1024) -> dict[str, float]:
     """HR@k and NDCG@k of the last item of every sequence, ranked against *all* items by the
@@ -316,9 +345,11 @@ def ranking_metrics(model: ConditionalModel, data: Sequences, name: str | None =
     Raises
     ------
     ValueError
-        If no sequence has its last item predicted.
+        If the field is not a category, ``k`` is not an integer between 1 and the catalogue's
+        size (a cut-off at the whole catalogue would count every item as a hit), or no
+        sequence has its last item predicted.
     """
-    f = model.target(name)
+    f = check_cut_off(model.target(name), k)
     hits, gains = [], []
     with scoring_mode(model, data):
         for _, batch in in_batches(data, batch_size, model.device):

@@ -202,3 +202,27 @@ def check_distinct(x: Tensor, mask: Tensor, k: int, where: str) -> None:
             f"{where} is distinct (items never repeat in a sequence), but sequence {s} has "
             f"item {item} at positions {at}; use distinct=False for data with repeats"
         )
+
+
+def refuse_padding(data: Sequences, at: Tensor | None) -> None:
+    """Refuse asked positions (``at``, bool (B, I)) that are padding, naming the first.
+
+    Parameters
+    ----------
+    data : Sequences
+        The sequences.
+    at : torch.Tensor or None
+        The asked positions (None: nothing to check).
+
+    Raises
+    ------
+    ValueError
+        If ``at`` holds a position past its sequence's end.
+    """
+    if at is None:
+        return
+    beyond = at & ~data.valid()
+    if beyond.any():
+        b, i = (int(v) for v in beyond.nonzero()[0])
+        raise ValueError(f"at asks for sequence {b}, position {i}, which is padding (the "
+                         f"sequence has length {int(data.lengths[b])})")

@@ -1,8 +1,7 @@
 """What EFA shares with its special cases and peers (efa.baselines): natural parameters at
 asked positions, the (pseudo) log-likelihood they define, predicted means, and the training
 loss every model takes the same arguments of (the context counts that support restrictions
-and the bag term read are in :mod:`efa.core.context`).
-"""
+and the bag term read are in :mod:`efa.core.context`)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from efa.core import softmax
-from efa.core.checks import check_sequences
+from efa.core.checks import check_sequences, refuse_padding
 from efa.core.context import context_items
 from efa.core.data import Sequences
 from efa.core.families.base import Shifted
@@ -222,10 +221,13 @@ class ConditionalModel(nn.Module):
         Raises
         ------
         ValueError
-            If ``field`` is not a target, or ``at`` is not a bool tensor of shape (B, I).
+            If ``field`` is not a target, ``data`` fails ``check`` or ``at`` is not a bool
+            (B, I) mask of real positions.
         """
         f = _family_field(self.target(field))
+        self.check(data)
         data, at = self._here(data, at)
+        refuse_padding(data, at)
         at = data.predicted(field) if at is None else at
         dist = f.family.distribution(self.natural_params_at(data, {field: at})[field])
         shift = getattr(f.family, "shift", 0)  # the family's distribution is of y − shift

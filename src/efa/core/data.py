@@ -428,12 +428,20 @@ class Sequences:
             missing, or (``long="error"``) a sequence is longer than ``max_len``.
         KeyError
             If a column is not in the table or ``categories`` names no field.
+        TypeError
+            If ``categories`` is a string or names an attribute field.
+
+        Warns
+        -----
+        UserWarning
+            If two events of a sequence share their ``order`` value (the table's row order
+            then orders them).
         """
         from efa.core.events import Events, prepare
 
-        out, key, vocab, keys, dropped = prepare(frame, sequence, order, fields, max_len, long,
-                                                 categories)
-        return Events(cls.from_frame(out, key, fields, missing=missing), vocab, keys, dropped)
+        out, key, columns, vocab, keys, dropped = prepare(frame, sequence, order, fields,
+                                                          max_len, long, categories)
+        return Events(cls.from_frame(out, key, columns, missing=missing), vocab, keys, dropped)
 
     @classmethod
     def from_lists(

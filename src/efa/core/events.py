@@ -5,6 +5,8 @@ sequences longer than ``max_len`` handled by a stated policy. Pure pandas: the c
 
 from __future__ import annotations
 
+import numbers
+import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -40,7 +42,7 @@ class Events(NamedTuple):
 
 def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str, Any],
             max_len: int | None, long: str, categories: Sequence[str]
-            ) -> tuple[pd.DataFrame, str, dict[str, list], list, int]:
+            ) -> tuple[pd.DataFrame, str, dict[str, Any], dict[str, list], list, int]:
     """Code the category columns and apply the ``long`` policy: the table that
     :meth:`efa.Sequences.from_events` reads one sequence per key from.
 
@@ -66,11 +68,13 @@ def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str,
     Returns
     -------
     frame : pandas.DataFrame
-        A sorted copy of ``frame`` (by key, then order) with the category columns coded and
-        the policy applied.
+        A sorted copy of ``frame`` (by key, then order) with the policy applied and each
+        coded field in a new column of its own (the user's columns keep their values).
     key : str
         Its column of sequence keys: ``sequence``, or a new column of ``(key, window)`` pairs
         under ``long="windows"``.
+    fields : dict of str to str or list of str
+        ``fields`` with each coded field mapped to its new column.
     vocabularies : dict of str to list
         Each coded field's values, the one coded k at index k.
     keys : list
@@ -85,6 +89,14 @@ def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str,
         value is missing, or (``long="error"``) a sequence is longer than ``max_len``.
     KeyError
         If a column is not in the table or ``categories`` names no field.
+    TypeError
+        If ``categories`` is a string or names an attribute field.
+
+    Warns
+    -----
+    UserWarning
+        If two events of one sequence share their ``order`` value: they keep the table's row
+        order, which then decides their order in the sequence (and what ``long`` cuts).
     """
     import pandas as pd
 
@@ -99,16 +111,32 @@ def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str,
     absent = [c for c in [sequence, order, *columns] if c not in frame]
     if absent:
         raise KeyError(f"columns {absent} are not in the table (it has {list(frame)})")
+    if isinstance(categories, str):
+        raise TypeError(f"categories must be a list of field names, got the string "
+                        f"{categories!r}; write categories=[{categories!r}]")
     unknown = [c for c in categories if c not in fields]
     if unknown:
         raise KeyError(f"categories {unknown} name no field (fields: {list(fields)})")
+    attributes = [c for c in categories if isinstance(fields[c], list | tuple)]
+    if attributes:
+        raise TypeError(f"categories {attributes} are attribute fields (lists of columns), "
+                        "which are not coded: give them numeric columns")
     for what, col in (("sequence key", sequence), ("order", order)):
         if frame[col].isna().any():
             row = _plain(frame.index[frame[col].isna().to_numpy()][0])
             raise ValueError(f"column {col!r} (the {what}) is missing at row {row!r}: that "
                              "event belongs nowhere; drop or fill it")
     out = frame.sort_values([sequence, order], kind="stable").copy()
+    tied = out.duplicated([sequence, order])
+    if tied.any():
+        first = out[tied].iloc[0]
+        warnings.warn(f"{int(tied.sum())} event(s) share their sequence's {order!r} value with "
+                      f"an earlier one (first: {sequence}={_plain(first[sequence])!r}, "
+                      f"{order}={_plain(first[order])!r}): such events keep the table's row "
+                      "order, which then decides their order in the sequence; add a column "
+                      "that breaks the ties to make it explicit", stacklevel=3)
     vocabularies: dict[str, list] = {}
+    columns_of: dict[str, Any] = dict(fields)
     for name, col in fields.items():
         if isinstance(col, list | tuple):
             continue
@@ -123,7 +151,11 @@ def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str,
             levels = (list(values.cat.categories) if isinstance(values.dtype, pd.CategoricalDtype)
                       else sorted(values.unique(), key=_sort_key))
             vocabularies[name] = [_plain(v) for v in levels]
-            out[col] = pd.Categorical(values, categories=levels).codes.astype(np.int64)
+            # A new column: the user's column may also be the key, the order or another
+            # field's, which must keep its values.
+            columns_of[name] = _fresh(out, f"{name} (coded)")
+            out[columns_of[name]] = pd.Categorical(values, categories=levels).codes.astype(
+                np.int64)
     position = out.groupby(sequence, sort=True).cumcount()
     size = out.groupby(sequence, sort=True)[sequence].transform("size")
     dropped, key = 0, sequence
@@ -134,7 +166,7 @@ def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str,
                              f"events, more than max_len={max_len}; choose long='last', "
                              "'first' or 'windows'")
         if long == "windows":
-            key = "__window"
+            key = _fresh(out, f"{sequence} (window)")
             out[key] = list(zip(out[sequence], position // max_len, strict=True))
         else:
             keep = position >= size - max_len if long == "last" else position < max_len
@@ -142,7 +174,7 @@ def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str,
             out = out[keep.to_numpy()]
     keys = [tuple(_plain(v) for v in k) if isinstance(k, tuple) else _plain(k)
             for k in dict.fromkeys(out[key])]
-    return out, key, vocabularies, keys, dropped
+    return out, key, columns_of, vocabularies, keys, dropped
 
 
 def _plain(v: Any) -> Any:
@@ -150,9 +182,18 @@ def _plain(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
+def _fresh(frame: pd.DataFrame, name: str) -> str:
+    """``name``, or ``name`` with a number appended, whichever the table does not hold."""
+    k, out = 1, name
+    while out in frame:
+        k, out = k + 1, f"{name} {k}"
+    return out
+
+
 def _sort_key(v: Hashable) -> tuple[int, float, str]:
-    """Numbers in order, then anything else by its text (a column may mix them)."""
-    return (0, float(v), "") if isinstance(v, int | float) else (1, 0.0, str(v))
+    """Numbers in order (NumPy's too), then anything else by its text (a column may mix
+    them)."""
+    return (0, float(v), "") if isinstance(v, numbers.Real) else (1, 0.0, str(v))
 
 
 def split_by_sequence(data: Any, fractions: Sequence[float] = (0.8, 0.1, 0.1),
@@ -179,8 +220,12 @@ def split_by_sequence(data: Any, fractions: Sequence[float] = (0.8, 0.1, 0.1),
     ValueError
         If the fractions are invalid or a part would be empty.
     """
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer (the split is repeated from "
+                         f"it), got {seed!r}")
     f = np.asarray(fractions, dtype=float)
-    if f.ndim != 1 or len(f) < 2 or (f <= 0).any() or abs(f.sum() - 1) > 1e-9:
+    if (f.ndim != 1 or len(f) < 2 or not np.isfinite(f).all() or (f <= 0).any()
+            or abs(f.sum() - 1) > 1e-9):
         raise ValueError(f"fractions must be two or more positive numbers summing to 1, got "
                          f"{fractions!r}")
     n = len(data)

@@ -14,6 +14,9 @@ from torch import Tensor, nn
 
 from efa.core.registry import Registry
 
+# Attribute names of torch's module dicts, which cannot also be keys of one.
+_TAKEN = frozenset(n for n in dir(nn.ModuleDict()) if not n.startswith("_"))
+
 ENCODERS = ("mlp", "linear", "identity", "table")
 READOUTS = ("mlp", "linear")
 ACTIVATIONS = ("relu", "leaky_relu")
@@ -149,6 +152,9 @@ class Field:
     def _check_name(name: Any) -> None:
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"field names must be Python identifiers, got {name!r}")
+        if name in _TAKEN:  # a field's encoder and read-out are kept under its name
+            raise ValueError(f"field name {name!r} is taken by torch's module containers "
+                             f"(nn.ModuleDict.{name}): choose another, e.g. {name + '_'!r}")
 
     @staticmethod
     def _check_bool(name: str, **values: Any) -> None:

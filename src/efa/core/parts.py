@@ -158,13 +158,37 @@ def pad_lists(
     out = {name: _pad([_array(x, name, s) for s, x in enumerate(fields[name])], width, name)
            for name in names}
     obs = {
-        name: _pad([np.asarray(x, dtype=bool) for x in m], width, name).bool()
+        name: _pad([_flags(x, f"observed[{name!r}]", s) for s, x in enumerate(m)], width,
+                   name).bool()
         for name, m in (observed or {}).items()
     }
     tgt = None
     if scored is not None:
-        tgt = _pad([np.asarray(x, dtype=bool) for x in scored], width, "scored").bool()
+        tgt = _pad([_flags(x, "scored", s) for s, x in enumerate(scored)], width,
+                   "scored").bool()
     return out, torch.tensor(lengths), obs, tgt
+
+
+def _flags(x: Sequence, what: str, s: int) -> np.ndarray:
+    """One sequence's mask as booleans: True/False or 1/0 only (``np.asarray(..., bool)``
+    would read the string "False" and NaN as True)."""
+    a = np.asarray(x)
+    if a.dtype == bool and a.ndim == 1:
+        return a
+    if a.dtype.kind in "iuf":
+        good = (a == 0) | (a == 1)
+    else:
+        good = np.array([isinstance(v, bool) or (isinstance(v, int | float) and v in (0, 1))
+                         for v in a.ravel().tolist()], dtype=bool).reshape(a.shape)
+    if a.ndim != 1:
+        raise TypeError(f"{what}, sequence {s}: a mask is one flag per position, got an "
+                        f"array of shape {a.shape}")
+    if not good.all():
+        k = int(np.argmin(good))
+        bad = a[k].item() if isinstance(a[k], np.generic) else a[k]
+        raise TypeError(f"{what}, sequence {s}, position {k}: masks hold True/False (or 1/0), "
+                        f"got {bad!r}")
+    return a.astype(bool)
 
 
 def frame_lists(frame: pd.DataFrame, by: str, fields: Mapping, order: str | None = None,

@@ -92,7 +92,8 @@ class Calibration:
     pit : tuple of int, default ()
         The PIT histogram: counts in equal bins of [0, 1].
     pit_p_value : float or None, default None
-        The p-value of a χ² test of the PIT histogram's uniformity.
+        The p-value of a χ² test of the PIT histogram's uniformity (None with fewer than 5
+        values per bin, too few for the test).
     confidence : tuple of float, default ()
         The reliability curve: the mean top-1 probability in each non-empty bin.
     accuracy : tuple of float, default ()
@@ -156,7 +157,8 @@ class Calibration:
                   width=1 / len(self.pit), edgecolor="white")
             b.axhline(self.n / len(self.pit), color="grey", lw=0.8)
             b.set(xlabel="PIT", ylabel="count",
-                  title=f"PIT (uniformity p = {self.pit_p_value:.3g})")
+                  title="PIT" + ("" if self.pit_p_value is None
+                                 else f" (uniformity p = {self.pit_p_value:.3g})"))
         else:
             a = fig.subplots()
             a.plot([0, 1], [0, 1], color="grey", lw=0.8)
@@ -197,6 +199,12 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
     -------
     Calibration
         The measurements, with ``frame()`` and ``plot(path)``.
+
+    Raises
+    ------
+    ValueError
+        If a level is not in (0, 1), ``bins`` is not an integer ≥ 2, or ``field`` has no
+        predicted position in ``data``.
     """
     levels = tuple(check_level("level", q) for q in levels)
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
@@ -210,6 +218,8 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
     with scoring_mode(model, data):
         for _, batch in in_batches(data, batch_size, model.device):
             at = batch.predicted(field)
+            if not at.any():  # a batch may hold none (missing or unscored values)
+                continue
             dist = model.predictive(batch, field, at)
             y = batch.fields[field][at].cpu()
             if category:
@@ -224,6 +234,9 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
                 lo, hi = interval(dist, q)
                 covered[k].append((yd >= lo) & (yd <= hi))
             pits.append(_pit(dist, yd, g))
+    if not (conf or pits):
+        raise ValueError(f"calibration: field {field!r} has no predicted position in the data "
+                         "(every value missing, unscored or padding): nothing to calibrate")
     if category:
         c, h = torch.cat(conf), torch.cat(hits)
         which = (c * bins).long().clamp(max=bins - 1)
@@ -237,10 +250,11 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
                            count=tuple(count[keep].tolist()), ece=ece)
     u = torch.cat(pits).numpy()
     hist = np.histogram(u, bins=bins, range=(0, 1))[0]
+    # The χ² approximation needs about 5 expected values per bin; below that, no p-value.
+    p_value = float(stats.chisquare(hist).pvalue) if len(u) >= 5 * bins else None
     return Calibration(field, "value", len(u), levels=levels,
                        coverage=tuple(float(torch.cat(cv).double().mean()) for cv in covered),
-                       pit=tuple(int(v) for v in hist),
-                       pit_p_value=float(stats.chisquare(hist).pvalue))
+                       pit=tuple(int(v) for v in hist), pit_p_value=p_value)
 
 
 @torch.no_grad()
@@ -300,6 +314,8 @@ def conformal_level(model: ConditionalModel, data: Sequences, field: str, level:
     with scoring_mode(model, data):
         for _, batch in in_batches(data, batch_size, model.device):
             at = batch.predicted(field)
+            if not at.any():
+                continue
             pits.append(_pit(model.predictive(batch, field, at),
                              batch.fields[field][at].cpu().double(), g))
     scores = np.sort(np.abs(2 * torch.cat(pits).numpy() - 1)) if pits else np.zeros(0)

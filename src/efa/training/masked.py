@@ -127,7 +127,10 @@ def _renormalised(model: ConditionalModel, batch: Sequences, name: str, support:
     predicted)."""
     n, length, size = len(batch), batch.max_len, len(support)
     predicted = batch.predicted(name)
-    many = batch[torch.arange(n, device=batch.lengths.device).repeat_interleave(size)]
+    # The joint's factors are every observed value, scored or not: ``scored`` only chooses
+    # which positions are reported, and dropping a factor would change the conditional.
+    many = dataclasses.replace(
+        batch[torch.arange(n, device=batch.lengths.device).repeat_interleave(size)], scored=None)
     scored = {g.name: many.predicted(g.name) for g in model.target_fields}
     out = torch.full((n, length), float("nan"), dtype=torch.float64)
     for i in range(length):

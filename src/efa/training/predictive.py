@@ -189,6 +189,8 @@ def predictive_frame(model: ConditionalModel, data: Sequences, field: str, level
     with scoring_mode(model, data):
         for idx, batch in in_batches(data, batch_size, model.device):
             at = batch.predicted(field)
+            if not at.any():  # a batch may hold none (missing or unscored values)
+                continue
             dist = model.predictive(batch, field, at)
             y = batch.fields[field][at]
             rows, pos = at.nonzero(as_tuple=True)
@@ -203,11 +205,20 @@ def predictive_frame(model: ConditionalModel, data: Sequences, field: str, level
             else:
                 mean, sd = _moments(dist)
                 lower, upper = interval(dist, level)
+                flat = (sd == 0) & (y.cpu().double() != mean)
+                if flat.any():  # (y − mean) / 0: a probability saturated at 0 or 1
+                    k = int(flat.nonzero()[0, 0])
+                    raise FloatingPointError(
+                        f"predictive_frame: the predictive of field {field!r} has no spread at "
+                        f"sequence {int(idx.cpu()[rows.cpu()[k]])}, position {int(pos[k])} (a "
+                        "probability of 0 or 1) and the observed value differs from its mean: the "
+                        "standardised residual is undefined there")
+                spread = torch.where(sd == 0, 1.0, sd)  # y equals the mean there: residual 0
                 part |= {"mean": mean.numpy(), "sd": sd.numpy(), "lower": lower.numpy(),
                          "upper": upper.numpy(),
                          "covered": ((y.cpu().double() >= lower) & (y.cpu().double() <= upper)
                                      ).numpy(),
-                         "residual": ((y.cpu().double() - mean) / sd).numpy()}
+                         "residual": ((y.cpu().double() - mean) / spread).numpy()}
             part["surprisal"] = surprisal.detach().double().cpu().numpy()
             if not np.isfinite(part["surprisal"]).all():
                 k = int(np.flatnonzero(~np.isfinite(part["surprisal"]))[0])
@@ -215,6 +226,11 @@ def predictive_frame(model: ConditionalModel, data: Sequences, field: str, level
                     f"predictive_frame: non-finite log-likelihood of field {field!r} at sequence "
                     f"{part['sequence'][k]}, position {part['position'][k]}")
             parts.append(pd.DataFrame(part))
+    if not parts:  # nothing predicted: the table's columns, no rows
+        columns = (["predicted", "probability"] if categorical
+                   else ["mean", "sd", "lower", "upper", "covered", "residual"])
+        parts.append(pd.DataFrame({c: [] for c in ["sequence", "position", "observed",
+                                                   *columns, "surprisal"]}))
     frame = pd.concat(parts, ignore_index=True)
     frame.attrs["level"] = level
     frame.attrs["field"] = field

@@ -222,7 +222,12 @@ def check_targets(model: ConditionalModel, names: Iterable[str]) -> None:
     ------
     ValueError
         Naming the fields that are not targets, and the model's target fields.
+    TypeError
+        If ``names`` is a string (a tuple of one name is meant).
     """
+    if isinstance(names, str):
+        raise TypeError(f"fields must be a tuple of names, got the string {names!r}; write "
+                        f"({names!r},)")
     targets = [f.name for f in model.target_fields]
     unknown = [n for n in names if n not in targets]
     if unknown:
