@@ -130,15 +130,24 @@ def class_metrics(y_true: npt.ArrayLike, proba: npt.ArrayLike,
     Returns
     -------
     dict of str to float
-        ``"accuracy"`` (of the most probable class), ``"log loss"`` (the mean of
-        :func:`row_log_loss`) and ``"class MSE"``.
+        ``"accuracy"`` (of the most probable class; a row whose k most probable classes tie
+        scores 1/k if its label is among them), ``"log loss"`` (the mean of
+        :func:`row_log_loss`) and ``"class MSE"`` (of the first most probable class).
+
+    Raises
+    ------
+    ValueError
+        If ``proba`` is not of shape (n, n_classes) or a row is not a probability vector
+        (finite entries in [0, 1] summing to 1 within 1e-6), or a label is not a class.
     """
     order = getattr(getattr(y_true, "cat", None), "categories", None)
     y_true = np.asarray(y_true)
     classes = np.asarray(classes)
-    proba = np.asarray(proba, dtype=float)
+    proba, at = _check_proba(y_true, proba, classes)
     pred = classes[proba.argmax(1)]
-    out = {"accuracy": float((pred == y_true).mean()),
+    tied = proba == proba.max(1, keepdims=True)  # exact ties, as argmax sees them
+    hits = tied[np.arange(len(proba)), at] / tied.sum(1)
+    out = {"accuracy": float(hits.mean()),
            "log loss": float(row_log_loss(y_true, proba, classes).mean())}
     if np.issubdtype(classes.dtype, np.number):
         out["class MSE"] = float(((pred - y_true) ** 2).mean())
@@ -147,14 +156,33 @@ def class_metrics(y_true: npt.ArrayLike, proba: npt.ArrayLike,
         ranks = np.array([rank[v] for v in pred]) - np.array([rank[v] for v in y_true])
         out["class MSE"] = float((ranks ** 2).mean())
     else:  # unordered labels: their positions in ``classes``
-        out["class MSE"] = float(((proba.argmax(1) - _positions(y_true, classes)) ** 2).mean())
+        out["class MSE"] = float(((proba.argmax(1) - at) ** 2).mean())
     return out
 
 
-def _positions(y_true, classes) -> np.ndarray:
-    """Each label's column in ``classes`` (which need not be sorted: ordered labels)."""
-    idx = {c: k for k, c in enumerate(np.asarray(classes))}
-    return np.array([idx[v] for v in np.asarray(y_true)])
+def _check_proba(y_true, proba, classes) -> tuple[np.ndarray, np.ndarray]:
+    """``proba`` as float64 (a probability vector per label, a column per class) and each
+    label's column in ``classes``; a ValueError naming the first row that is not."""
+    y_true, classes = np.asarray(y_true), np.asarray(classes)
+    proba = np.asarray(proba, dtype=float)
+    if proba.shape != (len(y_true), len(classes)):
+        raise ValueError(f"proba has shape {proba.shape}; expected ({len(y_true)}, "
+                         f"{len(classes)}): a row per label and a column per class")
+    bad = ~np.isfinite(proba).all(1) | (proba < 0).any(1) | (proba > 1 + 1e-6).any(1)
+    # (float32 probabilities sum to 1 within a few 1e-7)
+    bad |= np.abs(proba.sum(1) - 1) > 1e-6
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"proba's row {r} is not a probability vector: {proba[r].tolist()} "
+                         "(expected finite entries in [0, 1] summing to 1; "
+                         f"{int(bad.sum())} such row(s))")
+    idx = {c: k for k, c in enumerate(classes)}  # classes need not be sorted: ordered labels
+    at = [idx.get(v, -1) for v in y_true]
+    if -1 in at:
+        r = at.index(-1)
+        raise ValueError(f"y_true has the label {y_true.tolist()[r]!r} (row {r}) that is not "
+                         f"among the classes {classes.tolist()[:20]}")
+    return proba, np.array(at, dtype=int)
 
 
 def row_log_loss(y_true: npt.ArrayLike, proba: npt.ArrayLike,
@@ -174,10 +202,14 @@ def row_log_loss(y_true: npt.ArrayLike, proba: npt.ArrayLike,
     -------
     numpy.ndarray, shape (n,)
         Each row's negative log-probability of its label.
+
+    Raises
+    ------
+    ValueError
+        As :func:`class_metrics`.
     """
-    proba = np.asarray(proba, dtype=float)
-    p = proba[np.arange(len(proba)), _positions(y_true, classes)]
-    return -np.log(np.clip(p, 1e-15, 1))
+    proba, at = _check_proba(y_true, proba, classes)
+    return -np.log(np.clip(proba[np.arange(len(proba)), at], 1e-15, 1))
 
 
 def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
@@ -221,8 +253,9 @@ def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
         model = reference_estimator(name, seed, (grids or {}).get(name)).fit(xtr, ytr)
         proba, correct = model.predict_proba(xte), model.predict(xte) == yte
         res: dict[str, Any] = class_metrics(test[target], proba, model.classes_)
-        # The reference scores predict(), which is the argmax of predict_proba here.
-        assert res["accuracy"] == float(correct.mean())
+        # The reference scores predict(), which is the argmax of predict_proba here (a tie
+        # of k classes scores 1/k in the accuracy, not the first class's hit).
+        assert (model.classes_[proba.argmax(1)] == model.predict(xte)).all()
         if per_row:
             res["correct"] = correct.astype(int).tolist()
             res["row_log_loss"] = row_log_loss(yte, proba, model.classes_).tolist()

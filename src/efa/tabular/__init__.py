@@ -16,9 +16,10 @@ transformer block: 5 heads, width 20, feed-forward 5, dropout 0.1) and ``"linear
 theory-exact ``residual_linear`` block, whose response logits are the CBOW mixture of experts of
 :mod:`efa.moe`; ``gates`` returns its π).
 
-The code is in six rooms: :mod:`efa.tabular.encoding` (columns → cells → Sequences),
-:mod:`efa.tabular.model` (:class:`TableEFA`), :mod:`efa.tabular.fitting` (classes, the
-table's layout and vocabulary, the model built from them, one fit of it),
+The code is in seven rooms: :mod:`efa.tabular.encoding` (columns → cells → Sequences),
+:mod:`efa.tabular.model` (:class:`TableEFA`), :mod:`efa.tabular.checks` (what fit's labels
+and validation split must hold), :mod:`efa.tabular.fitting` (classes, the table's layout and
+vocabulary, the model built from them, one fit of it),
 :mod:`efa.tabular.glm_stage` (the first stage of ``init="glm"``),
 :mod:`efa.tabular.prediction` (a column's probabilities, imputation) and
 :mod:`efa.tabular.estimator` (the scikit-learn facade).

@@ -274,8 +274,44 @@ def nan_error(col: Hashable, rows: Sequence[int] | np.ndarray) -> ValueError:
         The error to raise, which points to ``missing='mask'``.
     """
     return ValueError(
-        f"column {col!r} has NaN or inf in {len(rows)} row(s) (first: row {rows[0]}); pass "
-        "missing='mask' to treat missing cells as unobserved")
+        f"column {col!r} has NaN (a missing value) in {len(rows)} row(s) (first: row "
+        f"{rows[0]}); pass missing='mask' to treat missing cells as unobserved")
+
+
+def numeric_cells(col: pd.Series, column: Hashable) -> np.ndarray:
+    """A numeric column's cells as float64, NaN where a cell is missing (NaN, None, NA).
+
+    Parameters
+    ----------
+    col : pandas.Series
+        The column.
+    column : hashable
+        Its name, for the errors.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n,)
+        The numbers.
+
+    Raises
+    ------
+    ValueError
+        If a cell is not missing but not a number, or is infinite (naming column and row).
+    """
+    v = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    # coercion turns a stray string into NaN: only a cell pandas calls missing may be NaN
+    bad = np.isnan(v) & ~col.isna().to_numpy()
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"column {column!r} has the value {col.iloc[r]!r} (row {r}) where a "
+                         f"number was expected ({int(bad.sum())} such row(s))")
+    # inf is a value, not a missing cell: neither a bin nor a standardised number can hold it
+    inf = np.isinf(v)
+    if inf.any():
+        r = int(np.flatnonzero(inf)[0])
+        raise ValueError(f"column {column!r} has inf in {int(inf.sum())} row(s) (first: row "
+                         f"{r}); a number must be finite (NaN or None marks a missing cell)")
+    return v
 
 
 def learn_columns(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
@@ -297,7 +333,8 @@ def learn_columns(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
     Raises
     ------
     ValueError
-        If a numeric column has no finite value (and as :func:`column_kinds`).
+        If a numeric column has no number, or a cell that is not a number or is infinite
+        (and as :func:`column_kinds`).
     TypeError
         If a categorical column holds a cell that is not a scalar (and as
         :func:`column_kinds`).
@@ -307,8 +344,8 @@ def learn_columns(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
     for c, kind in zip(X.columns, est.kinds_, strict=True):
         col = X[c]
         if kind == "num":
-            v = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
-            ok = np.isfinite(v)
+            v = numeric_cells(col, c)
+            ok = ~np.isnan(v)
             if not ok.any():
                 raise ValueError(f"column {c!r} has no finite value")
             if est.numeric == "quantile":
@@ -361,8 +398,9 @@ def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hash
     Raises
     ------
     ValueError
-        If a cell is missing with ``missing="error"``, a categorical cell is infinite, or a
-        level is unseen with ``handle_unknown="error"`` and not ``unknown_ok``.
+        If a cell is missing with ``missing="error"``, a cell is infinite, a numeric cell is
+        not a number, or a level is unseen (a bool among numbers, a number among bools
+        included) with ``handle_unknown="error"`` and not ``unknown_ok``.
     """
     n, k = len(X), len(columns)
     ids = np.zeros((n, k), dtype=np.int64)
@@ -370,26 +408,20 @@ def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hash
     obs = np.ones((n, k), dtype=bool)
     for j, c in enumerate(columns):
         col = X[c]
-        kind = est.kinds_[est._index[c]]
-        if kind == "num":
-            v = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
-            bad = ~np.isfinite(v)
-            if bad.any():
-                if est.missing == "error":
-                    raise nan_error(c, np.flatnonzero(bad))
-                obs[bad, j] = False
-            if est.numeric == "quantile":
-                ids[:, j] = est.offsets_[c] + np.searchsorted(est.bins_[c],
-                                                               np.nan_to_num(v), "right")
-            else:
-                mu, sd = est.stats_[c]
-                vals[:, j] = np.where(bad, 0.0, (np.nan_to_num(v) - mu) / sd)
-            continue
-        missing = col.isna().to_numpy()
+        num = numeric_cells(col, c) if est.kinds_[est._index[c]] == "num" else None
+        missing = col.isna().to_numpy() if num is None else np.isnan(num)
         if missing.any():
             if est.missing == "error":
                 raise nan_error(c, np.flatnonzero(missing))
             obs[missing, j] = False
+        if num is not None:
+            if est.numeric == "quantile":
+                ids[:, j] = est.offsets_[c] + np.searchsorted(est.bins_[c],
+                                                               np.nan_to_num(num), "right")
+            else:
+                mu, sd = est.stats_[c]
+                vals[:, j] = np.where(missing, 0.0, (np.nan_to_num(num) - mu) / sd)
+            continue
         check_scalars(col[~missing], c)
         infinite = np.array([isinstance(v, float | np.floating) and np.isinf(v)
                              for v in col], dtype=bool)
@@ -397,17 +429,21 @@ def cells(est: AttentionTableClassifier, X: pd.DataFrame, columns: Sequence[Hash
             raise ValueError(f"column {c!r} has inf in {int(infinite.sum())} row(s) (first: "
                              f"row {int(np.flatnonzero(infinite)[0])}); a level must be "
                              "finite")
-        lookup = est.lookup_[c]
+        lookup, levels = est.lookup_[c], est.levels_[c]
         codes = np.array([lookup.get(v, -1) for v in col.where(~col.isna(), None)])
+        # True == 1 in a dict: a bool found among numbers (or a number among bools) is a
+        # value fit never saw, not the level that compares equal to it
+        flag = [isinstance(x, bool | np.bool_) for x in col]
+        codes[[k >= 0 and f != isinstance(levels[k], bool | np.bool_)
+               for f, k in zip(flag, codes, strict=True)]] = -1
         unseen = (codes < 0) & ~missing
         if unseen.any():
             r = int(np.flatnonzero(unseen)[0])
             if est.handle_unknown == "error" and not unknown_ok:
-                known = est.levels_[c]
-                more = " ..." if len(known) > 10 else ""
+                more = " ..." if len(levels) > 10 else ""
                 raise ValueError(
                     f"column {c!r} has the value {col.iloc[r]!r} (row {r}) that fit never "
-                    f"saw (known: {known[:10]}{more}); pass handle_unknown='unk' to treat "
+                    f"saw (known: {levels[:10]}{more}); pass handle_unknown='unk' to treat "
                     "unseen values as unknown")
             obs[unseen, j] = False
         ids[:, j] = est.offsets_[c] + np.where(codes < 0, 0, codes)

@@ -16,7 +16,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_random_state
 
-from efa.tabular.encoding import sequences, split_rows
+from efa.tabular.checks import validation_rows
+from efa.tabular.encoding import sequences
 from efa.tabular.fitting import (
     check_rules,
     fit_network,
@@ -114,19 +115,20 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         ``glm_C=math.inf`` they are learned in both. ``glm_history_.epochs_run`` (in
         ``n_iter_``) then counts its iterations, over every C tried.
     glm_C : float or "auto", default "auto"
-        With ``glm_solver="lbfgs"``: the inverse strength of the stage's penalty, as
-        scikit-learn's ``LogisticRegression(C=...)`` (½‖effects, slopes‖² / C against the
-        response's summed log loss; ``math.inf``: unpenalised, which does not exist where the
-        GLM separates the classes). ``"auto"``: C from 1e-3 to 1e3 (powers of 10) from the
-        strongest, warm-started, keeping the best response log loss on the validation split
-        (needs ``early_stopping=True``); the choice is ``glm_C_``. Measured in
-        docs/guide/tables.md.
+        With ``init="glm"`` and ``glm_solver="lbfgs"`` (ignored otherwise): the inverse
+        strength of the stage's penalty, as scikit-learn's ``LogisticRegression(C=...)``
+        (½‖effects, slopes‖² / C against the response's summed log loss; ``math.inf``:
+        unpenalised, which does not exist where the GLM separates the classes). ``"auto"``: C
+        from 1e-3 to 1e3 (powers of 10) from the strongest, warm-started, keeping the best
+        response log loss on the validation split (needs ``early_stopping=True``); the choice
+        is ``glm_C_``. Measured in docs/guide/tables.md.
     handle_unknown : {"error", "unk"}
         ``"error"``: a level unseen in fit is an error naming column and value; ``"unk"``: it
         is treated as unobserved (the [MASK] embedding stands for [UNK]).
     missing : {"error", "mask"}
-        ``"error"``: NaN in X is an error naming the column; ``"mask"``: a missing cell is
-        hidden from the model and not predicted. Missing labels in ``y`` are always allowed:
+        ``"error"``: NaN (None, NA) in X is an error naming the column; ``"mask"``: a missing
+        cell is hidden from the model and not predicted. inf, or a numeric column's cell that
+        is not a number, is an error either way. Missing labels in ``y`` are always allowed:
         those rows train the features' likelihood only.
     lr, batch_size, max_epochs, patience, weight_decay : float, int, int, int or "auto", float
         Adam training: the learning rate, rows per step, the most epochs, the epochs without
@@ -135,7 +137,8 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         0.02 nats of the first epoch's, ``TrainConfig.plateau_steps``), and the weight decay
         (defaults 1e-2, 128, 200, "auto", 0.0).
     validation_fraction : float, default 0.15
-        The split's fraction of the rows, in (0, 1), stratified by label.
+        The split's fraction of the rows, in (0, 1), stratified by label; too few rows leave
+        it empty: a warning, or an error with ``calibration="temperature"`` or ``"soften"``.
     shared_vocabulary : bool, default False
         One embedding table and one read-out for every categorical column (the paper's model,
         whose columns are all bins 0..C−1 of one scale); needs every categorical column's
@@ -319,8 +322,7 @@ class AttentionTableClassifier(ClassifierMixin, BaseEstimator):
         self.cell_dropout_ = ((AUTO_CELL_DROPOUT if masks else 0.0)
                               if self.cell_dropout == "auto" else float(self.cell_dropout))
         self.numeric_range_ = numeric_range(data) if clip else None
-        train_idx, val_idx = (split_rows(y_codes, self.validation_fraction, seed)
-                              if self.early_stopping else (np.arange(len(y_codes)), np.arange(0)))
+        train_idx, val_idx = validation_rows(self, y_codes, seed)
         self.patience_ = 10 if self.patience == "auto" else int(self.patience)
         self.stop_on_ = (("response" if self.additive else "joint") if self.stop_on == "auto"
                          else self.stop_on)

@@ -22,6 +22,7 @@ from sklearn.utils.validation import validate_data
 from efa.core.families import HeteroscedasticGaussian, Ordinal
 from efa.core.fields import Category, Field, Value
 from efa.core.model import EFAConfig
+from efa.tabular.checks import typed_labels
 from efa.tabular.encoding import as_1d, as_frame, learn_columns, lookup, sequences
 from efa.tabular.glm_stage import fit_glm_stage
 from efa.tabular.model import TableEFA
@@ -61,8 +62,8 @@ def learn_classes(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike
     Raises
     ------
     ValueError
-        If ``y`` is None, is not a classification target, or has no label or one class
-        only, ``X`` has no row or no column, or their lengths differ.
+        If ``y`` is None, is not a classification target, mixes kinds of labels, or has no
+        label or one class only, ``X`` has no row or no column, or their lengths differ.
     """
     if y is None:
         raise ValueError(f"{type(est).__name__} requires y to be passed, but the target y "
@@ -80,14 +81,18 @@ def learn_classes(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike
              else getattr(getattr(y, "cat", None), "categories", None))
     dtype = getattr(y, "dtype", None)  # a Series' or a bare Categorical's
     declared = isinstance(dtype, pd.CategoricalDtype) and bool(dtype.ordered)
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and pd.isna(y).any():
+        # NumPy would read nullable integers with NA as floats: keep the labels as they are
+        y = pd.Series(y).astype(object).to_numpy()
     y = as_1d(y)
     if len(y) != len(X):
         raise ValueError(f"X has {len(X)} rows but y has {len(y)} labels")
     labelled = ~pd.isna(pd.Series(y, dtype=object)).to_numpy()
     if not labelled.any():
         raise ValueError("y has no label (every entry is missing)")
-    check_classification_targets(y[labelled])
-    est.classes_ = np.unique(y[labelled])
+    labels = typed_labels(y[labelled])
+    check_classification_targets(labels)
+    est.classes_ = np.unique(labels)
     est.response_ = (est.response if est.response != "auto" else
                      "ordinal" if declared and est.additive != "ordinal" else "categorical")
     if order is not None and (est.response_ == "ordinal" or est.additive == "ordinal"):

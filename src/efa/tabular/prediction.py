@@ -44,20 +44,48 @@ def check_table(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike) 
     sklearn.exceptions.NotFittedError
         If the estimator is not fitted.
     ValueError
-        If ``X`` has no row, or not the columns seen in fit.
+        If ``X`` has no row, or not the columns seen in fit: their number, or (a DataFrame's)
+        their labels and order.
     """
     check_is_fitted(est, "model_")
     frame = as_frame(X)
     validate_data(est, X, reset=False, skip_check_array=True)
-    X = frame
-    if len(X) == 0:
+    if len(frame) == 0:
         raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
-    if hasattr(est, "feature_names_in_") and isinstance(X, pd.DataFrame) and list(
-            X.columns) == list(est.feature_names_in_):
-        return X
-    X = X.copy()
+    if list(frame.columns) == list(est.feature_columns_):
+        return frame
+    if isinstance(X, pd.DataFrame) and not hasattr(est, "feature_names_in_") and not all(
+            isinstance(c, str) for c in X.columns):
+        # scikit-learn checks string names only: labels such as 0, 1 would otherwise be
+        # read by position, a swapped or renamed column silently as another
+        raise label_error(list(X.columns), list(est.feature_columns_))
+    X = frame.copy()
     X.columns = est.feature_columns_
     return X
+
+
+def label_error(given: list, seen: list) -> ValueError:
+    """The error for a DataFrame whose column labels are not those of fit, in fit's order.
+
+    Parameters
+    ----------
+    given : list
+        ``X``'s column labels.
+    seen : list
+        The labels seen in fit (``feature_columns_``).
+
+    Returns
+    -------
+    ValueError
+        The error to raise, naming the labels that differ or, if only their order does, both
+        orders.
+    """
+    unexpected = [c for c in given if c not in seen]
+    absent = [c for c in seen if c not in given]
+    what = (f"unseen at fit: {unexpected[:10]}; missing: {absent[:10]}" if unexpected or absent
+            else f"the same labels in another order: {given[:20]} where fit had {seen[:20]}")
+    return ValueError(f"X's column labels are not those seen in fit ({what}); the columns "
+                      "must have the labels and the order they had in fit")
 
 
 @torch.no_grad()
