@@ -6,6 +6,37 @@ import numpy as np
 import numpy.typing as npt
 
 EARTH_RADIUS_KM = 6371.0  # mean Earth radius
+LATITUDES = (-90.0, 90.0)
+# Both conventions are in use: east-west in [-180, 180] and eastward in [0, 360].
+LONGITUDES = (-180.0, 360.0)
+
+
+def off_the_globe(lat: npt.ArrayLike, lon: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Which latitudes and longitudes are not degrees on the globe.
+
+    Parameters
+    ----------
+    lat, lon : array-like
+        Latitudes and longitudes, in degrees.
+
+    Returns
+    -------
+    bad_lat, bad_lon : numpy.ndarray of bool
+        True where a latitude is not finite or outside :data:`LATITUDES`, and where a
+        longitude is not finite or outside :data:`LONGITUDES` (either convention).
+
+    Examples
+    --------
+    >>> from efa.geo import off_the_globe
+    >>> [m.tolist() for m in off_the_globe([45.0, 130.0], [350.0, 10.0])]
+    [[False, True], [False, False]]
+    """
+    out = []
+    for x, (lo, hi) in ((lat, LATITUDES), (lon, LONGITUDES)):
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(invalid="ignore"):  # NaN compares False; ~isfinite catches it
+            out.append(~np.isfinite(x) | (x < lo) | (x > hi))
+    return out[0], out[1]
 
 
 def haversine_km(lat1: npt.ArrayLike, lon1: npt.ArrayLike, lat2: npt.ArrayLike,

@@ -32,6 +32,7 @@ from efa.core.families import Family, Gaussian, HeteroscedasticGaussian, Learned
 from efa.core.fields import Attribute, Category, Value
 from efa.core.model import EFA
 from efa.deprecation import renamed
+from efa.spatial_checks import check_step, check_table, lag_block, site_order
 
 __all__ = [
     "anomalies",
@@ -78,7 +79,9 @@ def sites_to_sequences(
     lags : int
         With L > 0 the values at ``t − step``, …, ``t − L·step`` are added as context.
     step : Timedelta or float, optional
-        The lag step (default: one day for datetime times, 1 otherwise).
+        The lag step, positive and finite (default: one day for datetime times, 1 otherwise).
+        Float times match a lag to the time nearest ``t − l·step`` within a millionth of a
+        step (floating-point subtraction misses exact matches); other times match exactly.
     target : str, optional
         A bool column: only times where it is True get a sequence (other rows can still serve
         as lag context).
@@ -106,31 +109,21 @@ def sites_to_sequences(
         become ``observed[name] = False``: the model sees [MASK] there and does not predict
         them (the stored number is 0, never NaN). With ``return_index=True`` also the sites
         and the times.
+
+    Raises
+    ------
+    KeyError
+        If a column is not in the table.
+    ValueError
+        Naming the column, site, row or lag at fault: a coordinate that is missing, not finite
+        or off the globe (latitude in [-90, 90], longitude in [-180, 360]), a site with two
+        places, a duplicated (site, time), a missing site or time, site ids that cannot be
+        ordered, times that are neither numbers nor datetimes, a value that is not numeric or
+        infinite, a ``step`` that is not positive and finite, or a lag that matches no time
+        of the table (the step does not fit the times, or too many lags).
     """
-    for col in (site, time, lat, lon, value, *([target] if target else [])):
-        if col not in df.columns:
-            raise KeyError(f"column {col!r} not in the table (has {list(df.columns)})")
-    if isinstance(lags, bool) or not isinstance(lags, int | np.integer) or lags < 0:
-        raise ValueError(f"lags must be an integer >= 0, got {lags!r}")
-    if layout not in ("tokens", "fields"):
-        raise ValueError(f"layout must be 'tokens' or 'fields', got {layout!r}")
-    for col in (lat, lon):
-        if not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
-            raise ValueError(f"column {col!r} must hold numbers (degrees), got {df[col].dtype}")
-    if df[[lat, lon]].isna().any().any():
-        raise ValueError(f"columns {lat!r}/{lon!r} have missing coordinates")
-    if df[site].isna().any():
-        row = df.index[df[site].isna().to_numpy()][0]
-        raise ValueError(f"column {site!r} (the site) is missing in row {row!r}")
-    if df[time].isna().any():
-        row = df.index[df[time].isna().to_numpy()][0]
-        raise ValueError(f"column {time!r} is missing in row {row!r}: every row needs a time")
-    if target is not None:
-        flags = df[target]
-        if flags.isna().any() or not pd.api.types.is_bool_dtype(flags.dtype):
-            raise ValueError(f"column {target!r} (target) must hold True/False only, got dtype "
-                             f"{flags.dtype}" + (" with missing values" if flags.isna().any()
-                                                  else ""))
+    check_table(df, site=site, time=time, lat=lat, lon=lon, value=value, target=target,
+                lags=lags, layout=layout)
     places = df.groupby(site)[[lat, lon]].agg(["min", "max"])
     moving = (places[(lat, "min")] != places[(lat, "max")]) | (
         places[(lon, "min")] != places[(lon, "max")]
@@ -158,13 +151,7 @@ def sites_to_sequences(
     if np.isinf(values).any():
         raise ValueError(f"column {value!r} has infinite values")
 
-    order = pd.Index(sorted(df[site].unique()) if sites is None else list(sites))
-    if order.has_duplicates:
-        raise ValueError(f"sites must be distinct, got {list(order[order.duplicated()])[:5]} "
-                         "more than once")
-    unknown = set(df[site].unique()) - set(order)
-    if unknown:
-        raise ValueError(f"sites not in `sites`: {sorted(unknown)[:5]}")
+    order = site_order(df[site], sites)
     coords = places.reindex(order)
     if coords.isna().any().any():
         absent = list(coords.index[coords.isna().any(axis=1)])[:5]
@@ -177,13 +164,8 @@ def sites_to_sequences(
     wide = wide.reindex(columns=order)
     times = df.loc[df[target].astype(bool), time] if target else df[time]
     times = pd.Index(sorted(times.unique()))
-    dated = pd.api.types.is_datetime64_any_dtype(times)
-    if step is None:
-        step = pd.Timedelta(days=1) if dated else 1
-    elif lags and dated != isinstance(step, pd.Timedelta | np.timedelta64):
-        raise ValueError(f"step {step!r} does not fit column {time!r} of {times.dtype}: "
-                         "datetime times take a pd.Timedelta step, numeric times a number")
-    blocks = [wide.reindex(times - lag * step).to_numpy() for lag in range(lags + 1)]
+    step = check_step(step, times, time, lags)
+    blocks = [lag_block(wide, times, lag, step, time) for lag in range(lags + 1)]
     n, s = len(times), len(order)
     if layout == "fields":
         names = [name] + [f"{name}_lag{lag}" for lag in range(1, lags + 1)]

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.core.fields import Attribute, Category, Value
-from efa.geo import haversine_km
+from efa.geo import LATITUDES, LONGITUDES, haversine_km, off_the_globe
 
 POOLINGS = ("mean", "sum", "paper")
 
@@ -98,7 +98,7 @@ class CategoricalFM(ConditionalModel):
         If ``pooling`` or ``direction`` is not one of the above, or ``dim`` is not a positive
         integer.
     TypeError
-        If ``field`` is not a ``Category``.
+        If ``field`` is not a ``Category``, or ``intercept`` is not a bool or None.
     """
 
     def __init__(
@@ -116,6 +116,9 @@ class CategoricalFM(ConditionalModel):
             raise TypeError(f"CategoricalFM models one Category field, got "
                             f"{type(field).__name__} {getattr(field, 'name', field)!r}")
         _check_options(direction, dim)
+        if intercept is not None and not isinstance(intercept, bool | np.bool_):
+            # A truthy string or number would pass as True unnoticed.
+            raise TypeError(f"intercept must be True, False or None, got {intercept!r}")
         self.fields, self.direction, self.pooling = [field], direction, pooling
         self.alpha = nn.Embedding(field.num_categories, dim)
         self.rho = nn.Linear(dim, field.num_categories, bias=False)
@@ -169,6 +172,8 @@ class ValueFM(ConditionalModel):
     ValueError
         If ``pooling`` or ``direction`` is not one of the above, ``dim`` is not a positive
         integer, or ``value``'s family has more than one natural parameter.
+    TypeError
+        If ``item`` is not a ``Category`` or ``value`` not a ``Value``.
     """
 
     def __init__(
@@ -183,6 +188,10 @@ class ValueFM(ConditionalModel):
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}")
         _check_options(direction, dim)
+        for arg, f, kind in (("item", item, Category), ("value", value, Value)):
+            if not isinstance(f, kind):
+                raise TypeError(f"ValueFM's {arg} must be a {kind.__name__} field, got "
+                                f"{type(f).__name__} {getattr(f, 'name', f)!r}")
         if value.family.num_outputs != 1:
             raise ValueError(f"ValueFM needs a one-parameter family, got {value.family!r}")
         item = Category(item.name, item.num_categories, target=False, dim=item.dim)
@@ -239,8 +248,24 @@ def knn_indices(coords: Tensor, available: Tensor, k: int) -> tuple[Tensor, Tens
     usable : torch.Tensor, shape (B, I, k')
         Bool, False where fewer than k other tokens are available (those indices point at
         unavailable tokens).
+
+    Raises
+    ------
+    ValueError
+        If an available token's coordinates are not finite degrees on the globe (latitude in
+        [-90, 90], longitude in [-180, 360]): standardised or swapped coordinates would give
+        distances that mean nothing.
     """
     c = coords.double()
+    bad_lat, bad_lon = (torch.from_numpy(m) & available.cpu()
+                        for m in off_the_globe(c[..., 0].cpu().numpy(), c[..., 1].cpu().numpy()))
+    for col, (what, (lo, hi), bad) in enumerate((("latitude", LATITUDES, bad_lat),
+                                                 ("longitude", LONGITUDES, bad_lon))):
+        if bad.any():
+            b, i = (int(x) for x in bad.nonzero()[0])
+            raise ValueError(f"coords of sequence {b}, position {i}: {what} "
+                             f"{float(c[b, i, col])!r} is not finite degrees in [{lo:g}, {hi:g}] "
+                             "(coords must be (latitude, longitude))")
     d = torch.from_numpy(haversine_km(*(t.cpu().numpy() for t in (
         c[..., :, None, 0], c[..., :, None, 1], c[..., None, :, 0], c[..., None, :, 1]))))
     n = d.shape[-1]

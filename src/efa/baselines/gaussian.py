@@ -39,9 +39,13 @@ def sequence_matrix(data: Sequences, name: str) -> tuple[np.ndarray, np.ndarray]
 
     Raises
     ------
+    KeyError
+        If ``data`` has no field ``name``.
     ValueError
         If the sequences are not all of the same length.
     """
+    if name not in data.fields:
+        raise KeyError(f"no field {name!r}: the sequences have {list(data.fields)}")
     if (data.lengths != data.max_len).any():
         raise ValueError("the matrix peers need sequences of equal length (one per time step)")
     prefix = f"{name}_lag"
@@ -75,8 +79,22 @@ class Climatology:
         -------
         Climatology
             ``self``, with ``mean_`` the mean of every column over its observed values.
+
+        Raises
+        ------
+        ValueError
+            If a site that can be predicted (a scored token of ``name``) has no observed
+            training value: it would have no mean, and a NaN prediction.
         """
         y, _ = sequence_matrix(train, name)
+        # Lag tokens and lag fields are never predicted: only the scored sites need a mean.
+        scored = np.zeros(y.shape[1], dtype=bool)
+        scored[:train.max_len] = train.scored_positions().any(0).numpy()
+        empty = np.flatnonzero(scored & ~np.isfinite(y).any(0))
+        if len(empty):
+            raise ValueError(f"site {int(empty[0])} has no observed training value of {name!r} "
+                             f"({len(empty)} such sites): every site needs at least one "
+                             "observed training value")
         self.name, self.mean_ = name, np.nanmean(y, axis=0)
         return self
 
@@ -92,7 +110,13 @@ class Climatology:
         -------
         numpy.ndarray, shape (N, P)
             ``mean_`` repeated for each of the N time steps.
+
+        Raises
+        ------
+        ValueError
+            If ``data`` has another number of sites (columns) than the training data.
         """
+        _check_width(sequence_matrix(data, self.name)[0], len(self.mean_))
         return np.broadcast_to(self.mean_, (len(data), len(self.mean_))).copy()
 
     def mse(self, data: Sequences) -> float:
@@ -204,8 +228,14 @@ class GaussianConditional:
             The conditional means, NaN at missing entries.
         sd : numpy.ndarray, shape (N, P)
             The conditional standard deviations, NaN at missing entries.
+
+        Raises
+        ------
+        ValueError
+            If ``data`` has another number of sites (columns) than the training data.
         """
         y, _ = sequence_matrix(data, self.name)
+        _check_width(y, len(self.mean_))
         sigma = self.covariance_
         out, sd = np.full_like(y, np.nan), np.full_like(y, np.nan)
         obs = np.isfinite(y)
@@ -274,3 +304,11 @@ def select_shrinkage(
 def _mse(pred: np.ndarray, data: Sequences, name: str) -> float:
     y, m = sequence_matrix(data, name)
     return float(((pred[m] - y[m]) ** 2).mean())
+
+
+def _check_width(y: np.ndarray, fitted: int) -> None:
+    # The peers know sites by their column: another number of sites cannot be lined up.
+    if y.shape[1] != fitted:
+        raise ValueError(f"fit had {fitted} sites (columns of the stacked vector, lags "
+                         f"included), the data have {y.shape[1]}: predict the same sites, in "
+                         "the same layout")

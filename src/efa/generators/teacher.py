@@ -31,7 +31,7 @@ from efa.core.families import Bernoulli, Binomial, Ordinal
 from efa.core.fields import ROLES, Attribute, Category, Field, Value
 from efa.core.model import EFA
 from efa.generators.draws import positive_int
-from efa.training.scoring import evaluate
+from efa.training.scoring import check_int, evaluate
 
 __all__ = ["attention_teacher", "bayes_nll", "sample"]
 
@@ -166,7 +166,9 @@ def sample(teacher: EFA, n: int, length: int | None = None, seed: int = 0,
     seed : int, default 0
         Seed of the draws.
     batch_size : int, default 4096
-        Sequences drawn at once.
+        Sequences drawn at once. The draws depend on it as well as on ``seed`` (each batch
+        draws its placeholders before its positions, from the one seeded stream): the same
+        data need the same ``seed``, ``n`` and ``batch_size``.
 
     Returns
     -------
@@ -177,20 +179,21 @@ def sample(teacher: EFA, n: int, length: int | None = None, seed: int = 0,
     Raises
     ------
     ValueError
-        For a bidirectional teacher, a non-positive size, or a ``length`` the teacher cannot
-        take.
+        For a bidirectional teacher, a non-positive size, a ``seed`` that is not an integer,
+        or a ``length`` the teacher cannot take.
     """
     if teacher.direction != "unidirectional":
         raise ValueError("sampling needs a unidirectional teacher (each position given the "
                          "previous ones); bidirectional conditionals do not define a joint")
     positive_int("n", n)
     positive_int("batch_size", batch_size)
+    check_int("seed", seed, None)
     if length is None and teacher.max_len is None:
         raise ValueError("the teacher has no max_len (no positions): pass length=")
     length = cast(int, teacher.max_len) if length is None else positive_int("length", length)
     if teacher.max_len is not None and length > teacher.max_len:
         raise ValueError(f"length {length} exceeds the teacher's max_len {teacher.max_len}")
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(int(seed))  # a numpy integer too
     parts = [_sample_batch(teacher, min(batch_size, n - start), length, g)
              for start in range(0, n, batch_size)]
     fields = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
