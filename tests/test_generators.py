@@ -158,6 +158,12 @@ def test_bad_arguments_are_refused():
         ExpFamilyLatent("gamma")
     with pytest.raises(ValueError, match="direction"):
         GPLatent().bayes(GPLatent().sample(2, 3).sequences, "sideways")
+    for gen in GENERATORS:  # int(1.5) would have seeded 1 without a word
+        with pytest.raises(ValueError, match="seed must be an integer, got 1.5"):
+            gen.sample(2, 3, seed=1.5)
+    with pytest.raises(ValueError, match="seed must be an integer, got 1.5"):
+        ExpFamilyLatent("poisson", dim=2).bayes(
+            ExpFamilyLatent("poisson", dim=2).sample(2, 3).sequences, seed=1.5)
 
 
 def _teacher():

@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike
 from torch import Tensor
 
 from efa.core.data import Sequences
+from efa.training.scoring import check_int
 
 __all__ = [
     "COVARIATES",
@@ -183,6 +184,7 @@ def draw_design(kind: str, n: int, length: int, dim: int, seed: int, min_length:
         broadcast or are not finite.
     """
     lo = _check_size(n, length, min_length)
+    check_int("seed", seed, None)  # int(1.5) would seed 1 silently
     g = torch.Generator().manual_seed(int(seed))
     c = _covariates(kind, n, length, dim, g)
     if covariates is not None:
@@ -230,6 +232,7 @@ def draw_linear(gen: Any, n: int, length: int, seed: int, min_length: int | None
         As :func:`draw_design`.
     """
     lo = _check_size(n, length, min_length)
+    check_int("seed", seed, None)  # int(1.5) would seed 1 silently
     g = torch.Generator().manual_seed(int(seed))
     z = torch.randn(n, gen.dim, generator=g, dtype=torch.float64) * math.sqrt(gen.prior_var)
     c = _covariates(gen.covariates, n, length, gen.dim, g)

@@ -30,6 +30,7 @@ from efa.generators.draws import (
     pack,
 )
 from efa.generators.latent import BayesPrediction, LatentSample
+from efa.training.scoring import check_int
 
 __all__ = ["ExpFamilyLatent"]
 
@@ -276,6 +277,7 @@ class ExpFamilyLatent:
                    (lambda v: (v >= 0) & (v == v.round()), "a count 0, 1, 2, … (Poisson)"))
         c, y = check_data(data, self.dim, support)
         pred, ctx = context_masks(data, direction)
+        check_int("seed", seed, None)  # int(1.5) would seed 1 silently
         g = torch.Generator().manual_seed(int(seed))
         # Chunks of sequences: the sampler holds [chunk, I, samples, I] numbers.
         per = max(1, int(2e7 // (data.max_len**2 * (self.samples if method == "importance"
