@@ -350,10 +350,16 @@ def accuracy(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str],
 
     Raises
     ------
+    KeyError
+        If ``questions`` lacks a column.
     ValueError
         If no question has all four words in the vocabulary.
     """
     questions = load_questions() if questions is None else questions
+    absent = [c for c in ("a", "b", "c", "d", "category", "group") if c not in questions]
+    if absent:  # summarise() reports per category and group
+        raise KeyError(f"questions lack the columns {absent} (load_questions() gives a, b, c, "
+                       "d, category and group)")
     kept = restrict(questions, vocab, lowercase=options.get("lowercase", True))
     if len(kept) == 0:
         raise ValueError("no question has all four words in the vocabulary")

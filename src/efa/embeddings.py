@@ -209,7 +209,8 @@ def attention_embeddings(model: EFA) -> dict[str, np.ndarray]:
     problems = [
         f"{key}={getattr(cfg, key)!r} (needs {want!r})"
         for key, want in (("num_layers", 1), ("num_heads", 1), ("block", "bare"), ("bias", False),
-                          ("max_len", None), ("direction", "bidirectional"), ("mix", "none"))
+                          ("max_len", None), ("direction", "bidirectional"), ("mix", "none"),
+                          ("attend_self", True), ("out_proj", True))
         if getattr(cfg, key) != want
     ]
     if cfg.attention not in ("softmax", {"kernel": "softmax"}):

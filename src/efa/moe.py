@@ -46,6 +46,7 @@ from efa.reparam import copy_tokens as copy_tokens
 from efa.reparam import gates_and_experts as gates_and_experts
 from efa.reparam import moe_logits as moe_logits
 from efa.reparam import reparameterise as reparameterise
+from efa.training.scoring import check_int
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.attention import Block
@@ -266,6 +267,10 @@ class CBOWMoE(ConditionalModel):
             return
         if field is None or seq_len is None:
             raise ValueError("a free CBOWMoE needs a Category field and seq_len")
+        for name, v in (("dim", dim), ("num_heads", num_heads), ("seq_len", seq_len)):
+            check_int(name, v, 1)
+        if head_dim is not None:
+            check_int("head_dim", head_dim, 1)
         self.fields, self.max_len, self._source = [field], seq_len, None
         V, p, H = field.num_categories, dim, num_heads
         self.scale = 1 / math.sqrt(head_dim or max(1, dim // num_heads))

@@ -79,6 +79,8 @@ def _channels(channels) -> tuple[int, tuple | None]:
         raise ValueError(f"channels must be a count or a list of labels, got {channels!r}")
     if isinstance(channels, int | np.integer):
         return int(channels), None
+    if isinstance(channels, str) or not hasattr(channels, "__iter__"):
+        raise ValueError(f"channels must be a count or a list of labels, got {channels!r}")
     labels = tuple(v.item() if hasattr(v, "item") else v for v in channels)
     return len(labels), labels
 
@@ -420,6 +422,11 @@ def predict_frame(model: EFA, context: pd.DataFrame, targets: pd.DataFrame, func
                               *([channel] if channel else [])) if c not in frame]
         if absent:
             raise KeyError(f"{name} lacks the columns {absent} (it has {list(frame)})")
+    # from_frame orders a Categorical's groups by its categories (unused ones included), the
+    # rows below by sorted labels: plain labels keep the two orders one.
+    given = targets
+    context, targets = (f.astype({function: object}) if isinstance(
+        f[function].dtype, pd.CategoricalDtype) else f for f in (context, targets))
     missing = sorted(map(str, set(targets[function]) - set(context[function])))
     if missing:
         raise ValueError(
@@ -446,7 +453,7 @@ def predict_frame(model: EFA, context: pd.DataFrame, targets: pd.DataFrame, func
     mean, sd = predict(model, ctx[take], seqs)
     seq = tgt[function].map({f: i for i, f in enumerate(tids)}).to_numpy()
     pos = tgt.groupby(function, sort=False).cumcount().to_numpy()
-    out = targets.copy()
+    out = given.copy()
     out["mean"], out["sd"] = mean.numpy()[seq, pos], sd.numpy()[seq, pos]
     return out
 

@@ -113,6 +113,11 @@ def check_linear(model: EFA, layers: int | None = 1) -> None:
         )
     if not isinstance(cast("Block", model.blocks[0]).attn.o, nn.Linear):
         raise ValueError("the map needs out_proj=True (W^O)")
+    # The mixture sums over every token of the context, the target's own slot included.
+    if cfg.direction != "bidirectional" or not cfg.attend_self:
+        raise ValueError("the map needs direction='bidirectional' and attend_self=True (the "
+                         f"experts read every context slot); got direction={cfg.direction!r}, "
+                         f"attend_self={cfg.attend_self!r}")
 
 
 def _layer(block: Block, W_read: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from efa.baselines.fm import context_sum
-from efa.core.conditional import ConditionalModel, refuse_sampling
+from efa.core.checks import refuse_sampling
+from efa.core.conditional import ConditionalModel
 from efa.core.context import context_pairs
 from efa.core.data import Sequences
 from efa.core.fields import Category, Value

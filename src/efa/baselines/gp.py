@@ -173,8 +173,8 @@ class GPOracle(ConditionalModel):
         ----------
         context : Sequences
             The context points, with the fields ``x``, ``channel`` and ``y``.
-        x : torch.Tensor, shape (B, T)
-            The targets' inputs.
+        x : torch.Tensor, shape (B, T) or (B, T, 1)
+            The targets' inputs (the second: the layout of a Sequences' ``x``).
         k : torch.Tensor, shape (B, T)
             The targets' channels.
 
@@ -184,7 +184,16 @@ class GPOracle(ConditionalModel):
             The predictive means (float64).
         sd : torch.Tensor, shape (B, T)
             The predictive standard deviations, noise included.
+
+        Raises
+        ------
+        ValueError
+            If ``x`` and ``k`` are not one (B, T) grid of targets for the B contexts.
         """
+        x = x[..., 0] if x.dim() == 3 and x.shape[-1] == 1 else x
+        if x.dim() != 2 or k.shape != x.shape or len(x) != len(context):
+            raise ValueError(f"x and k must both be (B, T) = ({len(context)}, T): a row of "
+                             f"targets per context; got x {list(x.shape)}, k {list(k.shape)}")
         xc, kc = context.fields["x"][..., 0].double(), context.fields["channel"]
         k_cc = covariance(self.spec, xc, kc)
         k_ct = cross_covariance(self.spec, xc, kc, x.double(), k)

@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from efa.core.conditional import ConditionalModel, refuse_generic_options
+from efa.core.checks import refuse_generic_options
+from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.core.fields import Category
 from efa.training.scoring import in_batches, scoring_mode

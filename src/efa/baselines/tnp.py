@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from efa.core.conditional import ConditionalModel, refuse_generic_options
+from efa.core.checks import refuse_generic_options
+from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.regression import moments
 

@@ -1,5 +1,5 @@
 """Checks on what a user passes in: data against a model's fields, with errors that name the
-field, the sequence and the position."""
+field, the sequence and the position; asked positions; options a model's loss cannot take."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from efa.core.data import Sequences
 from efa.core.families import Family, InvalidValues
 
 if TYPE_CHECKING:  # fields import their value checks from here
+    from torch import nn
+
+    from efa.core import softmax
     from efa.core.fields import Field
 
 
@@ -63,6 +66,11 @@ def check_sequences(data: Sequences, fields: Sequence[Field], max_len: int | Non
         if f.name not in data.fields:
             raise KeyError(f"field {f.name!r} is missing from the data (has {list(data.fields)})")
         m = valid & data.observed.get(f.name, valid)
+        if f.kind == "attribute" and (valid & ~m).any():  # no [MASK] stands in for one
+            s, i = (valid & ~m).nonzero()[0].tolist()
+            raise ValueError(f"field {f.name!r} is an attribute, always observed, but its "
+                             f"observed mask is False at sequence {s}, position {i}: fill the "
+                             "value, or make it a Value field that can be missing")
         x = data.fields[f.name]
         f.validate(x, m, f"field {f.name!r}")
         if x.is_floating_point():
@@ -226,3 +234,50 @@ def refuse_padding(data: Sequences, at: Tensor | None) -> None:
         b, i = (int(v) for v in beyond.nonzero()[0])
         raise ValueError(f"at asks for sequence {b}, position {i}, which is padding (the "
                          f"sequence has length {int(data.lengths[b])})")
+
+
+def refuse_sampling(model: nn.Module, sampling: softmax.Sampling | None) -> None:
+    """Refuse the sampled softmax for a model whose loss cannot take it (only efa.EFA's
+    category targets can).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (its class name goes into the error).
+    sampling : Sampling or None
+        What the loss was handed.
+
+    Raises
+    ------
+    ValueError
+        If ``sampling`` is not None.
+    """
+    if sampling is not None:
+        raise ValueError(f"{type(model).__name__} cannot train by the sampled softmax (efa.EFA's "
+                         "category targets can): train it without sampled_softmax")
+
+
+def refuse_generic_options(model: nn.Module, weights: Tensor | None,
+                           counts: dict[str, int] | None,
+                           sampling: softmax.Sampling | None) -> None:
+    """For a model with an objective of its own: sampled positions (``weights``), data-parallel
+    ``counts`` and the sampled softmax are refused by name.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (its class name goes into the error).
+    weights, counts, sampling : object or None
+        What the loss was handed: weights per sequence (``fit(..., positions=m)``),
+        denominators across data-parallel ranks, the sampled softmax.
+
+    Raises
+    ------
+    ValueError
+        If any of them is not None, naming each.
+    """
+    given = [n for n, v in (("weights (positions=m)", weights), ("counts (data-parallel)", counts),
+                            ("sampling (sampled_softmax)", sampling)) if v is not None]
+    if given:
+        raise ValueError(f"{type(model).__name__}.loss computes its own objective: it takes no "
+                         f"{', '.join(given)}; train it without them")

@@ -5,13 +5,15 @@ and the bag term read are in :mod:`efa.core.context`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
 
 from efa.core import softmax
-from efa.core.checks import check_sequences, refuse_padding
+from efa.core.checks import check_sequences, refuse_padding, refuse_sampling
 from efa.core.context import context_items
 from efa.core.data import Sequences
 from efa.core.families.base import Shifted
@@ -21,51 +23,27 @@ if TYPE_CHECKING:  # for annotations only
     from efa.core.fields import Category, Value
 
 
-def refuse_sampling(model: nn.Module, sampling: softmax.Sampling | None) -> None:
-    """Refuse the sampled softmax for a model whose loss cannot take it (only efa.EFA's
-    category targets can).
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """Evaluation mode inside the block (dropout off: a prediction is the model's, not a
+    draw), the model's own mode restored after it, also when the block raises.
 
     Parameters
     ----------
     model : torch.nn.Module
-        The model (its class name goes into the error).
-    sampling : Sampling or None
-        What the loss was handed.
+        The model.
 
-    Raises
+    Yields
     ------
-    ValueError
-        If ``sampling`` is not None.
+    None
+        Inside the block the model is in eval mode.
     """
-    if sampling is not None:
-        raise ValueError(f"{type(model).__name__} cannot train by the sampled softmax (efa.EFA's "
-                         "category targets can): train it without sampled_softmax")
-
-
-def refuse_generic_options(model: nn.Module, weights: Tensor | None,
-                           counts: dict[str, int] | None,
-                           sampling: softmax.Sampling | None) -> None:
-    """For a model with an objective of its own: sampled positions (``weights``), data-parallel
-    ``counts`` and the sampled softmax are refused by name.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The model (its class name goes into the error).
-    weights, counts, sampling : object or None
-        What the loss was handed: weights per sequence (``fit(..., positions=m)``),
-        denominators across data-parallel ranks, the sampled softmax.
-
-    Raises
-    ------
-    ValueError
-        If any of them is not None, naming each.
-    """
-    given = [n for n, v in (("weights (positions=m)", weights), ("counts (data-parallel)", counts),
-                            ("sampling (sampled_softmax)", sampling)) if v is not None]
-    if given:
-        raise ValueError(f"{type(model).__name__}.loss computes its own objective: it takes no "
-                         f"{', '.join(given)}; train it without them")
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 class ConditionalModel(nn.Module):
@@ -89,7 +67,20 @@ class ConditionalModel(nn.Module):
     # context split): sampled positions, data-parallel normalisation and the sampled softmax,
     # which reweight the generic pseudo-likelihood, do not apply to it.
     own_objective: ClassVar[bool] = False
-    direction: str = "bidirectional"
+
+    @property
+    def direction(self) -> str:
+        """"bidirectional" (each value given all others) or "unidirectional" (given those
+        before it); set by the model, checked where it is set."""
+        return self.__dict__.get("_direction", "bidirectional")
+
+    @direction.setter
+    def direction(self, value: str) -> None:
+        # Scoring compares with both names: any other string would mix the two directions.
+        if value not in ("bidirectional", "unidirectional"):
+            raise ValueError(f"{type(self).__name__}: direction must be 'bidirectional' or "
+                             f"'unidirectional', got {value!r}")
+        self.__dict__["_direction"] = value
 
     @property
     def device(self) -> torch.device:
@@ -200,8 +191,8 @@ class ConditionalModel(nn.Module):
                    at: Tensor | None = None) -> torch.distributions.Distribution:
         """p(y_i | context) of the target ``field`` at the asked positions, as a
         ``torch.distributions`` object: mean, variance, ``sample``, and ``log_prob`` equal to
-        efa's log-likelihood (a category's or ordinal class's index 0..K−1). One pass,
-        unbatched: :func:`efa.predictive_frame` scores data sets in batches, with intervals.
+        efa's log-likelihood (a category's or ordinal class's index 0..K−1), in evaluation
+        mode. One pass, unbatched: :func:`efa.predictive_frame` scores data sets in batches.
 
         Parameters
         ----------
@@ -229,7 +220,8 @@ class ConditionalModel(nn.Module):
         data, at = self._here(data, at)
         refuse_padding(data, at)
         at = data.predicted(field) if at is None else at
-        dist = f.family.distribution(self.natural_params_at(data, {field: at})[field])
+        with evaluating(self):
+            dist = f.family.distribution(self.natural_params_at(data, {field: at})[field])
         shift = getattr(f.family, "shift", 0)  # the family's distribution is of y − shift
         return Shifted(dist, shift) if shift else dist
 
@@ -448,7 +440,7 @@ class ConditionalModel(nn.Module):
     @torch.no_grad()
     def predict_mean(self, data: Sequences, at: Tensor | None = None) -> dict[str, Tensor]:
         """E[y_i | context] of every target field at the asked positions (missing values
-        included: an imputation).
+        included: an imputation), in evaluation mode (the model's mode is restored).
 
         Parameters
         ----------
@@ -465,6 +457,8 @@ class ConditionalModel(nn.Module):
 
         Raises
         ------
+        ValueError
+            If ``at`` asks for padding.
         FloatingPointError
             If a mean at an asked position is not finite (naming the field, sequence and
             position).
@@ -484,8 +478,10 @@ class ConditionalModel(nn.Module):
         """predict_mean's numbers, unchecked, and the positions they are at."""
         self.check(data)
         data, at = self._here(data, at)
-        at = data.valid() if at is None else at & data.valid()
-        etas = self.natural_params_at(data, {f.name: at for f in self.target_fields})
+        refuse_padding(data, at)
+        at = data.valid() if at is None else at
+        with evaluating(self):
+            etas = self.natural_params_at(data, {f.name: at for f in self.target_fields})
         out = {}
         for f in self.target_fields:
             mean = _family_field(f).family.mean(etas[f.name])

@@ -127,6 +127,11 @@ class EFAConfig:
             if getattr(self, key) not in allowed:
                 raise ValueError(f"{key} must be one of {allowed}, got {getattr(self, key)!r}")
         kernel_spec(self.attention)
+        for key in ("bias", "out_proj", "attend_self"):  # the string "false" is truthy
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be True or False, got {getattr(self, key)!r}")
+        if not isinstance(self.meta, dict):
+            raise ValueError(f"meta must be a dict, got {self.meta!r}")
         if not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be a rate in [0, 1), got {self.dropout!r}")
         for key in ("num_layers", "num_heads", "chunk", "mix_hidden", "ffn_hidden"):

@@ -21,7 +21,8 @@ from torch import Tensor, nn
 
 from efa.core import softmax, strategies, warmstart
 from efa.core.attention import Block
-from efa.core.conditional import ConditionalModel
+from efa.core.checks import refuse_padding
+from efa.core.conditional import ConditionalModel, evaluating
 from efa.core.config import EFAConfig
 from efa.core.context import context_bag, context_pairs
 from efa.core.data import Sequences
@@ -429,12 +430,21 @@ class EFA(ConditionalModel):
         -------
         torch.Tensor, shape (L, B, H, I, I)
             The weights; rows of positions not asked are zero.
+
+        Raises
+        ------
+        ValueError
+            If ``at`` asks for padding or for no position.
         """
         self.check(data)
         f = self.target(target)
         data, at = self._here(data, at)
-        at = data.valid() if at is None else at & data.valid()
-        _, rows = self.states(data, f.name, at, want_weights=True)
+        refuse_padding(data, at)
+        at = data.valid() if at is None else at
+        if not at.any():
+            raise ValueError("at asks for no position: there is no attention row to return")
+        with evaluating(self):  # attention dropout off: the weights the model predicts with
+            _, rows = self.states(data, f.name, at, want_weights=True)
         rows = cast(Tensor, rows)  # want_weights: never None
         b_idx, i_idx = at.nonzero(as_tuple=True)
         num_layers, _, heads, n = rows.shape

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from torch import Tensor, nn
 
 from efa.core.checks import validate_values
@@ -101,9 +100,9 @@ class Value(Field):
         self._check_positive(self.name, "dim", self.dim)
         self._check_positive(self.name, "hidden", self.hidden)
         self._check_bool(self.name, target=self.target, readout_bias=self.readout_bias)
-        if isinstance(self.readout_hidden, int | np.integer):
+        if not isinstance(self.readout_hidden, list | tuple):
             raise ValueError(f"field {self.name!r}: readout_hidden must be a tuple of layer "
-                             f"widths, e.g. ({int(self.readout_hidden)},)")
+                             f"widths, e.g. (32,), got {self.readout_hidden!r}")
         self.readout_hidden = tuple(self._as_int(w) for w in self.readout_hidden)
         for w in self.readout_hidden:
             self._check_positive(self.name, "each readout_hidden width", w)
@@ -120,6 +119,9 @@ class Value(Field):
                 )
         for what in ("loc", "scale"):
             v = getattr(self, what)
+            if isinstance(v, bool | str):  # float(True) is 1.0, float("1") is 1.0
+                raise ValueError(f"field {self.name!r}: {what} must be a number or None, got "
+                                 f"{v!r}")
             if v is not None:
                 try:
                     setattr(self, what, float(v))

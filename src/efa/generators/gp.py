@@ -255,9 +255,9 @@ class TNPGP:
     x_high : float, default 2.0
         Its upper end, > ``x_low``.
     max_length : float, default 0.6
-        The length-scale is ~ U[0.1, ``max_length``] per function; > 0.
+        The length-scale is ~ U[0.1, ``max_length``] per function; ≥ 0.1.
     max_scale : float, default 1.0
-        The scale is ~ U[0.1, ``max_scale``] per function (kernel variance scale²); > 0.
+        The scale is ~ U[0.1, ``max_scale``] per function (kernel variance scale²); ≥ 0.1.
     noise : float, default 0.02
         The noise standard deviation inside the covariance, >= 0.
 
@@ -282,10 +282,10 @@ class TNPGP:
             raise ValueError(f"max_num_points must be >= 7, got {self.max_num_points}")
         if not -math.inf < self.x_low < self.x_high < math.inf:
             raise ValueError(f"need finite x_low < x_high, got {self.x_low}, {self.x_high}")
-        for name in ("max_length", "max_scale"):
-            if not 0 < getattr(self, name) < math.inf:
-                raise ValueError(f"{name} must be positive and finite, got "
-                                 f"{getattr(self, name)!r}")
+        for name in ("max_length", "max_scale"):  # drawn from U[0.1, max]
+            if not 0.1 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be finite and at least 0.1 (the draws are "
+                                 f"U[0.1, {name}]), got {getattr(self, name)!r}")
         if not 0 <= self.noise < math.inf:
             raise ValueError(f"noise must be >= 0 and finite, got {self.noise!r}")
 

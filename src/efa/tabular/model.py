@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import Tensor, nn
 
-from efa.core.conditional import refuse_generic_options
+from efa.core.checks import refuse_generic_options
 from efa.core.config import EFAConfig
 from efa.core.data import Sequences
 from efa.core.encoders import LinearReadout

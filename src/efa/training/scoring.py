@@ -12,8 +12,27 @@ from typing import NoReturn
 import numpy as np
 import torch
 
-from efa.core.conditional import ConditionalModel
+from efa.core.conditional import ConditionalModel, evaluating
 from efa.core.data import Sequences
+
+
+def check_bool(name: str, v: object) -> None:
+    """Check that ``v`` is True or False (a string such as "no" is truthy).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    v : object
+        The value.
+
+    Raises
+    ------
+    ValueError
+        When ``v`` is not a bool.
+    """
+    if not isinstance(v, bool):
+        raise ValueError(f"{name} must be True or False, got {v!r}")
 
 
 def check_int(name: str, v: object, low: int | None) -> None:
@@ -89,12 +108,8 @@ def scoring_mode(model: ConditionalModel, data: Sequences) -> Iterator[None]:
         Inside the block the model is in eval mode.
     """
     model.check(data)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         yield
-    finally:
-        model.train(was_training)
 
 
 @torch.no_grad()
@@ -125,6 +140,7 @@ def log_likelihoods(model: ConditionalModel, data: Sequences, batch_size: int = 
     FloatingPointError
         A non-finite value at a predicted position, naming the field, sequence and position.
     """
+    check_bool("base_measure", base_measure)
     out = {f.name: torch.full(data.valid().shape, float("nan"), dtype=torch.float64)
            for f in model.target_fields}
     with scoring_mode(model, data):
@@ -171,6 +187,7 @@ def evaluate(model: ConditionalModel, data: Sequences, batch_size: int = 1024,
     >>> efa.evaluate(model, val)  # doctest: +SKIP
     {'movie': -3.41, 'rating': -1.02}
     """
+    check_bool("base_measure", base_measure)
     if fields is not None:
         check_targets(model, fields)
     names = [f.name for f in model.target_fields if fields is None or f.name in fields]
@@ -228,6 +245,9 @@ def check_targets(model: ConditionalModel, names: Iterable[str]) -> None:
     if isinstance(names, str):
         raise TypeError(f"fields must be a tuple of names, got the string {names!r}; write "
                         f"({names!r},)")
+    names = list(names)
+    if not names:
+        raise ValueError("fields=() names no field: pass None for every target field")
     targets = [f.name for f in model.target_fields]
     unknown = [n for n in names if n not in targets]
     if unknown:

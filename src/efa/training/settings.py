@@ -174,7 +174,9 @@ class TrainConfig:
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
         check_int("warmup_steps", self.warmup_steps, 0)
-        check_int("seed", self.seed, None)
+        check_int("seed", self.seed, 0)
+        if self.seed >= 2**63:  # what torch's generators take
+            raise ValueError(f"seed must be below 2**63, got {self.seed}")
         if self.threads is not None:
             check_int("threads", self.threads, 1)
         if self.positions is not None:
@@ -251,7 +253,8 @@ class History:
     lr : list of float
         The learning rate after each epoch's schedule step.
     best_epoch : int, default -1
-        The best epoch (its weights are restored); −1 when the starting weights were kept.
+        The best epoch (its weights are restored); −1 when the starting weights were kept,
+        or when there was no validation data (then the last epoch's weights are kept).
     best_val : float, default inf
         Its validation loss.
     epochs_run : int, default 0

@@ -40,6 +40,15 @@ def save(model: EFA, path: str | Path, overwrite: bool = False,
         The folder. Files are written whole (temporary file, then rename) with the permissions
         of any new file under the user's umask; the metadata (:func:`metadata`) records the efa
         and torch versions.
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is not an ``efa.EFA`` or its config is not JSON.
+    FileExistsError
+        If ``path`` holds a model and ``overwrite`` is False.
+    ValueError
+        If a weight is NaN or inf (nothing is written).
     """
     from safetensors.torch import save_file
 
@@ -59,6 +68,8 @@ def save(model: EFA, path: str | Path, overwrite: bool = False,
         raise FileExistsError(
             f"{path} already holds {', '.join(present)}; pass overwrite=True to replace it"
         )
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    _refuse_non_finite(state, "the model")
     path.mkdir(parents=True, exist_ok=True)
     meta = {
         "format": FORMAT_VERSION,
@@ -79,7 +90,6 @@ def save(model: EFA, path: str | Path, overwrite: bool = False,
     weights, config = path / "model.safetensors", path / "config.json"
     tmp_weights, tmp_config = weights.with_suffix(".tmp"), config.with_suffix(".tmp")
     try:
-        state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         save_file(state, str(tmp_weights))
         tmp_config.write_text(text)
         for tmp in (tmp_weights, tmp_config):
@@ -104,14 +114,16 @@ def load(path: str | Path) -> EFA:
     Returns
     -------
     EFA
-        The model, rebuilt from its config, with the saved weights, in eval mode.
+        The model, rebuilt from its config, with the saved weights in their saved dtype
+        (float32 or float64), in eval mode.
 
     Raises
     ------
     FileNotFoundError
         When ``config.json`` or ``model.safetensors`` is missing.
     ValueError
-        When a file is not readable, the config is invalid, or the weights do not fit it.
+        When a file is not readable, the config is invalid, or the weights do not fit it
+        (their names, shapes or dtypes) or are not finite.
     """
     from safetensors.torch import load_file
 
@@ -133,12 +145,33 @@ def load(path: str | Path) -> EFA:
         raise ValueError(
             f"{path / 'model.safetensors'} is not readable (truncated?): {err}"
         ) from None
+    where = str(path / "model.safetensors")
+    floats = {str(v.dtype) for v in state.values() if v.is_floating_point()}
+    if len(floats) > 1:
+        raise ValueError(f"{where} holds tensors of several float dtypes {sorted(floats)}; "
+                         "efa.save writes the model's one")
+    if floats:  # a float64 model comes back in float64
+        model = model.to(next(v.dtype for v in state.values() if v.is_floating_point()))
+    expected = model.state_dict()
+    for k, v in state.items():
+        if k in expected and v.dtype != expected[k].dtype:
+            raise ValueError(f"{where}: tensor {k!r} is {v.dtype}, the model's is "
+                             f"{expected[k].dtype}")
+    _refuse_non_finite(state, where)
     try:
         model.load_state_dict(state)
     except RuntimeError as err:
-        raise ValueError(f"{path / 'model.safetensors'} does not fit the config: {err}") from None
+        raise ValueError(f"{where} does not fit the config: {err}") from None
     model.eval()
     return model
+
+
+def _refuse_non_finite(state: dict[str, torch.Tensor], where: str) -> None:
+    """A ValueError naming the first float tensor of ``state`` holding NaN or inf."""
+    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"{where}: tensor {bad[0]!r} holds NaN or inf ({len(bad)} such "
+                         "tensor(s)): the weights of a diverged fit, or a damaged file")
 
 
 def metadata(path: str | Path) -> dict:

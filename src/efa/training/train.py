@@ -211,10 +211,11 @@ def fit(
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError(f"{type(model).__name__} has no parameters to train: it is used as it "
                          "is (evaluate, predict), not fitted")
-    model.standardise(train)  # Value fields left at loc/scale None: standardised on train
     device = cfg.device or getattr(_CONTEXT.get(), "device", None)
-    if device is not None:
+    if device is not None:  # checked before anything of the model changes
         check_device(device)
+    model.standardise(train)  # Value fields left at loc/scale None: standardised on train
+    if device is not None:
         model.to(device)
     threads = torch.get_num_threads()
     if cfg.threads is not None:

@@ -429,7 +429,16 @@ class Bernoulli(Family):
         torch.distributions.Bernoulli
             Batch shape ``eta.shape[:-1]``.
         """
-        return torch.distributions.Bernoulli(logits=eta[..., 0])
+        return _Bernoulli(logits=eta[..., 0])
 
     def _check_support(self, y: Tensor, where: str) -> None:
         self._reject(where, y, (y != 0) & (y != 1), "are not 0 or 1", "values in {0, 1}")
+
+
+class _Bernoulli(torch.distributions.Bernoulli):
+    """torch's Bernoulli, whose ``log_prob`` also takes the integer 0/1 a Bernoulli field holds
+    (torch's own needs floats)."""
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return super().log_prob(value.to(self.logits.dtype) if not value.is_floating_point()
+                                else value)

@@ -42,8 +42,11 @@ def register_kernel(cls: type[Kernel]) -> type[Kernel]:
     Raises
     ------
     TypeError
-        If ``cls`` has no (non-empty) ``name``.
+        If ``cls`` is not a subclass of :class:`Kernel` or has no (non-empty) ``name``.
     """
+    if not (isinstance(cls, type) and issubclass(cls, Kernel)):
+        raise TypeError(f"{getattr(cls, '__name__', cls)!r} must be a subclass of efa.Kernel "
+                        "(its interface: options, weights or forward)")
     if not getattr(cls, "name", None):
         raise TypeError(f"{cls.__name__} needs a class attribute `name`")
     return KERNELS.register(cls, name=cls.name)
