@@ -16,7 +16,7 @@ from efa.core.conditional import ConditionalModel
 from efa.core.context import context_items
 from efa.core.data import Sequences
 from efa.core.fields import Category
-from efa.training.scoring import in_batches, scoring_mode
+from efa.training.scoring import check_bool, in_batches, scoring_mode
 
 __all__ = ["ranking_metrics", "recommend"]
 
@@ -109,8 +109,7 @@ def recommend(model: ConditionalModel, data: Sequences, k: int = 10, *,
     >>> efa.recommend(model, data, k=3)  # doctest: +SKIP
     """
     f = check_cut_off(model.target(field), k)
-    if not isinstance(exclude_seen, bool):
-        raise ValueError(f"exclude_seen must be True or False, got {exclude_seen!r}")
+    check_bool("exclude_seen", exclude_seen)
     model.check(data)
     if at is None:
         attributes = [g.name for g in model.fields if not g.target and g.kind == "attribute"]

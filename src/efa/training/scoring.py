@@ -31,7 +31,7 @@ def check_bool(name: str, v: object) -> None:
     ValueError
         When ``v`` is not a bool.
     """
-    if not isinstance(v, bool):
+    if not isinstance(v, bool | np.bool_):
         raise ValueError(f"{name} must be True or False, got {v!r}")
 
 

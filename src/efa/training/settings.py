@@ -6,9 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
-import numpy as np
-
-from efa.training.scoring import check_int
+from efa.training.scoring import check_bool, check_int
 
 SCHEDULES = ("anneal", "plateau", "cosine", "constant")
 
@@ -158,8 +156,7 @@ class TrainConfig:
 
     def __post_init__(self):
         for name in ("progress", "resume", "drop_last"):  # 'False' would be truthy
-            if not isinstance(getattr(self, name), bool | np.bool_):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+            check_bool(name, getattr(self, name))
         if self.monitor is not None:
             if isinstance(self.monitor, str) or not all(isinstance(m, str) for m in self.monitor) \
                     or not self.monitor:
