@@ -202,3 +202,15 @@ def test_analogy_questions_need_their_columns():
     questions = pd.DataFrame({"a": ["man"], "b": ["woman"], "c": ["king"], "d": ["queen"]})
     with pytest.raises(KeyError, match=r"lack the columns \['category', 'group'\]"):
         analogy.accuracy(np.eye(4), ["man", "woman", "king", "queen"], questions)
+
+
+def test_settings_that_would_be_ignored_are_refused_and_unknown_masks_named():
+    with pytest.raises(ValueError, match="warmup_steps=10 warms up the 'cosine' and "
+                                         "'constant' schedules; schedule='anneal'"):
+        efa.TrainConfig(warmup_steps=10)
+    efa.TrainConfig(warmup_steps=10, schedule="cosine")
+    with pytest.raises(ValueError, match="proposal='uniform' is the sampled softmax's"):
+        efa.TrainConfig(proposal="uniform")
+    d = _data()
+    with pytest.raises(KeyError, match=r"observed\['zzz'\] names no field"):
+        efa.Sequences(d.fields, d.lengths, observed={"zzz": torch.ones(2, 3, dtype=torch.bool)})

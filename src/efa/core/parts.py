@@ -45,6 +45,8 @@ def check_parts(fields: dict[str, Tensor], lengths: Tensor | Sequence[int],
     ------
     TypeError
         If a field is not a tensor (ragged lists go through :func:`pad_lists`).
+    KeyError
+        If ``observed`` names no field.
     ValueError
         If the shapes, dtypes or lengths do not agree.
     """
@@ -71,8 +73,9 @@ def check_parts(fields: dict[str, Tensor], lengths: Tensor | Sequence[int],
         bad = int(((lengths < 1) | (lengths > i)).nonzero()[0, 0])
         raise ValueError(f"sequence {bad} has length {int(lengths[bad])}, expected 1..{i}")
     for name, m in observed.items():
-        if not isinstance(m, Tensor) or name not in fields or m.shape != (n, i) \
-                or m.dtype != torch.bool:
+        if name not in fields:
+            raise KeyError(f"observed[{name!r}] names no field (fields: {list(fields)})")
+        if not isinstance(m, Tensor) or m.shape != (n, i) or m.dtype != torch.bool:
             raise ValueError(f"observed[{name!r}] must be a bool tensor of shape [{n}, {i}]")
     if scored is not None and (
         not isinstance(scored, Tensor) or scored.shape != (n, i)

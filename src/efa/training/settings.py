@@ -65,7 +65,8 @@ class TrainConfig:
     min_delta : float
         A smaller validation improvement (nats) counts as a stalled epoch.
     warmup_steps : int
-        Linear warm-up steps of the cosine schedule.
+        Linear warm-up steps of the "cosine" and "constant" schedules (refused with the
+        others, which have none).
     grad_clip : float or None
         Clip the gradient's norm to this value (None: no clipping).
     seed : int
@@ -182,6 +183,13 @@ class TrainConfig:
             check_int("sampled_softmax", self.sampled_softmax, 1)
         if self.proposal not in ("unigram", "uniform"):
             raise ValueError(f"proposal must be 'unigram' or 'uniform', got {self.proposal!r}")
+        # Settings that would be ignored without a word are refused.
+        if self.proposal != "unigram" and self.sampled_softmax is None:
+            raise ValueError(f"proposal={self.proposal!r} is the sampled softmax's: it needs "
+                             "sampled_softmax=<number of negatives>")
+        if self.warmup_steps and self.schedule not in ("cosine", "constant"):
+            raise ValueError(f"warmup_steps={self.warmup_steps} warms up the 'cosine' and "
+                             f"'constant' schedules; schedule={self.schedule!r} has none")
         if self.time_limit is not None and (
                 isinstance(self.time_limit, bool) or not isinstance(self.time_limit, int | float)
                 or not 0 < self.time_limit < math.inf):
