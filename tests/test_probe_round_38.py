@@ -214,3 +214,49 @@ def test_settings_that_would_be_ignored_are_refused_and_unknown_masks_named():
     d = _data()
     with pytest.raises(KeyError, match=r"observed\['zzz'\] names no field"):
         efa.Sequences(d.fields, d.lengths, observed={"zzz": torch.ones(2, 3, dtype=torch.bool)})
+
+
+def test_impute_fills_missing_cells_only():
+    import warnings
+
+    from efa import AttentionTableClassifier
+
+    rng = np.random.RandomState(0)
+    X = pd.DataFrame({"a": rng.choice(["x", "y"], 40), "b": rng.choice(["u", "v"], 40)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = AttentionTableClassifier(handle_unknown="unk", missing="mask", max_epochs=2,
+                                     random_state=0).fit(X, rng.choice(["A", "B"], 40))
+    out = m.impute(pd.DataFrame({"a": ["NEW", None], "b": [None, "u"]}))
+    assert out["a"].tolist()[0] == "NEW"  # a level fit never saw is the user's, not missing
+    assert out.notna().all().all()
+
+
+def test_shrinkage_skips_a_singular_alpha_and_refuses_nothing_to_score():
+    from efa.baselines.gaussian import select_shrinkage
+    from efa.spatial import sites_to_sequences
+
+    rng = np.random.RandomState(0)
+    df = pd.DataFrame([(s, t, 10.0 * s, 5.0 * s, 7.0 if s == 2 else rng.randn())
+                       for t in range(10) for s in range(3)],
+                      columns=["site", "time", "lat", "lon", "value"])
+    kw = dict(site="site", time="time", lat="lat", lon="lon", value="value")
+    data = sites_to_sequences(df, **kw)  # site 2 is constant: singular at alpha 0
+    model, curve = select_shrinkage(data[torch.arange(7)], data[torch.arange(7, 10)], "value")
+    assert curve[0.0] == float("inf") and model.alpha > 0
+    df["value"] = np.where(df.time >= 7, np.nan, rng.randn(len(df)))
+    data = sites_to_sequences(df, **kw)
+    with pytest.raises(ValueError, match="no predicted value of 'value'"):
+        select_shrinkage(data[torch.arange(7)], data[torch.arange(7, 10)], "value")
+
+
+def test_a_damaged_auto_mpg_file_is_refused_by_line(tmp_path):
+    from efa.datasets.root import data_root
+    from efa.datasets.tabular import auto_mpg
+
+    lines = (data_root() / "tabular" / "auto-mpg.csv").read_text().splitlines(True)
+    blank = list(lines)
+    blank[1] = blank[1][blank[1].index(","):]  # the first row's mpg left empty
+    (tmp_path / "a.csv").write_text("".join(blank))
+    with pytest.raises(ValueError, match="line 2: column 'mpg' holds nan where a number"):
+        auto_mpg(tmp_path / "a.csv")

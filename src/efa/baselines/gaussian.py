@@ -9,6 +9,7 @@ step, the same sites in every sequence): the statistician's peers of spatial EFA
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -232,7 +233,8 @@ class GaussianConditional:
         Raises
         ------
         ValueError
-            If ``data`` has another number of sites (columns) than the training data.
+            If ``data`` has another number of sites (columns) than the training data, or the
+            covariance of a row's observed sites is singular.
         """
         y, _ = sequence_matrix(data, self.name)
         _check_width(y, len(self.mean_))
@@ -243,7 +245,13 @@ class GaussianConditional:
         for p, pattern in enumerate(patterns):
             rows = np.flatnonzero(inverse.reshape(-1) == p)
             o = np.flatnonzero(pattern)
-            prec = np.linalg.inv(sigma[np.ix_(o, o)])
+            try:
+                prec = np.linalg.inv(sigma[np.ix_(o, o)])
+            except np.linalg.LinAlgError:
+                raise ValueError(f"the covariance of {self.name!r} over the observed sites "
+                                 f"{o.tolist()[:10]} is singular at alpha={self.alpha} (a "
+                                 "constant site, or more sites than training time steps): "
+                                 "shrink it (alpha > 0)") from None
             d = y[np.ix_(rows, o)] - self.mean_[o]
             # μ_i − (1/P_ii) Σ_{j≠i} P_ij d_j = μ_i + d_i − (P d)_i / P_ii
             out[np.ix_(rows, o)] = self.mean_[o] + d - (d @ prec) / np.diag(prec)
@@ -290,19 +298,35 @@ def select_shrinkage(
     model : GaussianConditional
         The model fitted on ``train``, with the α of the least validation MSE.
     curve : dict of float to float
-        α → validation MSE.
+        α → validation MSE (inf where the shrunk covariance is singular).
+
+    Raises
+    ------
+    ValueError
+        If ``val`` has no observed value of ``name``, or every α leaves the covariance
+        singular.
     """
     model = GaussianConditional().fit(train, name)
     curve = {}
     for a in grid:
         model.alpha = a
-        curve[a] = model.mse(val)
+        try:
+            curve[a] = model.mse(val)
+        except ValueError as err:
+            if "singular" not in str(err):
+                raise
+            curve[a] = math.inf  # this α cannot condition; a larger one may
+    if all(math.isinf(v) for v in curve.values()):
+        raise ValueError(f"every alpha in {list(curve)} leaves the covariance of {name!r} "
+                         "singular: try larger ones")
     model.alpha = min(curve, key=lambda a: curve[a])
     return model, curve
 
 
 def _mse(pred: np.ndarray, data: Sequences, name: str) -> float:
     y, m = sequence_matrix(data, name)
+    if not m.any():  # a mean of nothing is NaN, and min() would "choose" by it
+        raise ValueError(f"the data have no predicted value of {name!r} to score")
     return float(((pred[m] - y[m]) ** 2).mean())
 
 

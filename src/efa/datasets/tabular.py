@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from efa.datasets.root import data_root, require_file
+from efa.datasets.root import data_root, read_csv, require_file, warn_row_count
 
 #: ``np.random.seed(2023); np.random.randint(10000, size=20)`` — the 20 data sets per setting.
 SIMULATION_SEEDS = (4951, 5657, 2743, 6049, 5852, 6659, 9076, 470, 357, 5088,
@@ -272,14 +272,17 @@ def auto_mpg(path: str | os.PathLike[str] | None = None) -> tuple[pd.DataFrame, 
     FileNotFoundError
         When the file does not exist.
     ValueError
-        When a column is missing.
+        When a column is missing, or a cell is empty or not a number (naming its line).
     """
     path = require_file(path or data_root() / "tabular" / "auto-mpg.csv", "UCI auto-mpg CSV")
-    raw = pd.read_csv(path)
+    raw = read_csv(path, dtype=str)
     missing = [c for c in ["mpg", *AUTO_MPG_COLUMNS, "origin"] if c not in raw]
     if missing:
         raise ValueError(f"{path}: columns {missing} are missing (has {list(raw)})")
-    raw = raw[raw["horsepower"].astype(str).str.strip() != "?"]
+    warn_row_count(path, len(raw), 398, "UCI auto-mpg file")
+    raw = raw[raw["horsepower"].fillna("").str.strip() != "?"].copy()  # the file's missing mark
+    for c in ["mpg", *AUTO_MPG_COLUMNS, "origin"]:
+        raw[c] = _numbers(raw[c], path, c)
     raw = raw[raw["cylinders"].isin([4, 6, 8])].copy()
     raw["horsepower"] = raw["horsepower"].astype(int)
     out = pd.DataFrame(index=raw.index)
@@ -344,9 +347,15 @@ def car(path: str | os.PathLike[str] | None = None, shift: str = "buying",
         ``train_levels`` that leave a split empty.
     """
     path = require_file(path or data_root() / "tabular" / "car.csv", "UCI Car Evaluation CSV")
-    raw = pd.read_csv(path, dtype=str)
+    raw = read_csv(path, dtype=str)
     if list(raw) != CAR_COLUMNS:
         raise ValueError(f"{path}: expected columns {CAR_COLUMNS}, got {list(raw)}")
+    warn_row_count(path, len(raw), 1728, "UCI Car Evaluation file")
+    empty = raw.isna().any(axis=1).to_numpy()
+    if empty.any():  # a line cut short leaves its last cells empty
+        k = int(np.flatnonzero(empty)[0])
+        raise ValueError(f"{path}, line {k + 2}: cells of {list(raw.columns[raw.iloc[k].isna()])} "
+                         "are empty (a line cut short?)")
     for c, levels in CAR_LEVELS.items():
         bad = set(raw[c]) - set(levels)
         if bad:
@@ -358,3 +367,16 @@ def car(path: str | os.PathLike[str] | None = None, shift: str = "buying",
     if not inside.any() or inside.all():
         raise ValueError(f"train_levels {train_levels} leave an empty split of {shift!r}")
     return raw[inside].reset_index(drop=True), raw[~inside].reset_index(drop=True)
+
+
+def _numbers(col: pd.Series, path: str | os.PathLike[str], name: str) -> pd.Series:
+    """A column of text cells as numbers, or a ValueError naming the file's line (the header
+    is line 1) and the cell."""
+    v = pd.to_numeric(col, errors="coerce")
+    bad = v.isna().to_numpy()
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{path}, line {int(col.index[k]) + 2}: column {name!r} holds "
+                         f"{col.iloc[k]!r} where a number was expected ({int(bad.sum())} such "
+                         "line(s))")
+    return v
