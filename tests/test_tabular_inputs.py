@@ -165,6 +165,11 @@ def test_class_metrics_count_a_tie_of_k_classes_as_one_kth_of_a_hit():
     proba = np.array([[1 / 3] * 3, [0.5, 0.5, 0.0], [0.2, 0.8, 0.0], [0.6, 0.4, 0.0]])
     assert class_metrics(y, proba, ["a", "b", "c"])["accuracy"] == pytest.approx(
         (1 / 3 + 1 / 2 + 0 + 1) / 4)
+    # equal vote shares summed in another order differ in the last bit: still a tie
+    near = np.array([[0.4, np.nextafter(0.4, 1.0), 0.0]])
+    near[0, 2] = 1 - near[0, :2].sum()
+    assert near[0, 0] != near[0, 1]
+    assert class_metrics(np.array(["b"]), near, ["a", "b", "c"])["accuracy"] == 0.5
 
 
 @pytest.mark.parametrize("proba, match", [

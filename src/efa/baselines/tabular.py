@@ -145,7 +145,8 @@ def class_metrics(y_true: npt.ArrayLike, proba: npt.ArrayLike,
     classes = np.asarray(classes)
     proba, at = _check_proba(y_true, proba, classes)
     pred = classes[proba.argmax(1)]
-    tied = proba == proba.max(1, keepdims=True)  # exact ties, as argmax sees them
+    # Ties within rounding (equal vote shares summed in another order) count, as in calibration
+    tied = proba >= proba.max(1, keepdims=True) * (1 - 1e-12)
     hits = tied[np.arange(len(proba)), at] / tied.sum(1)
     out = {"accuracy": float(hits.mean()),
            "log loss": float(row_log_loss(y_true, proba, classes).mean())}
