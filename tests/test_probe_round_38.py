@@ -260,3 +260,12 @@ def test_a_damaged_auto_mpg_file_is_refused_by_line(tmp_path):
     (tmp_path / "a.csv").write_text("".join(blank))
     with pytest.raises(ValueError, match="line 2: column 'mpg' holds nan where a number"):
         auto_mpg(tmp_path / "a.csv")
+
+
+def test_a_teacher_spec_needs_an_integer_seed():
+    from efa.generators.suite import draw
+
+    assert draw(1) == draw(1)
+    for seed in (True, 1.0, -1):
+        with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+            draw(seed)

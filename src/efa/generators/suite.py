@@ -36,6 +36,7 @@ from efa.core.fields import Attribute, Category, Field, Value
 from efa.core.model import EFA
 from efa.generators.teacher import attention_teacher, bayes_nll, sample
 from efa.training.masked import masked_log_likelihoods
+from efa.training.scoring import check_int
 
 __all__ = ["DEVELOPMENT_SEEDS", "EVALUATION_SEEDS", "TeacherSpec", "draw", "masked_bayes_nll",
            "suite"]
@@ -215,7 +216,13 @@ def draw(seed: int) -> TeacherSpec:
     -------
     TeacherSpec
         The spec.
+
+    Raises
+    ------
+    ValueError
+        If ``seed`` is not an integer >= 0 (True would be read as seed 1).
     """
+    check_int("seed", seed, 0)
     rng = np.random.default_rng(seed)
     direction = "unidirectional" if seed % 2 == 0 else "bidirectional"  # half and half
     layers, heads = int(rng.integers(1, 3)), int(rng.choice([1, 2, 4]))
