@@ -178,7 +178,7 @@ def test_bad_requests_are_refused(teacher):
                                              "model's max_len 3"):
             efa.sample(teacher, 2, length=length)
     for seed in (None, 1.5, -1):
-        with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        with pytest.raises(ValueError, match="seed must be an integer >= 0"):
             efa.sample(teacher, 2, seed=seed)
     store = efa.EFA(efa.EFAConfig([efa.Category("store", 5, target=False),
                                    efa.Category("item", 6)], max_len=4,

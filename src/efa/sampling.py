@@ -32,9 +32,10 @@ from typing import cast
 import torch
 from torch import Tensor
 
-from efa.core.conditional import ConditionalModel
+from efa.core.conditional import ConditionalModel, evaluating
 from efa.core.data import Sequences
 from efa.core.fields import Category, Value
+from efa.training.scoring import check_int
 
 __all__ = ["sample"]
 
@@ -191,8 +192,7 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     """
     if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 0:
         raise ValueError(f"sweeps must be an integer >= 0, got {sweeps!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_int("seed", seed, 0)
     values, todo, lengths = _start(model, n, length, context)
     width = values[next(iter(values))].shape[1]
     known = {k: ~m for k, m in todo.items()}
@@ -203,9 +203,8 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     before_observed = {k: m & (position <= last_observed[:, None]) for k, m in todo.items()}
     g = torch.Generator().manual_seed(seed)
     causal = getattr(model, "direction", "bidirectional") == "unidirectional"
-    was_training = model.training
-    model.eval()
-    try:
+    swept = before_observed if causal else todo
+    with evaluating(model):
         for i in range(width):  # the first pass: ancestral for a causal model
             for f in model.target_fields:
                 rows = todo[f.name][:, i].nonzero()[:, 0]
@@ -215,14 +214,9 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
         for _ in range(sweeps):
             for i in range(width):
                 for f in model.target_fields:
-                    if not causal:
-                        rows = todo[f.name][:, i].nonzero()[:, 0]
-                        if len(rows):
-                            _draw(model, values, known, lengths, f.name, i, rows, g, width)
-                        continue
-                    rows = before_observed[f.name][:, i].nonzero()[:, 0]
-                    if len(rows):
+                    rows = swept[f.name][:, i].nonzero()[:, 0]
+                    if len(rows) and causal:
                         _metropolis(model, values, known, lengths, f.name, i, rows, g)
-    finally:
-        model.train(was_training)
+                    elif len(rows):
+                        _draw(model, values, known, lengths, f.name, i, rows, g, width)
     return Sequences(values, lengths)

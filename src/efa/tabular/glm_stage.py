@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
+from efa.core.conditional import evaluating
 from efa.core.families import Ordinal
 from efa.tabular.model import GLM_STAGE
 from efa.training.lbfgs import fit_lbfgs
@@ -160,10 +161,8 @@ def glm_path(model: TableEFA, train: Sequences, val: Sequences | None, threads: 
             warnings.simplefilter("ignore", ConvergenceWarning)
             history = fit_lbfgs(model, train, threads, penalty_at(c))
         iterations += history.epochs_run
-        was_training = model.training
-        with torch.no_grad():  # scored without cell dropout, as fit_lbfgs fits
-            s, m = model.eval().log_likelihood_sums(val)[model.response]
-        model.train(was_training)
+        with torch.no_grad(), evaluating(model):  # without cell dropout, as fit_lbfgs fits
+            s, m = model.log_likelihood_sums(val)[model.response]
         path.append(-float(s) / m)
         if best is None or path[-1] < best[0]:
             best, worse = (path[-1], c, [p.detach().clone() for p in params], history), 0
