@@ -466,6 +466,16 @@ def test_non_positive_alpha_is_refused(name, alpha):
         EFAConfig(mixed_fields_small(), attention={"kernel": name, "alpha": alpha})
 
 
+@pytest.mark.parametrize("name", ["generalized", "fenchel", "second_order", "ot"])
+@pytest.mark.parametrize("option,value", [("alpha", 1e308), ("alpha", 1e-320), ("gamma", 1e39)])
+def test_reliability_beyond_float32_is_refused(name, option, value):
+    # log α (log γ) is a float32 parameter: exp of it would be inf or 0 at the first forward.
+    if option == "gamma" and name != "ot":
+        return
+    with pytest.raises(ValueError, match=f"{option} must lie in"):
+        EFAConfig(mixed_fields_small(), attention={"kernel": name, option: value})
+
+
 def mixed_fields_small():
     from efa import Category
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import Tensor, nn
 
-from efa.core.fields import Category
+from efa.core.fields import ROLES, Category
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.attention import Block
@@ -113,6 +113,11 @@ def check_linear(model: EFA, layers: int | None = 1) -> None:
         )
     if not isinstance(cast("Block", model.blocks[0]).attn.o, nn.Linear):
         raise ValueError("the map needs out_proj=True (W^O)")
+    # One token x'_j is the query, key, value and skip input of Lemma 1.
+    partial = {f.name: f.feeds for f in cfg.fields if set(f.feeds) != set(ROLES)}
+    if partial:
+        raise ValueError(f"the map needs every field to feed {ROLES} (Field.feeds); these "
+                         f"feed less: {partial}")
     # The mixture sums over every token of the context, the target's own slot included.
     if cfg.direction != "bidirectional" or not cfg.attend_self:
         raise ValueError("the map needs direction='bidirectional' and attend_self=True (the "

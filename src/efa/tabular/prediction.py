@@ -191,7 +191,7 @@ def fill_missing(est: AttentionTableClassifier, X: pd.DataFrame,
     # A level fit never saw is hidden from the model too (handle_unknown="unk"), but it is the
     # user's value, not a missing one: only missing cells are filled.
     for pos in range(est.n_positions_ - 1):
-        hole[:, pos] &= torch.as_tensor(X[est.columns_[pos]].isna().to_numpy())
+        hole[:, pos] &= torch.as_tensor(X[est.columns_[pos]].isna().to_numpy(copy=True))
     out = X.copy()
     if not hole.any():
         return out

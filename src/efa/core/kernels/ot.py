@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from efa.core.kernels.base import register_kernel
 from efa.core.kernels.preference import (
     PreferenceKernel,
+    log_parameter,
     positive,
     template_mean,
     template_scores,
@@ -277,11 +278,11 @@ class OT(PreferenceKernel):
         super().check_options(options)
         o = {**cls.DEFAULTS, **options}
         where = f"attention kernel {cls.name!r}: "
-        for key in ("gamma", "cost_scale"):
-            try:
-                positive(o[key], key)
-            except ValueError as err:
-                raise ValueError(where + str(err)) from None
+        try:
+            log_parameter(o["gamma"], "gamma")
+            positive(o["cost_scale"], "cost_scale")
+        except ValueError as err:
+            raise ValueError(where + str(err)) from None
         if not isinstance(o["learn_gamma"], bool):
             raise ValueError(f"{where}learn_gamma must be true or false, got {o['learn_gamma']!r}")
         cost = o["cost"]

@@ -5,11 +5,10 @@ close to a *preference prior* u and tilted towards the query's *evidence* z with
 This module holds what the kernels of that family share:
 
 - the preference prior log u_qj of query q over the templates j it may see: the attention mask
-  (−inf outside), optionally T5's relative-position buckets (a learned bias per head and
-  bucket, bucketed exactly as T5 does: bidirectionally in the encoder, causally in the decoder)
-  and a context-dependent preference network (the paper's Sec. 7 proposal: log u_qj computed
-  from template j and a pooled context of query q);
-- the reliability α, one learned positive scalar per head;
+  (−inf outside), optionally T5's relative-position buckets (bucketed as T5 does: both ways in
+  the encoder, causally in the decoder) and the paper's Sec. 7 context-dependent preference
+  network (log u_qj from template j and a pooled context of query q);
+- the reliability α, one learned positive scalar per head (its log held in float32);
 - :class:`PreferenceKernel`, the base class of ``generalized``, ``fenchel``, ``second_order``
   and ``ot``: it builds log u (with the two-stream "own template" of query q at j = q) and
   leaves the tilt to the subclass.
@@ -79,8 +78,7 @@ def relative_position_bucket(relative_position: Tensor, bidirectional: bool,
 
 
 def with_own(s: Tensor, own_diag: Tensor | None) -> Tensor:
-    """``s`` with entry (q, q) replaced by ``own_diag`` (two-stream: query q holds its own
-    template at position q).
+    """``s`` with entry (q, q) replaced by ``own_diag`` (two-stream: q holds its own template).
 
     Parameters
     ----------
@@ -174,8 +172,7 @@ def check_prior(log_u: Tensor, where: str = "") -> None:
 
 
 def generalized_weights(t: Tensor, z: Tensor, log_u: Tensor, alpha: float | Tensor) -> Tensor:
-    """Eq. 17: p_j ∝ u_j exp(α⟨t_j, z⟩), the closed-form approximation of attention as
-    inference.
+    """Eq. 17: p_j ∝ u_j exp(α⟨t_j, z⟩), attention as inference's closed-form approximation.
 
     Parameters
     ----------
@@ -201,6 +198,34 @@ def generalized_weights(t: Tensor, z: Tensor, log_u: Tensor, alpha: float | Tens
     alpha = positive(alpha, "alpha")
     check_prior(log_u)
     return torch.softmax(log_u + alpha * (t @ z[..., None])[..., 0], dim=-1)
+
+
+def log_parameter(x: float, name: str) -> float:
+    """``x`` if exp(log x) stays finite and non-zero in float32, where its log is held.
+
+    Parameters
+    ----------
+    x : float
+        The option's value.
+    name : str
+        The option's name, for the error.
+
+    Returns
+    -------
+    float
+        ``x`` itself.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not a number > 0 within float32's normal range.
+    """
+    positive(x, name)
+    f32 = torch.finfo(torch.float32)
+    if not f32.tiny <= x <= f32.max:
+        raise ValueError(f"{name} must lie in [{f32.tiny:.3g}, {f32.max:.3g}] (its log is a "
+                         f"float32 parameter), got {x!r}")
+    return x
 
 
 def positive(x: _Number, name: str) -> _Number:
@@ -250,13 +275,12 @@ class PreferenceKernel(Kernel):
         - ``alpha`` (1.0): initial reliability α > 0 of every head; ``learn_alpha`` (True):
           learn log α per head.
         - ``relative`` ("none"): T5 relative-position buckets in log u: "auto" (causal
-          bucketing for unidirectional models, bidirectional otherwise), "bidirectional",
-          "causal"; ``num_buckets`` (32), ``max_distance`` (128) as in T5. The biases start
-          at 0.
+          for unidirectional models, else bidirectional), "bidirectional", "causal";
+          ``num_buckets`` (32), ``max_distance`` (128) as in T5. The biases start at 0.
         - ``context`` (0): rank r of the context-dependent preference network, 0 = off:
-          log u_qj += a(k_j) + ⟨b(k_j), C c_q⟩ with a, b a small MLP (``context_hidden``
-          units, 16) of the key and c_q the mean key over the templates query q may see. Its
-          output layer starts at 0, so every kernel starts as its uniform-prior form.
+          log u_qj += a(k_j) + ⟨b(k_j), C c_q⟩, a and b a small MLP (``context_hidden``
+          units, 16) of the key, c_q the mean key over query q's templates. Its output layer
+          starts at 0, so every kernel starts as its uniform-prior form.
 
         Subclasses add their own (``DEFAULTS``).
 
@@ -305,7 +329,7 @@ class PreferenceKernel(Kernel):
         o = {**cls.DEFAULTS, **options}
         where = f"attention kernel {cls.name!r}: "
         try:
-            positive(o["alpha"], "alpha")
+            log_parameter(o["alpha"], "alpha")
         except ValueError as err:
             raise ValueError(where + str(err)) from None
         if o["relative"] not in RELATIVE:
