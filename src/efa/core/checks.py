@@ -57,9 +57,15 @@ def check_sequences(data: Sequences, fields: Sequence[Field], max_len: int | Non
             "Sequences.from_lists or Sequences.from_frame"
         )
     if max_len is not None and data.max_len > max_len:
+        longest = int(data.lengths.max())
+        if longest <= max_len:  # only the padding is too wide
+            raise ValueError(
+                f"the tensors are padded to width {data.max_len}, wider than the positional "
+                f"table ({max_len}), though the longest sequence has length {longest}: trim "
+                "the padding with data[:]")
         raise ValueError(
-            f"sequences of length {data.max_len} are longer than the positional table "
-            f"({max_len}); build the model with max_len >= {data.max_len}"
+            f"sequences of length {longest} are longer than the positional table "
+            f"({max_len}); build the model with max_len >= {longest}"
         )
     valid = data.valid()
     for f in fields:

@@ -120,6 +120,8 @@ class Sequences:
                 raise ValueError("the selection is empty: Sequences must hold at least one "
                                  "sequence")
             idx = torch.as_tensor(np.asarray(idx))
+        elif isinstance(idx, slice) and (idx.step or 1) < 0:  # torch slices only forwards
+            idx = torch.as_tensor(range(n)[idx], dtype=torch.long)
         elif not isinstance(idx, Tensor | slice):
             raise IndexError(f"select sequences with an integer, a slice, an integer or bool "
                              f"tensor, list or array; got {type(idx).__name__} {idx!r}")
@@ -127,12 +129,14 @@ class Sequences:
             if idx.dtype == torch.bool:
                 if idx.shape != (n,):
                     raise IndexError(f"a bool mask must have shape [{n}], got {tuple(idx.shape)}")
-            elif idx.is_floating_point() or idx.dim() != 1:
+            elif idx.is_floating_point() or idx.is_complex() or idx.dim() != 1:
                 raise IndexError(f"select sequences with a 1-d integer or bool tensor, got "
                                  f"{idx.dtype} of shape {tuple(idx.shape)}")
-            elif len(idx) and not ((idx >= -n) & (idx < n)).all():
-                raise IndexError(f"sequence index {int(idx[(idx < -n) | (idx >= n)][0])} is out "
-                                 f"of range: there are {n} sequences")
+            else:  # unsigned and short integers would wrap -n; torch reads uint8 as a mask
+                idx = idx.to(torch.long)
+                if len(idx) and not ((idx >= -n) & (idx < n)).all():
+                    raise IndexError(f"sequence index {int(idx[(idx < -n) | (idx >= n)][0])} is "
+                                     f"out of range: there are {n} sequences")
         lengths = self.lengths[idx]
         if lengths.numel() == 0:
             raise ValueError("the selection is empty: Sequences must hold at least one sequence")
@@ -181,7 +185,10 @@ class Sequences:
                         "to an integer type would truncate the values")
                 dtype = a
             else:
-                device = torch.device(a)
+                try:  # an index needs an accelerator; a misspelt name is torch's RuntimeError
+                    device = torch.device(a)
+                except RuntimeError as err:
+                    raise ValueError(f"device {a!r} does not exist here: {err}") from None
         if device is not None and device.type not in ("cpu", "meta") and \
                 not _device_available(device):
             raise ValueError(f"device {device} does not exist on this machine")
@@ -298,7 +305,7 @@ class Sequences:
         Raises
         ------
         ValueError
-            If ``per_row`` is not a positive integer.
+            If ``per_row`` is not a positive integer, or no position is scored.
         """
         _check_per_row(per_row)
         slots = self.scored_positions()
@@ -312,8 +319,11 @@ class Sequences:
                 m[idx[start : start + per_row]] = True
                 rows.append(n)
                 masks.append(m)
+        if not rows:
+            raise ValueError("split_scored: no position is scored, so there is nothing to split")
         order = torch.randperm(len(rows), generator=g)
-        return self[torch.tensor(rows)[order]].with_scored(torch.stack(masks)[order])
+        picked = self[torch.tensor(rows)[order]]  # trimmed to its own longest row
+        return picked.with_scored(torch.stack(masks)[order][:, : picked.max_len])
 
     def thin_scored(self, per_row: int, seed: int = 0) -> Sequences:
         """Keep at most ``per_row`` random scored positions per sequence (a cheaper, fixed

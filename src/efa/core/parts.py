@@ -264,8 +264,17 @@ def frame_lists(frame: pd.DataFrame, by: str, fields: Mapping, order: str | None
     for name, cs in cols.items():
         integer = all(frame[c].dtype.kind in "biu" or str(frame[c].dtype) in (
             "Int64", "Int32", "boolean") for c in cs)  # True/False are the counts 1/0
-        values = [g[cs].to_numpy(dtype=float, na_value=np.nan) for g in groups]
-        nan = [np.isnan(v).any(1) for v in values]
+        if integer:  # through float, integers beyond 2**53 would change
+            for c in cs:
+                if frame[c].dtype.kind == "u" and len(frame) and \
+                        int(frame[c].max()) > np.iinfo(np.int64).max:
+                    raise ValueError(f"field {name!r}: column {c!r} holds {int(frame[c].max())}, "
+                                     "which does not fit int64")
+            values = [g[cs].to_numpy(dtype=np.int64, na_value=0) for g in groups]
+            nan = [g[cs].isna().to_numpy().any(1) for g in groups]
+        else:
+            values = [g[cs].to_numpy(dtype=float, na_value=np.nan) for g in groups]
+            nan = [np.isnan(v).any(1) for v in values]
         if any(n.any() for n in nan):
             if not missing:
                 s = next(k for k, n in enumerate(nan) if n.any())

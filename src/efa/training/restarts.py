@@ -60,8 +60,9 @@ def fit_restarts(build: Callable[[], ConditionalModel], train: Sequences, val: S
     Restart k builds its model under ``torch.manual_seed(seed + k)`` (inside
     ``torch.random.fork_rng``, so drawing the weights leaves the caller's random state as it
     was) and fits it with :func:`efa.fit` and the same settings; only the initial weights
-    differ between restarts (the batch order follows the settings' ``seed``). The choice
-    reads each fit's ``History.best_val`` (the restored weights' validation loss, over
+    differ between restarts (the batch order follows the settings' ``seed``; dropout's
+    masks, if the model has any, are drawn under a seed that follows from ``seed + k``). The
+    choice reads each fit's ``History.best_val`` (the restored weights' validation loss, over
     ``monitor``'s fields where set) and nothing of any test data. Each restart's model is
     built (and checked) before the previous one is fitted, and only the best fit so far is
     kept: at most three models are held at once.
@@ -124,11 +125,13 @@ def fit_restarts(build: Callable[[], ConditionalModel], train: Sequences, val: S
     best = 0
     seeds = [seed + k for k in range(restarts)]
 
-    def draw(k: int) -> ConditionalModel:
-        """Restart k's model, checked: a new one, with weights of its own."""
+    def draw(k: int) -> tuple[ConditionalModel, int]:
+        """Restart k's model, checked: a new one, with weights of its own; and the seed of
+        its fit's dropout (the next draw of the same stream, so not the weights' numbers)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seeds[k])
             model = build()
+            dropout_seed = int(torch.randint(2**62, ()))
         if not isinstance(model, ConditionalModel):
             raise TypeError(f"build() returned {type(model).__name__}, not a model (efa.EFA or "
                             "another efa.ConditionalModel)")
@@ -142,17 +145,23 @@ def fit_restarts(build: Callable[[], ConditionalModel], train: Sequences, val: S
                              f"{starts[start]}: build() must draw them from torch's random "
                              f"state, which fit_restarts seeds (seed + k), not set a seed itself")
         starts[start] = k
-        return model
+        return model, dropout_seed
 
     # The next restart is drawn before this one is fitted, so a bad build is refused before
     # any fit's time is spent on it.
-    following: ConditionalModel | None = draw(0)
+    following: tuple[ConditionalModel, int] | None = draw(0)
     for k in range(restarts):
-        model, following = following, (draw(k + 1) if k + 1 < restarts else None)
-        assert model is not None
+        assert following is not None
+        (model, dropout_seed), following = following, (
+            draw(k + 1) if k + 1 < restarts else None)
         run = cfg if not cfg.checkpoint_dir else replace(
             cfg, checkpoint_dir=str(Path(cfg.checkpoint_dir) / f"restart{k}"))
-        histories.append(fit(model, train, val, run))
+        # Dropout draws from torch's global state, which fit leaves to its caller: seeded
+        # here, the same arguments give the same restarts, whatever the caller drew before.
+        cuda = sorted({p.device.index or 0 for p in model.parameters() if p.is_cuda})
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(dropout_seed)
+            histories.append(fit(model, train, val, run))
         if kept is None or histories[k].best_val < histories[best].best_val:
             kept, best = model, k
     assert kept is not None

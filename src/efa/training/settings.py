@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
+
 from efa.training.scoring import check_bool, check_int
 
 SCHEDULES = ("anneal", "plateau", "cosine", "constant")
@@ -70,7 +72,10 @@ class TrainConfig:
     grad_clip : float or None
         Clip the gradient's norm to this value (None: no clipping).
     seed : int
-        Seeds the shuffling and every random draw of the fit.
+        Seeds the fit's own draws: the shuffling, the length buckets' order, sampled
+        positions and sampled negatives. Dropout's masks come from torch's global random
+        state, as in any torch model: call ``torch.manual_seed`` before ``fit`` to repeat a
+        fit with dropout (:func:`efa.fit_restarts` seeds each restart's).
     eval_batch_size : int
         Sequences per batch when scoring validation data.
     progress : bool
@@ -158,6 +163,14 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("progress", "resume", "drop_last"):  # 'False' would be truthy
             check_bool(name, getattr(self, name))
+        # NumPy numbers become Python ones: torch's generators and the checkpoint's JSON take
+        # only those.
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, np.integer):
+                setattr(self, f.name, int(v))
+            elif isinstance(v, np.floating):
+                setattr(self, f.name, float(v))
         if self.monitor is not None:
             if isinstance(self.monitor, str) or not all(isinstance(m, str) for m in self.monitor) \
                     or not self.monitor:
@@ -258,7 +271,8 @@ class History:
     lr : list of float
         The learning rate after each epoch's schedule step.
     best_epoch : int, default -1
-        The best epoch (its weights are restored); −1 when the starting weights were kept,
+        The best epoch's index in ``val_loss`` (from 0: 1 is the second epoch; its weights
+        are restored); −1 when the starting weights were kept,
         or when there was no validation data (then the last epoch's weights are kept).
     best_val : float, default inf
         Its validation loss.

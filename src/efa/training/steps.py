@@ -113,13 +113,15 @@ def batches(order: torch.Tensor, lengths: torch.Tensor, batch_size: int, n_batch
     if bucket is None:
         return [order[s : s + batch_size] for s in range(0, n_batches * batch_size, batch_size)]
     window = bucket * batch_size
+    # A dropped partial batch is cut from the shuffled order before sorting: cut after it, it
+    # would be the last window's shortest sequences, the same ones every epoch when one
+    # window holds the data.
+    order = order[: n_batches * batch_size]
     cut: list[torch.Tensor] = []
     for start in range(0, len(order), window):
         part = order[start : start + window]
         part = part[torch.sort(lengths[part].cpu(), descending=True, stable=True).indices]
         cut += list(part.split(batch_size))
-    # Only the last batch can be partial; dropping it drops the last window's shortest ones.
-    cut = cut[:n_batches]
     return [cut[i] for i in torch.randperm(len(cut), generator=gen)]
 
 

@@ -211,6 +211,10 @@ def fit(
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError(f"{type(model).__name__} has no parameters to train: it is used as it "
                          "is (evaluate, predict), not fitted")
+    half = {str(p.dtype) for p in model.parameters() if p.dtype in (torch.float16, torch.bfloat16)}
+    if half:  # AdamW's steps underflow there
+        raise ValueError(f"fit trains float32 or float64 weights, the model has {sorted(half)}: "
+                         "keep the weights float32 and pass autocast='fp16' or 'bf16'")
     device = cfg.device or getattr(_CONTEXT.get(), "device", None)
     if device is not None:  # checked before anything of the model changes
         check_device(device)
@@ -452,14 +456,16 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     if hist.stopped == "time_limit":
         warnings.warn(f"fit stopped at its time limit of {cfg.time_limit:g} s after "
                       f"{hist.epochs_run} epochs ({hist.seconds:.1f} s); "
-                      + (f"the best epoch ({hist.best_epoch + 1}) is restored"
+                      + (f"the best epoch (epoch {hist.best_epoch + 1} counted from 1, "
+                         f"best_epoch={hist.best_epoch}) is restored"
                          if hist.best_epoch >= 0 else "the last weights are kept"
                          if val is None else "the starting weights are kept"),
                       TimeLimitReached, stacklevel=3)
     if val is not None and hist.best_epoch == hist.epochs_run - 1 and \
             hist.epochs_run == cfg.max_epochs:
         warnings.warn(
-            f"the best validation epoch was the last one ({hist.epochs_run}): the model may "
+            f"the best validation epoch was the last one (epoch {hist.epochs_run} counted from "
+            f"1, best_epoch={hist.best_epoch}): the model may "
             "still be improving; consider more epochs", StillImproving, stacklevel=3)
     return hist
 
