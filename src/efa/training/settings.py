@@ -74,8 +74,8 @@ class TrainConfig:
     seed : int
         Seeds the fit's own draws: the shuffling, the length buckets' order, sampled
         positions and sampled negatives. Dropout's masks come from torch's global random
-        state, as in any torch model: call ``torch.manual_seed`` before ``fit`` to repeat a
-        fit with dropout (:func:`efa.fit_restarts` seeds each restart's).
+        state, as in any torch model: call :func:`efa.seed_everything` before ``fit`` to
+        repeat a fit with dropout (:func:`efa.fit_restarts` seeds each restart's).
     eval_batch_size : int
         Sequences per batch when scoring validation data.
     progress : bool
