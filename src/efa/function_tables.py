@@ -7,6 +7,7 @@ sequence per function (``docs/in-context-regression.md``).
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,7 +40,8 @@ def functions_to_sequences(frame: pd.DataFrame, function: str, x: str, y: str,
     -------
     (Sequences, list)
         The sequences (the first point of each function is not scored: it has no context)
-        and the channel labels (empty without ``channel``).
+        and the channel labels (empty without ``channel``). x and y are float64, as given:
+        large values with small differences (e.g. Unix seconds) stay distinct.
 
     Raises
     ------
@@ -91,8 +93,16 @@ def functions_to_sequences(frame: pd.DataFrame, function: str, x: str, y: str,
                 f"(function {frame.loc[row, function]!r}); drop such rows (a point that was "
                 "not observed is simply absent from its function's context)"
             )
-    frame[x] = frame[x].astype(np.float32)
-    frame[y] = frame[y].astype(np.float32)
+        # The table keeps float64, but a float32 model's encoder casts before it
+        # standardises: float32 numbers near 1.7e9 (Unix seconds) are 128 apart.
+        v = frame[col].to_numpy(dtype=np.float64)
+        n64, n32 = np.unique(v).size, np.unique(v.astype(np.float32)).size
+        if n32 < n64:
+            warnings.warn(f"column {col!r}: its {n64} distinct values are {n32} in float32, the "
+                          "precision a float32 model computes in: subtract an offset first "
+                          "(e.g. the first time stamp) or use a float64 model (model.double())",
+                          stacklevel=2)
+        frame[col] = v
     data = Sequences.from_frame(frame, by=function, fields=fields)
     data.fields["x"] = data.fields["x"].reshape(*data.fields["x"].shape[:2], 1)  # an attribute
     scored = data.valid().clone()

@@ -236,7 +236,9 @@ def gp_attention(train: Sequences, channels: int | list = 2, channel_dim: int = 
         Training functions from :func:`~efa.function_tables.functions_to_sequences` (x and y
         are standardised on them).
     channels : int or list, default 2
-        Their number, or their labels (kept with the model, as in :func:`note_efa`).
+        Their number, or their labels (kept with the model, as in :func:`note_efa`); 0 (or
+        an empty list): no channel field, the similarity is then the RBF on x alone (the
+        head is 1 wide).
     channel_dim : int, default 2
         The width of the channel's embedding (the head is 1 + ``channel_dim`` wide).
     readout_hidden : int, default 64
@@ -249,14 +251,16 @@ def gp_attention(train: Sequences, channels: int | list = 2, channel_dim: int = 
     EFA
         The untrained model.
     """
-    head = 1 + channel_dim
+    # Without channels the queries and keys are x alone: no features for the linear part.
+    head = 1 + channel_dim if _channels(channels)[0] else 1
     fields = _fields(
         train, {"x": 1, "y": 1, "channel": channel_dim},
         {"x": ("q", "k", "skip"), "y": ("v",), "channel": ("q", "k", "skip")},
         {"readout": "mlp", "readout_hidden": (readout_hidden,)}, 128, min_scale, channels,
         encoder="identity")
-    attention = {"kernel": "cme", "similarity": "rbf+linear", "rbf_dims": 1,
-                 "posterior_variance": True, "bandwidth": 0.1, "ridge": 0.1}
+    kernel = {"similarity": "rbf+linear", "rbf_dims": 1} if head > 1 else {"similarity": "rbf"}
+    attention = {"kernel": "cme", **kernel, "posterior_variance": True, "bandwidth": 0.1,
+                 "ridge": 0.1}
     model = EFA(EFAConfig(fields, num_layers=1, num_heads=1, head_dim=head, max_len=None,
                           direction="unidirectional", attention=attention, scale="none",
                           block="concat", bias=False, out_proj=False, attend_self=False,

@@ -90,7 +90,8 @@ def posterior(k_cc: Tensor, k_ct: Tensor, k_tt: Tensor, y_c: Tensor,
     y_c : torch.Tensor, shape (B, C)
         The context values.
     valid_c : torch.Tensor, shape (B, C)
-        Bool, False at padded context positions, which are ignored.
+        Bool, False at padded context positions, which are ignored (they may hold anything,
+        NaN included).
 
     Returns
     -------
@@ -102,12 +103,28 @@ def posterior(k_cc: Tensor, k_ct: Tensor, k_tt: Tensor, y_c: Tensor,
     pair = valid_c[:, :, None] & valid_c[:, None, :]
     eye = torch.eye(k_cc.shape[-1], dtype=k_cc.dtype).expand_as(k_cc)
     chol = torch.linalg.cholesky(torch.where(pair, k_cc, eye))
-    a = torch.linalg.solve_triangular(chol, k_ct * valid_c[..., None], upper=False)
+    # where, not a product: NaN · 0 is NaN, and padding may hold NaN.
+    a = torch.linalg.solve_triangular(chol, torch.where(valid_c[..., None], k_ct, 0.0),
+                                      upper=False)
     w = torch.linalg.solve_triangular(chol, torch.where(valid_c, y_c, 0.0)[..., None],
                                       upper=False)
     mean = (a * w).sum(-2)
     var = (k_tt - (a**2).sum(-2)).clamp_min(1e-300)
     return mean, var.sqrt()
+
+
+def _check_points(what: str, x: Tensor, k: Tensor, real: Tensor, y: Tensor | None = None):
+    """Refuse a non-finite x or y, or a channel other than the process's 0 and 1, at a real
+    point (padding may hold anything): either would give NaN or a meaningless predictive."""
+    named = {"x": (x, ~torch.isfinite(x)), "channel": (k, (k != 0) & (k != 1))}
+    if y is not None:
+        named["y"] = (y, ~torch.isfinite(y))
+    for name, (values, bad) in named.items():
+        if (bad & real).any():
+            b, i = (int(v) for v in (bad & real).nonzero()[0])
+            raise ValueError(f"GPOracle: {what} {b}, position {i} has {name} = "
+                             f"{values[b, i].item()!r}; a real point needs finite x and y "
+                             "and a channel of the process (0 or 1)")
 
 
 class GPOracle(ConditionalModel):
@@ -146,8 +163,15 @@ class GPOracle(ConditionalModel):
             float64, NaN at padding.
         sd : torch.Tensor, shape (B, I)
             float64, NaN at padding.
+
+        Raises
+        ------
+        ValueError
+            If a real point (not padding) has a non-finite x or y or a channel other than 0
+            and 1; the message names its sequence and position.
         """
         x, k = data.fields["x"][..., 0].double(), data.fields["channel"]
+        _check_points("sequence", x, k, data.valid(), data.fields["y"])
         return causal_gaussian(covariance(self.spec, x, k), data.fields["y"].double(),
                                data.valid())
 
@@ -188,13 +212,17 @@ class GPOracle(ConditionalModel):
         Raises
         ------
         ValueError
-            If ``x`` and ``k`` are not one (B, T) grid of targets for the B contexts.
+            If ``x`` and ``k`` are not one (B, T) grid of targets for the B contexts, or a
+            real context point (not padding) or a target has a non-finite x or y or a
+            channel other than 0 and 1 (named by its sequence and position).
         """
         x = x[..., 0] if x.dim() == 3 and x.shape[-1] == 1 else x
         if x.dim() != 2 or k.shape != x.shape or len(x) != len(context):
             raise ValueError(f"x and k must both be (B, T) = ({len(context)}, T): a row of "
                              f"targets per context; got x {list(x.shape)}, k {list(k.shape)}")
         xc, kc = context.fields["x"][..., 0].double(), context.fields["channel"]
+        _check_points("context sequence", xc, kc, context.valid(), context.fields["y"])
+        _check_points("target row", x, k, torch.ones(x.shape, dtype=torch.bool))
         k_cc = covariance(self.spec, xc, kc)
         k_ct = cross_covariance(self.spec, xc, kc, x.double(), k)
         k_tt = torch.full(x.shape, self.spec.variance + self.spec.offset_var

@@ -132,8 +132,11 @@ def rbf(x1: Tensor, x2: Tensor, lengthscale: float | Tensor,
     var = torch.as_tensor(variance, dtype=x1.dtype)
     if not bool((ell > 0).all()) or not bool(torch.isfinite(ell).all()):
         raise ValueError(f"lengthscale must be positive and finite, got {lengthscale!r}")
+    # Each on its own: a scalar ℓ with per-function variances (or the reverse) is allowed.
     if ell.dim():
-        ell, var = ell[..., None, None], var[..., None, None]
+        ell = ell[..., None, None]
+    if var.dim():
+        var = var[..., None, None]
     d = (x1[..., :, None] - x2[..., None, :]) / ell
     return var * torch.exp(-0.5 * d**2)
 
