@@ -338,7 +338,7 @@ def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fin
             diff = (differences(old or {}, fingerprint[part])
                     if isinstance(fingerprint[part], dict) and isinstance(old, dict | None) else
                     [f"the {'contents' if part == 'data' else 'weights'} differ"
-                     + ("" if part == "data" else " (another seed?)")])
+                     + ("" if part == "data" else " (another seed or dtype?)")])
             raise ValueError(
                 f"{path} was written for another {what}: "
                 + "; ".join(diff[:5])
