@@ -63,11 +63,11 @@ def moments(train: Sequences) -> tuple[float, float, float, float]:
     -------
     tuple of float
         (x loc, x scale, y loc, y scale): means and standard deviations over the real
-        positions.
+        positions (y's over its observed values).
     """
     valid = train.valid()
     x = train.fields["x"][valid].double().flatten()
-    y = train.fields["y"][valid].double()
+    y = train.fields["y"][valid & train.observed.get("y", valid)].double()  # not placeholders
     return float(x.mean()), float(x.std()), float(y.mean()), float(y.std())
 
 

@@ -54,7 +54,7 @@ class CBOW(ConditionalModel):
         Parameters
         ----------
         data : Sequences
-            The sequences; their padding is never in a window.
+            The sequences; their padding and unobserved values are never in a window.
 
         Returns
         -------
@@ -66,7 +66,9 @@ class CBOW(ConditionalModel):
         pos = torch.arange(n)
         gap = (pos[:, None] - pos[None, :]).abs()
         near = (gap >= 1) & (gap <= self.window)
-        return (near[None] & data.valid()[:, None, :]).to(self.context.weight.dtype)
+        f = self.fields[0]
+        present = data.valid() & data.observed.get(f.name, data.valid())
+        return (near[None] & present[:, None, :]).to(self.context.weight.dtype)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:
         """The logits of the category at every position, from the mean of its window's context
@@ -85,5 +87,6 @@ class CBOW(ConditionalModel):
         """
         f = self.fields[0]
         w = self.weights(data)
-        h = w @ self.context(data.fields[f.name]) / w.sum(-1, keepdim=True).clamp(min=1)
+        x = torch.where(w.any(1), data.fields[f.name], 0)  # placeholders are never looked up
+        h = w @ self.context(x) / w.sum(-1, keepdim=True).clamp(min=1)
         return {f.name: self.center(h)}

@@ -14,6 +14,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
+from efa.core.checks import refuse_unobserved
 from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.core.fields import Attribute, Field, Value
@@ -84,10 +85,11 @@ class FlatMLP(ConditionalModel):
         Raises
         ------
         ValueError
-            If a sequence is not of length ``length``.
+            If a sequence is not of length ``length``, or a value is not observed.
         """
         if data.max_len != self.length or bool((data.lengths != self.length).any()):
             raise ValueError(f"FlatMLP needs sequences of length {self.length}")
+        refuse_unobserved(data, "FlatMLP")
         b, i = at[self.target_name].nonzero(as_tuple=True)
         others = torch.stack([torch.cat([torch.arange(p), torch.arange(p + 1, self.length)])
                               for p in range(self.length)])[i]  # [P, L−1]

@@ -141,7 +141,10 @@ class CategoricalFM(ConditionalModel):
             The field's name → logits ρᵀ h_i, shape (B, I, K) with K the number of categories.
         """
         f = self.fields[0]
-        s, n = context_sum(self.alpha(data.fields[f.name]), data.valid(), self.direction)
+        # A value that is not observed is in no context (its placeholder may be anything).
+        present = data.valid() & data.observed.get(f.name, data.valid())
+        x = torch.where(present, data.fields[f.name], 0)
+        s, n = context_sum(self.alpha(x), present, self.direction)
         h = _normalise(s, n, data.lengths, self.pooling)
         if self.intercept is not None:
             h = h + self.intercept

@@ -1,21 +1,17 @@
-"""The models a statistician fits first to sequences of items: GLMs, as ``ConditionalModel`` s.
-
-They share EFA's likelihood API, so ``efa.evaluate`` scores them on exactly the same masked
-positions with the same metric, and ``Category(distinct=True)`` restricts their support as it
-does EFA's:
+"""The models a statistician fits first to sequences of items: GLMs, as ``ConditionalModel`` s
+scored by ``efa.evaluate`` on EFA's masked positions, ``Category(distinct=True)`` restricting
+their support as it does EFA's:
 
 - ``Unigram``: p(x_i) = training frequency (add-``smoothing`` counts); ignores the context.
 - ``ContextLogit``: a multinomial logit on the counts of the context items, plus one-hot
-  masked position and, optionally (bidirectional only), one-hot sequence length.
-  Unidirectionally the context is the previous items and the length is unknown.
+  masked position and (bidirectionally, optionally) one-hot length; unidirectionally the
+  context is the previous items and the length is unknown.
 - ``RatingGLM``: a Poisson GLM for a value given its item: an effect per item (alone: the
-  per-item mean), plus the bag of context (item, value) pairs as fractions of the context and
+  per-item mean), the bag of context (item, value) pairs as fractions of the context, and
   one-hot position (+ length bidirectionally).
 
-The logit and the Poisson GLM are convex: :func:`efa.baselines.convex.fit_convex` fits them to
-convergence by full-batch L-BFGS in float64 with an L2 penalty, and
-:func:`efa.baselines.convex.select_l2` picks the penalty on validation data (a peer stopped
-early by a stochastic optimiser is a weaker peer).
+Both GLMs are convex: :func:`~efa.baselines.convex.fit_convex` fits them by float64 L-BFGS with
+an L2 penalty :func:`~efa.baselines.convex.select_l2` picks on validation data.
 """
 
 from __future__ import annotations
@@ -56,6 +52,11 @@ class Unigram(ConditionalModel):
     direction : {"bidirectional", "unidirectional"}
         The context a ``distinct`` field's support excludes: every other position, or the
         earlier ones.
+
+    Raises
+    ------
+    ValueError
+        If ``counts`` is not one count >= 0 per category (``from_data``: a value is not one).
     """
 
     log_probs: Tensor  # a buffer, declared for the type checker
@@ -63,6 +64,10 @@ class Unigram(ConditionalModel):
     def __init__(self, field: Category, counts: Tensor, smoothing: float = 1.0,
                  direction: str = "bidirectional"):
         super().__init__()
+        counts = torch.as_tensor(counts)
+        if counts.shape != (field.num_categories,) or not bool((counts >= 0).all()):
+            raise ValueError(f"Unigram: counts must be one number >= 0 per category of "
+                             f"{field.name!r} ({field.num_categories}), got {counts}")
         self.fields, self.direction = [field], direction
         probs = (counts.double() + smoothing) / (counts.double().sum() + smoothing * len(counts))
         self.register_buffer("log_probs", probs.log().float())
@@ -89,6 +94,9 @@ class Unigram(ConditionalModel):
             The model with the counts of ``data``.
         """
         x = data.fields[field.name][data.predicted(field.name)]
+        if bool((out := (x < 0) | (x >= field.num_categories)).any()):
+            raise ValueError(f"Unigram.from_data: {field.name!r} holds {int(x[out][0])}, not one "
+                             f"of its {field.num_categories} categories")
         counts = torch.bincount(x, minlength=field.num_categories)
         return cls(field, counts, smoothing, direction)
 
@@ -157,7 +165,7 @@ class _Design(nn.Module):
         self.pos = nn.Embedding(max_len, out)
         nn.init.zeros_(self.pos.weight)
         self.length = nn.Embedding(max_len + 1, out) if length else None
-        if self.length is not None:
+        if self.length is not None:  # every effect starts at 0
             nn.init.zeros_(self.length.weight)
 
     def forward(self, data: Sequences) -> Tensor:
@@ -175,8 +183,7 @@ class ContextLogit(ConditionalModel):
 
     ``length`` adds the one-hot sequence length (bidirectional only: unidirectionally the
     length is in the future). Every weight starts at zero (the uniform model); fit it with
-    :func:`efa.baselines.convex.fit_convex` or
-    :func:`efa.baselines.convex.select_l2`.
+    :func:`efa.baselines.convex.fit_convex` or :func:`efa.baselines.convex.select_l2`.
 
     Parameters
     ----------
@@ -359,8 +366,7 @@ class RatingGLM(ConditionalModel):
     ``bag`` holds the fraction of the context made of each (item, value) pair, so a user's
     rating habits and tastes enter linearly. ``context=False`` keeps only the item effect
     (the per-item mean rating: the GLM on the item one-hot). Every weight starts at zero; fit
-    it with :func:`efa.baselines.convex.fit_convex` or
-    :func:`efa.baselines.convex.select_l2`.
+    it with :func:`efa.baselines.convex.fit_convex` or :func:`efa.baselines.convex.select_l2`.
 
     Parameters
     ----------
@@ -407,12 +413,21 @@ class RatingGLM(ConditionalModel):
         torch.Tensor, shape (B, I, items × values)
             At every position, the fraction of its context made of each (item, value) pair
             (zeros for an empty context).
+
+        Raises
+        ------
+        ValueError
+            If an observed value lies outside 0, …, ``num_values`` − 1.
         """
         item, value = self.fields
         item = cast(Category, item)
         x = data.fields[item.name]
         valid = data.valid() & data.observed.get(value.name, data.valid())
         y = torch.where(valid, data.fields[value.name], 0).long()
+        if bool((out := valid & ((y < 0) | (y >= self.num_values))).any()):  # another pair
+            s, i = (int(v) for v in out.nonzero()[0])
+            raise ValueError(f"RatingGLM: {value.name!r} is {int(y[s, i])} at sequence {s}, "
+                             f"position {i}, outside 0..{self.num_values - 1}")
         pair = F.one_hot(x * self.num_values + y, item.num_categories * self.num_values)
         bag, n = context_sum(pair.to(self.item_effect.weight.dtype), valid, self.direction)
         return bag / n.clamp(min=1)[..., None]
@@ -480,7 +495,6 @@ class RatingGLM(ConditionalModel):
             ``"weights"`` → [W], ``"design"`` → the position (and length) effects; empty with
             ``context=False`` (the item effects play the intercept's part and are free).
         """
-        # The item effects play the intercept's part (one per item, many ratings each): free.
         if not self.context:
             return {}
         return {"weights": [self.weight.weight], "design": self.design.penalised()}

@@ -34,7 +34,7 @@ from efa.core.checks import refuse_generic_options
 from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
 from efa.core.fields import Category
-from efa.training.scoring import in_batches, scoring_mode
+from efa.training.scoring import check_int, in_batches, scoring_mode
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.softmax import Sampling
@@ -178,7 +178,7 @@ class BERT4Rec(ConditionalModel):
     Raises
     ------
     ValueError
-        If ``mask_ratio`` is not in (0, 1).
+        If ``mask_ratio`` is not in (0, 1), or ``chunk`` is not a positive integer.
     """
 
     own_objective = True  # see ConditionalModel.own_objective
@@ -189,6 +189,7 @@ class BERT4Rec(ConditionalModel):
         super().__init__()
         if not 0 < mask_ratio < 1:
             raise ValueError(f"mask_ratio must be in (0, 1), got {mask_ratio}")
+        check_int("chunk", chunk, 1)
         self.fields, self.max_len, self.direction = [field], max_len, direction
         self.mask_ratio, self.chunk = mask_ratio, chunk
         self.net = _Transformer(field.num_categories, max_len, dim, layers, heads, inner,
@@ -349,15 +350,23 @@ def ranking_metrics(model: ConditionalModel, data: Sequences, name: str | None =
         If the field is not a category, ``k`` is not an integer between 1 and the catalogue's
         size (a cut-off at the whole catalogue would count every item as a hit), or no
         sequence has its last item predicted.
+    FloatingPointError
+        If the model gives a NaN score (naming the sequence).
     """
     f = check_cut_off(model.target(name), k)
     hits, gains = [], []
     with scoring_mode(model, data):
-        for _, batch in in_batches(data, batch_size, model.device):
+        for idx, batch in in_batches(data, batch_size, model.device):
             last = torch.zeros_like(batch.valid())
             last[torch.arange(len(batch), device=last.device), batch.lengths - 1] = True
             last &= batch.predicted(f.name)
             eta = model.natural_params_at(batch, {f.name: last})[f.name]
+            nan = eta.isnan().any(1)  # a NaN score would rank as a hit, or drop out
+            if bool(nan.any()):
+                rows = last.any(1).nonzero().flatten().cpu()
+                seq = int(idx[rows[int(nan.nonzero()[0, 0])]])
+                raise FloatingPointError(f"ranking_metrics: NaN scores for field {f.name!r} "
+                                         f"at the last position of sequence {seq}")
             y = batch.fields[f.name][last].long()
             true = eta.gather(1, y[:, None])
             rank = (eta >= true).sum(1) - 1

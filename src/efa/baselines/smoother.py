@@ -74,12 +74,14 @@ class NadarayaWatson(ConditionalModel):
         y = data.fields["y"].double()
         k = data.fields["channel"]
         valid = data.valid()
+        seen = valid & data.observed.get("y", valid)  # an unobserved y is in no context
+        y = torch.where(seen, y, 0.0)  # its placeholder may be NaN: NaN · 0 would be NaN
         n = x.shape[1]
         w = torch.exp(-0.5 * ((x[:, :, None] - x[:, None, :]) / self.bandwidth) ** 2)
         same = k[:, :, None] == k[:, None, :]
         w = w * torch.where(same, 1.0, self.channel_weight)
         before = torch.ones(n, n, dtype=torch.bool).tril(-1)
-        w = w * (before & valid[:, None, :])
+        w = w * (before & seen[:, None, :])
         total = w.sum(-1)
         empty = total < 1e-12
         safe = torch.where(empty, 1.0, total)
@@ -130,7 +132,7 @@ def select_smoother(fields: list, train: Sequences, val: Sequences) -> tuple[Nad
     grid : dict of str to float
         ``str((h, ρ, τ²))`` → the mean validation log-likelihood.
     """
-    y = train.fields["y"][train.valid()].double()
+    y = train.fields["y"][train.valid() & train.observed.get("y", train.valid())].double()
     prior = float(y.mean()), float(y.var())
     scored = val.predicted("y")
     yv = val.fields["y"].double()[scored]

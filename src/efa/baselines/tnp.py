@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from efa.core.checks import refuse_generic_options
-from efa.core.conditional import ConditionalModel
+from efa.core.checks import refuse_generic_options, refuse_unobserved
+from efa.core.conditional import ConditionalModel, evaluating
 from efa.core.data import Sequences
 from efa.regression import moments
 
@@ -177,10 +177,11 @@ class TNPD(ConditionalModel):
         Raises
         ------
         ValueError
-            If the sequences' lengths differ, or ``weights``, ``counts`` or ``sampling`` is
-            given.
+            If the sequences' lengths differ, a value is not observed, or ``weights``,
+            ``counts`` or ``sampling`` is given.
         """
         refuse_generic_options(self, weights, counts, sampling)
+        refuse_unobserved(data, "TNP-D")
         n = int(data.lengths.min())
         if int(data.lengths.max()) != n:
             raise ValueError("TNP-D trains on batches of equal-length sequences")
@@ -211,8 +212,9 @@ class TNPD(ConditionalModel):
         Raises
         ------
         ValueError
-            If a first position is asked (its context is empty).
+            If a first position is asked (its context is empty), or a value is not observed.
         """
+        refuse_unobserved(data, "TNP-D")
         b_idx, i_idx = at.nonzero(as_tuple=True)
         mean = torch.full((len(b_idx),), float("nan"), dtype=torch.float64)
         sd = mean.clone()
@@ -243,12 +245,12 @@ class TNPD(ConditionalModel):
         sd : torch.Tensor, shape (B, I)
             float64, NaN at the first position and at padding.
         """
-        self.eval()
         at = data.valid().clone()
         at[:, 0] = False
         mean = torch.full(at.shape, float("nan"), dtype=torch.float64)
         sd = mean.clone()
-        mean[at], sd[at] = self.predictive_at(data, at)
+        with evaluating(self):  # the caller's mode is restored
+            mean[at], sd[at] = self.predictive_at(data, at)
         return mean, sd
 
     def natural_params_at(self, data: Sequences, at: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -287,3 +287,29 @@ def refuse_generic_options(model: nn.Module, weights: Tensor | None,
     if given:
         raise ValueError(f"{type(model).__name__}.loss computes its own objective: it takes no "
                          f"{', '.join(given)}; train it without them")
+
+
+def refuse_unobserved(data: Sequences, who: str) -> None:
+    """Refuse data with an unobserved value, for a model whose input has a slot for every
+    position (it has no way to leave a value out of a context).
+
+    Parameters
+    ----------
+    data : Sequences
+        The data.
+    who : str
+        The model's name, for the message.
+
+    Raises
+    ------
+    ValueError
+        Naming the first field, sequence and position whose value is not observed.
+    """
+    valid = data.valid()
+    for name, seen in data.observed.items():
+        hole = valid & ~seen
+        if bool(hole.any()):
+            s, i = (int(v) for v in hole.nonzero()[0])
+            raise ValueError(f"{who} takes complete sequences: field {name!r} is not observed "
+                             f"at sequence {s}, position {i}; drop that point or use a model "
+                             "that leaves unobserved values out of its contexts (efa.EFA)")
