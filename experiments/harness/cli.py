@@ -28,7 +28,7 @@ def main(debug: bool = typer.Option(False, "--debug", help="show tracebacks (or 
 def reproduce(
     name: str = typer.Argument(..., help=f"experiment: {', '.join(EXPERIMENTS)}"),
     seeds: int = typer.Option(5, min=1, help="number of seeds (0..N-1)"),
-    out: Path = typer.Option(Path("results"), help="results go to OUT/NAME/"),
+    out: str = typer.Option("results", help="results go to OUT/NAME/"),
     quick: bool = typer.Option(False, help="tiny configuration exercising the same code path"),
     force: bool = typer.Option(False, help="replace results made by a different command"),
     progress: bool = typer.Option(True, help="show progress"),
@@ -52,9 +52,13 @@ def reproduce(
         fail(EXPERIMENTS.lookup_error(name))
     if only and quick:
         fail(ValueError("--only fills the journal of a full run; it cannot go with --quick"))
+    if not out.strip():  # Path("") is the current directory: the results would land there
+        fail(ValueError(f"--out is empty ({out!r}): give the folder the results go to "
+                        "(OUT/NAME/), e.g. --out results"))
+    folder = Path(out) / name
     command = " ".join(
         ["efa reproduce", name, f"--seeds {seeds}"]
-        + ([f"--out {out}"] if out != Path("results") else [])
+        + ([f"--out {Path(out)}"] if Path(out) != Path("results") else [])
         + (["--quick"] if quick else [])
         # numbers depend on the thread count: a non-default layout is part of the command
         + ([f"--workers {workers}"] if workers else [])
@@ -63,7 +67,6 @@ def reproduce(
     from experiments import get
     from experiments.harness import runner
 
-    folder = out / name
     try:
         runner.check_destination(folder, command, force)  # before any work
         if device is not None:
@@ -71,7 +74,7 @@ def reproduce(
 
             check_device(device)
         # Full runs keep a journal of finished jobs: run the same command again to resume.
-        journal = None if quick else out / f".{name}.jobs"
+        journal = None if quick else Path(out) / f".{name}.jobs"
         if only:
             done, total = runner.run_only(name, seeds, only, journal, workers=workers or None,
                                           threads=threads, device=device, progress=progress)

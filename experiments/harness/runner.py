@@ -209,7 +209,9 @@ def retable(folder: Path) -> Report:
     """The report of ``folder`` with its tables, notes and claims computed again from the runs
     its results.json stores (after a change to the experiment's tables, or to a results file
     they read: tabular-simulation reads tabular-simulation-grids'). What the run measured of
-    itself (wall and CPU time, resumed jobs, environment, its "Ran on" note) is kept."""
+    itself (wall and CPU time, resumed jobs, environment, its "Ran on" note) is kept, and so
+    are the figures the experiment's ``KEPT_FIGURES`` names (drawn from what its runs do not
+    store)."""
     from experiments import get
 
     old = Report.read(folder)
@@ -224,6 +226,10 @@ def retable(folder: Path) -> Report:
         if key in old.extra:
             report.extra[key] = old.extra[key]
     report.notes += [n for n in old.notes if n.startswith("Ran on ")]
+    # Figures drawn from what the runs do not store cannot be recomputed: the file's stand.
+    for key in getattr(exp, "KEPT_FIGURES", ()):
+        if key in old.figures and key not in report.figures:
+            report.figures[key] = old.figures[key]
     return report
 
 

@@ -370,33 +370,70 @@ def generated_blocks() -> list[tuple[Path, str, str, Callable[[Path], str]]]:
 def update_readme(readme: Path, results: Path) -> bool:
     """Rewrite the generated blocks of README and of the pages beside it
     (:func:`generated_blocks`) and each results.md from its results.json (so each shows its
-    environment); True if a page changed."""
+    environment); True if a page changed. Everything is computed before anything is written:
+    a results file a table needs that is missing is named, with the command that makes it,
+    and nothing is rewritten."""
     from experiments.harness.report import Report
 
-    if not Path(readme).is_file():
+    readme, results = Path(readme), Path(results)
+    if readme.is_dir():
+        raise IsADirectoryError(f"{readme} is a folder, not a README file (e.g. --readme "
+                                f"{readme / 'README.md'}); nothing was rewritten")
+    if not readme.is_file():
         raise FileNotFoundError(f"{readme} does not exist; nothing was rewritten")
-    if not Path(results).is_dir():
+    blocks = generated_blocks()
+    if not any(start in readme.read_text() for _, start, _, _ in blocks):
+        raise ValueError(f"{readme} holds no block to update: none of the generated blocks' "
+                         f"markers (e.g. {HEADLINE_START} ... {HEADLINE_END}); nothing was "
+                         "rewritten")
+    if not results.is_dir():
         raise FileNotFoundError(f"results folder {results} does not exist; README is unchanged")
-    if not any(Path(results).glob("*/results.json")):
+    if not any(results.glob("*/results.json")):
         raise FileNotFoundError(f"results folder {results} holds no NAME/results.json; README "
                                 "is unchanged")
-    for path in sorted(Path(results).glob("*/results.json")):
-        md = path.with_name("results.md")
-        text = Report.read(path.parent).markdown()
-        if not md.exists() or md.read_text() != text:
-            md.write_text(text)
-    changed = False
-    blocks = generated_blocks()
-    for page in dict.fromkeys(page for page, *_ in blocks):
-        path = Path(readme) if page == Path("README.md") else Path(readme).parent / page
-        if not path.is_file():
-            continue
-        text = new = path.read_text()
-        # README takes any block it holds (as before pages had their own); a page its own.
-        for _, start, end, make in (b for b in blocks if page == Path("README.md") or b[0] == page):
-            if start in new:  # a README of another folder may hold only some blocks
-                new = _replace(new, start, end, make(results), path)
-        if new != text:
-            path.write_text(new)
-            changed = True
+    writes: dict[Path, str] = {}
+    try:
+        for path in sorted(results.glob("*/results.json")):
+            md = path.with_name("results.md")
+            text = Report.read(path.parent).markdown()
+            if not md.exists() or md.read_text() != text:
+                writes[md] = text
+        changed = False
+        for page in dict.fromkeys(page for page, *_ in blocks):
+            path = readme if page == Path("README.md") else readme.parent / page
+            if not path.is_file():
+                continue
+            text = new = path.read_text()
+            # README takes any block it holds (as before pages had their own); a page its own.
+            for _, start, end, make in (b for b in blocks
+                                        if page == Path("README.md") or b[0] == page):
+                if start in new:  # a README of another folder may hold only some blocks
+                    new = _replace(new, start, end, make(results), path)
+            if new != text:
+                writes[path] = new
+                changed = True
+    except FileNotFoundError as err:
+        raise FileNotFoundError(_missing(err, readme.parent)) from None
+    for path, text in writes.items():
+        path.write_text(text)
     return changed
+
+
+def _missing(err: FileNotFoundError, root: Path) -> str:
+    """A results file a table needs is missing: name it and the command that makes it (an
+    experiment's ``efa reproduce``, or the benchmark script that names it)."""
+    from experiments import EXPERIMENTS
+
+    if not err.filename:
+        return f"{err}; nothing was rewritten"
+    path = Path(err.filename)
+    name = path.parent.name
+    if path.name == "results.json" and name in EXPERIMENTS:
+        how = f"`efa reproduce {name}`"
+    else:
+        scripts = [s for s in sorted((root / "benchmarks").glob("*.py"))
+                   if f"{name}/{path.name}" in s.read_text()]
+        how = (" or ".join(f"`python benchmarks/{s.name}`" for s in scripts)
+               or "the command that writes it")
+    return (f"{path} does not exist, and the generated tables need it: make it with {how}, "
+            "then run `efa summary` again; nothing was rewritten")

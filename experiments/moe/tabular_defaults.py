@@ -85,8 +85,28 @@ def paired(efa_rows: list, lr_rows: list, seed: int) -> tuple[float, float, floa
     return (float(d.mean()), *bootstrap_interval(d, BOOTSTRAP, seed))
 
 
+# results.json keeps each efa row's paired difference, not the test rows' log losses (240 data
+# sets × 3 models × 2000 rows would be megabytes): `efa replot --tables` reads it back.
+PAIR = "log loss minus LR [95 % CI]"
+
+
+def _pair(r: dict, model: str) -> tuple[float, float, float]:
+    """efa − LR on one data set: from a fresh run's test rows, or as results.json stores it."""
+    mine = r["models"][model]
+    if "row_log_loss" in mine:
+        return paired(mine["row_log_loss"], r["models"]["LR"]["row_log_loss"], 0)
+    if PAIR in mine:
+        mean, low, high = mine[PAIR]
+        return float(mean), float(low), float(high)
+    raise ValueError("tabular-simulation-defaults: the runs hold neither the test rows' log "
+                     "losses nor the efa − LR differences, which the paired comparison needs: "
+                     "rerun the experiment")
+
+
 def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
     from efa.datasets.tabular import SIMULATION_SEEDS
+
+    pair = {(id(r), m): _pair(r, m) for r in results for m in EFAS}
 
     full = spec.n == 2000 and spec.estimator is None
     report = Report("tabular-simulation-defaults", command, list(SIMULATION_SEEDS[:seeds]))
@@ -102,8 +122,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                        paper[theirs] if full else None)
             report.add(name, model, "test log loss", [m["log loss"] for m in mine])
         for model in EFAS:
-            pairs = [paired(r["models"][model]["row_log_loss"],
-                            r["models"]["LR"]["row_log_loss"], 0) for r in rs]
+            pairs = [pair[id(r), model] for r in rs]
             report.add(name, f"{model} − LR", "test log loss", [p[0] for p in pairs])
             worse[model] += [f"{name} seed {r['seed']}"
                              for r, p in zip(rs, pairs, strict=True) if p[1] > 0]
@@ -136,6 +155,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
                "LR)." if full else ""))
     report.extra["runs"] = [{k: r[k] for k in ("setting", "index", "seed")} | {
         "models": {m: {k: v for k, v in r["models"][m].items() if k != "row_log_loss"}
+                   | ({PAIR: list(pair[id(r), m])} if m in EFAS else {})
                    for m in r["models"]}} for r in results]
     return report
 

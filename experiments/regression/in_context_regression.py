@@ -345,7 +345,17 @@ METRICS = (("nll_ctx10", "NLL per point, context ≥ 10"), ("nll", "NLL per poin
            ("cover50", "50 % interval coverage"), ("at_floor", "σ at its floor (share)"))
 
 
+# Figures the runs do not store (each is in results.json once, as a figure): `efa replot
+# --tables` carries them over from the results file (experiments.harness.runner.retable).
+KEPT_FIGURES = ("bands",)
+
+
 def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
+    if any(k not in r for r in results if r["setting"] != "tnp"
+           for k in ("nll_by_context", "pit")):
+        # results.json written before the runs kept them (only the scalar metrics)
+        raise ValueError("in-context-regression: the runs hold no per-context NLL curves and "
+                         "PIT histograms, which the figures need: rerun the experiment")
     by = {(r["setting"], r["model"], r["seed"]): r for r in results}
     report = Report("in-context-regression", command, list(range(seeds)))
     seed_list = list(range(seeds))
@@ -381,9 +391,7 @@ def tables(results: list[dict], spec: Spec, seeds: int, command: str) -> Report:
              if ("noisy", m, 0) in by and "bands" in by["noisy", m, 0]}
     if bands:
         report.figures["bands"] = bands
-    report.extra["runs"] = [{k: v for k, v in r.items() if k not in ("bands", "pit",
-                                                                   "nll_by_context")}
-                            for r in results]
+    report.extra["runs"] = [{k: v for k, v in r.items() if k != "bands"} for r in results]
     cfg = spec.train
     report.notes += [
         "Data (efa.generators.gp): N = 50 points per function, x ~ U[5, 15], f ~ GP(0, RBF with "

@@ -43,6 +43,26 @@ def fail(err: BaseException) -> None:
     raise typer.Exit(2)
 
 
+def _out_folder(out: str) -> Path:
+    """``--out`` as a folder; an empty one is refused, since ``Path("")`` is the current
+    directory (which ``--force`` would replace)."""
+    if not out.strip():
+        raise ValueError(f"--out is empty ({out!r}): give the folder to write into")
+    return Path(out)
+
+
+def _trained(hist, validated: bool) -> str:
+    """What a fit did and which weights it kept, in words: ``best_epoch`` is -1 both without
+    validation data (the last weights) and when no epoch beat the starting weights (those)."""
+    done = f"trained {hist.epochs_run} epoch{'' if hist.epochs_run == 1 else 's'}"
+    if hist.best_epoch >= 0:
+        return f"{done}; kept epoch {hist.best_epoch + 1}, the best on the validation data"
+    if not validated:
+        return f"{done}; no validation data: the last weights are kept"
+    return (f"{done}; no epoch improved on the starting weights' validation loss: the "
+            "starting weights are kept")
+
+
 def _train_settings(path: Path) -> dict:
     """TrainConfig fields from a JSON file (fit refuses names TrainConfig does not know)."""
     import json
@@ -63,7 +83,7 @@ def train(
     data: Path = typer.Argument(..., help="training sequences (written by Sequences.save)"),
     model: Path = typer.Option(..., help="a model folder written by efa.save: its config, and "
                                "its weights as the starting point"),
-    out: Path = typer.Option(..., help="folder for the trained model"),
+    out: str = typer.Option(..., help="folder for the trained model"),
     val: Path = typer.Option(None, help="validation sequences for early stopping"),
     config: Path = typer.Option(None, help="training settings: TrainConfig fields as JSON"),
     checkpoint_dir: Path = typer.Option(None, help="resume from / save to this folder"),
@@ -79,8 +99,9 @@ def train(
     from efa.training import distributed
 
     try:
-        if out.exists() and any(out.iterdir()) and not force:
-            raise FileExistsError(f"{out} is not empty; pass --force to replace its model")
+        folder = _out_folder(out)
+        if folder.exists() and any(folder.iterdir()) and not force:
+            raise FileExistsError(f"{folder} is not empty; pass --force to replace its model")
         settings = _train_settings(config) if config else {}
         if device == "cuda" and "LOCAL_RANK" in os.environ:
             device = f"cuda:{os.environ['LOCAL_RANK']}"
@@ -96,9 +117,8 @@ def train(
             settings["device"] = device
         hist = efa.fit(net, train_data, val_data, **settings)
         if rank == 0:
-            efa.save(net, out, overwrite=force, history=hist)
-            typer.echo(f"trained {hist.epochs_run} epochs (best {hist.best_epoch + 1}); "
-                       f"wrote {out}/", err=True)
+            efa.save(net, folder, overwrite=force, history=hist)
+            typer.echo(f"{_trained(hist, val_data is not None)}; wrote {folder}/", err=True)
     except Exception as err:  # one line for the user; the traceback with --debug
         fail(err)
 

@@ -38,6 +38,7 @@ import pandas as pd
 from sklearn.model_selection import train_test_split
 
 from efa.datasets.root import read_csv, require_file, resolve_file, warn_row_count
+from efa.datasets.splits import check_fraction
 
 __all__ = [
     "BASKET_COLUMNS",
@@ -69,18 +70,35 @@ def _require_columns(frame: pd.DataFrame, columns: tuple[str, ...], source: str)
         )
 
 
+def _shown(value: object) -> str:
+    # A cell as the file has it: text quoted, numbers bare (not numpy's "np.float64(inf)")
+    return repr(value) if isinstance(value, str) else str(value)
+
+
 def _as_int_column(frame: pd.DataFrame, col: str, source: str, header_lines: int) -> pd.Series:
-    """Return ``frame[col]`` as int64, or raise naming the first non-integer row."""
+    """Return ``frame[col]`` as int64, or raise naming the first non-integer or out-of-range
+    row."""
     series = frame[col]
-    if pd.api.types.is_integer_dtype(series.dtype) and not series.isna().any():
+    if pd.api.types.is_signed_integer_dtype(series.dtype) and not series.isna().any():
         return series.astype(np.int64)
     numeric = pd.to_numeric(series, errors="coerce")
-    bad = (numeric.isna() | (numeric != np.floor(numeric))).to_numpy(dtype=bool)
+    # inf equals its own floor, so finiteness is checked apart
+    finite = pd.Series(np.isfinite(numeric.to_numpy(dtype=np.float64, na_value=np.nan)),
+                       index=numeric.index)
+    bad = (numeric.isna() | ~finite | (numeric != np.floor(numeric))).to_numpy(dtype=bool)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(
             f"{source}, line {i + 1 + header_lines}: column {col!r} is not an integer: "
-            f"{series.iloc[i]!r}"
+            f"{_shown(series.iloc[i])}"
+        )
+    # Beyond int64 the cast wraps round silently (1e30 becomes -2**63)
+    huge = ((numeric < -(2**63)) | (numeric >= 2**63)).to_numpy(dtype=bool)
+    if huge.any():
+        i = int(np.flatnonzero(huge)[0])
+        raise ValueError(
+            f"{source}, line {i + 1 + header_lines}: column {col!r} value "
+            f"{_shown(series.iloc[i])} is out of range (beyond a 64-bit integer)"
         )
     return numeric.astype(np.int64)
 
@@ -121,8 +139,9 @@ def read_baskets(path: PathLike) -> pd.DataFrame:
     FileNotFoundError
         When ``path`` is not a file.
     ValueError
-        Naming the file (and line) for missing columns, non-integer values, item ids below 1,
-        or an order whose ranks are not exactly 1..n.
+        Naming the file (and line) for missing columns, non-integer values (``inf`` included),
+        values beyond a 64-bit integer, item ids below 1, or an order whose ranks are not
+        exactly 1..n.
     """
     path = require_file(path, "Instacart baskets with columns order_id,product_id,rank")
     frame = read_csv(path)
@@ -221,8 +240,28 @@ def load_instacart(root: PathLike | None = None) -> tuple[pd.DataFrame, pd.DataF
         ``data_train_final.csv``, as from :func:`read_baskets`.
     test : pandas.DataFrame
         ``data_test_final.csv``, as from :func:`read_baskets`.
+
+    Raises
+    ------
+    NotADirectoryError
+        When ``root`` is a file: one path cannot name both files (:func:`read_baskets` reads
+        one).
+    FileNotFoundError
+        When ``root`` does not exist, or a file is not found.
+    ValueError
+        For an empty ``root``, or a malformed file (as :func:`read_baskets`).
     """
     what = "Instacart preprocessed baskets (order_id,product_id,rank)"
+    if root is not None and os.fspath(root).strip() and not os.path.isdir(root):
+        if os.path.exists(root):
+            # resolve_file takes a file as the file itself: it would be read as both splits
+            raise NotADirectoryError(
+                f"{root} is a file; load_instacart reads data_train_final.csv and "
+                "data_test_final.csv: pass the instacart folder or the data root (read_baskets "
+                "reads a single file)"
+            )
+        raise FileNotFoundError(f"{root} does not exist: expected the instacart folder or the "
+                                "data root")
     train = read_baskets(resolve_file(root, "data_train_final.csv", _SUBDIR, what))
     test = read_baskets(resolve_file(root, "data_test_final.csv", _SUBDIR, what))
     for frame, name, rows in ((train, "data_train_final.csv", 275_345),
@@ -331,7 +370,8 @@ def split_validation(
     train : pandas.DataFrame
         Baskets with an ``order_id`` column, e.g. the training frame of :func:`load_instacart`.
     frac : float, default 0.25
-        The fraction of baskets that go to validation (``test_size``).
+        The fraction of baskets that go to validation (``test_size``), strictly between 0
+        and 1.
     seed : int, default 42
         ``random_state`` of the split.
 
@@ -341,7 +381,14 @@ def split_validation(
         The rows of the training baskets.
     val : pandas.DataFrame
         The rows of the validation baskets.
+
+    Raises
+    ------
+    ValueError
+        When ``frac`` is not a number strictly between 0 and 1 (scikit-learn would read an
+        integer as a count of baskets).
     """
+    frac = check_fraction("frac", frac)
     orders = np.sort(train["order_id"].unique())
     train_orders, val_orders = train_test_split(orders, test_size=frac, random_state=seed)
     is_val = train["order_id"].isin(val_orders)

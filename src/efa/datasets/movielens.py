@@ -52,6 +52,7 @@ The decisions of the train / validation / test split by user are listed in
 
 from __future__ import annotations
 
+import numbers
 import os
 from typing import Literal
 
@@ -84,6 +85,20 @@ PathLike = str | os.PathLike[str]
 # --------------------------------------------------------------------------- readers
 
 
+def _int64(strings: pd.Series, col: str, path: os.PathLike[str]) -> pd.Series:
+    """Integer strings as int64; one beyond int64 is an error naming its line, not numpy's
+    bare OverflowError."""
+    try:
+        return strings.astype(np.int64)
+    except OverflowError:
+        limit = 2**63
+        i = next(i for i, text in enumerate(strings) if not -limit <= int(text) < limit)
+        raise ValueError(
+            f"{path}, line {i + 1}: column {col!r} value {strings.iloc[i].strip()} is out of "
+            "range (beyond a 64-bit integer)"
+        ) from None
+
+
 def read_ratings(path_or_dir: PathLike | None = None) -> pd.DataFrame:
     """Read MovieLens-100K ``u.data`` into ``user_id, movie_id, rating, timestamp`` (int64).
 
@@ -103,8 +118,8 @@ def read_ratings(path_or_dir: PathLike | None = None) -> pd.DataFrame:
     Raises
     ------
     ValueError
-        For a malformed file (empty, wrong number of fields, a non-integer value, a rating
-        outside 1..5), naming the file, the line and the problem.
+        For a malformed file (empty, wrong number of fields, a non-integer value or one beyond
+        a 64-bit integer, a rating outside 1..5), naming the file, the line and the problem.
     """
     path = resolve_file(path_or_dir, "u.data", _SUBDIR, "MovieLens-100K ratings (u.data)")
     # Parsed by hand rather than with read_csv so that errors can name the exact line; the
@@ -132,7 +147,7 @@ def read_ratings(path_or_dir: PathLike | None = None) -> pd.DataFrame:
             raise ValueError(
                 f"{path}, line {i + 1}: column {col!r} is not an integer: {raw[col].iloc[i]!r}"
             )
-        out[col] = raw[col].astype(np.int64)
+        out[col] = _int64(raw[col], col, path)
     frame = pd.DataFrame(out)
     bad_rating = ~frame["rating"].between(1, 5)
     if bad_rating.any():
@@ -157,7 +172,7 @@ def read_movies(path_or_dir: PathLike | None = None) -> pd.DataFrame:
     Raises
     ------
     ValueError
-        When a movie id is not an integer, naming the line.
+        When a movie id is not an integer or is beyond a 64-bit integer, naming the line.
     """
     path = resolve_file(path_or_dir, "u.item", _SUBDIR, "MovieLens-100K movie list (u.item)")
     raw = read_csv(
@@ -176,7 +191,8 @@ def read_movies(path_or_dir: PathLike | None = None) -> pd.DataFrame:
         raise ValueError(
             f"{path}, line {i + 1}: movie id {raw['movie_id'].iloc[i]!r} is not an integer"
         )
-    return pd.DataFrame({"movie_id": raw["movie_id"].astype(np.int64), "title": raw["title"]})
+    return pd.DataFrame({"movie_id": _int64(raw["movie_id"], "movie_id", path),
+                         "title": raw["title"]})
 
 
 # --------------------------------------------------------------------------- preprocessing
@@ -186,6 +202,13 @@ def _check_ratings_frame(ratings: pd.DataFrame) -> None:
     missing = [c for c in RATING_COLUMNS if c not in ratings.columns]
     if missing:
         raise ValueError(f"ratings frame lacks columns {missing}; expected {RATING_COLUMNS}")
+
+
+def _check_count(name: str, value: object) -> None:
+    # A negative n would slice off movies from the end ([:-1] keeps all but one) and 0 keeps
+    # none: neither is a number of movies.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1 (a number of movies), got {value!r}")
 
 
 def top_movies(
@@ -200,7 +223,7 @@ def top_movies(
     ratings : pandas.DataFrame
         Ratings with a ``movie_id`` column, as from :func:`read_ratings`.
     n : int, default 50
-        How many movies.
+        How many movies, >= 1.
     tie_break : {"smaller_id", "larger_id"}, default "smaller_id"
         Which movie of a tie ranks first; ``"smaller_id"`` reproduces the paper.
 
@@ -212,8 +235,9 @@ def top_movies(
     Raises
     ------
     ValueError
-        For an unknown ``tie_break``.
+        For an unknown ``tie_break``, or an ``n`` that is not an integer >= 1.
     """
+    _check_count("n", n)
     counts = ratings.groupby("movie_id").size().rename("n").reset_index()
     if tie_break not in ("smaller_id", "larger_id"):
         raise ValueError(f"tie_break must be 'smaller_id' or 'larger_id', got {tie_break!r}")
@@ -294,7 +318,7 @@ def preprocess_sequences(
     seed : int, default 42
         Seed of that draw.
     n_movies : int, default 50
-        How many of the most-rated movies are kept (:func:`top_movies`).
+        How many of the most-rated movies are kept (:func:`top_movies`), >= 1.
     tie_break : {"smaller_id", "larger_id"}, default "smaller_id"
         Tie-breaking of the top-movie selection.
 
@@ -307,9 +331,11 @@ def preprocess_sequences(
     Raises
     ------
     ValueError
-        When ``ratings`` lacks a column, or for an unknown ``protocol`` or ``tie_break``.
+        When ``ratings`` lacks a column, for an unknown ``protocol`` or ``tie_break``, or an
+        ``n_movies`` that is not an integer >= 1.
     """
     _check_ratings_frame(ratings)
+    _check_count("n_movies", n_movies)
     return _filter_and_recode(
         ratings,
         n_movies=n_movies,
@@ -343,7 +369,7 @@ def preprocess_ratings(
     seed : int, default 42
         Seed of that draw.
     n_movies : int, default 50
-        How many of the most-rated movies are kept.
+        How many of the most-rated movies are kept, >= 1.
     min_rating : int, default 3
         The smallest rating kept.
     tie_break : {"smaller_id", "larger_id"}, default "smaller_id"
@@ -358,9 +384,11 @@ def preprocess_ratings(
     Raises
     ------
     ValueError
-        When ``ratings`` lacks a column, or for an unknown ``protocol`` or ``tie_break``.
+        When ``ratings`` lacks a column, for an unknown ``protocol`` or ``tie_break``, or an
+        ``n_movies`` that is not an integer >= 1.
     """
     _check_ratings_frame(ratings)
+    _check_count("n_movies", n_movies)
     kept = ratings[ratings["rating"] >= min_rating]
     kept = kept.assign(rating=kept["rating"] - (min_rating - 1))
     return _filter_and_recode(

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
-from efa.datasets.splits import Splits
+from efa.datasets.splits import Splits, check_fraction
 
 __all__ = ["split_users"]
 
@@ -78,9 +78,12 @@ def split_users(
     val_unit : {"user", "row"}, default "user"
         Whether validation takes whole users or single target rows of the non-test users.
     val_frac : float, default 0.25
-        The share of the non-test part (users or rows) that goes to validation.
+        The share of the non-test part (users or rows) that goes to validation, strictly
+        between 0 and 1. A share of what the test split leaves, so it is not added to
+        ``test_frac``.
     test_frac : float, default 0.25
-        The share of users in the test split; must be 0.25 for protocol ``"paper"``.
+        The share of users in the test split, strictly between 0 and 1; must be 0.25 for
+        protocol ``"paper"``.
 
     Returns
     -------
@@ -90,10 +93,13 @@ def split_users(
     Raises
     ------
     ValueError
-        For an unknown ``protocol`` or ``val_unit``, or ``test_frac != 0.25`` with ``"paper"``.
+        For an unknown ``protocol`` or ``val_unit``, a ``val_frac`` or ``test_frac`` that is not
+        a number strictly between 0 and 1, or ``test_frac != 0.25`` with ``"paper"``.
     """
     if val_unit not in ("user", "row"):
         raise ValueError(f"val_unit must be 'user' or 'row', got {val_unit!r}")
+    val_frac = check_fraction("val_frac", val_frac)
+    test_frac = check_fraction("test_frac", test_frac)
     users = np.sort(frame["user_id"].unique())
     n = len(users)
     if protocol == "paper":

@@ -8,7 +8,9 @@ redistribution), so every loader reads them from a data root that lives outside 
 3. ``Path.cwd()/'../shared/data'`` (the layout of a checkout run from its root).
 
 An override or ``EFA_DATA`` that points nowhere is an error rather than a silent fall-back to the
-defaults: a typo in the variable should not quietly load some other copy of the data.
+defaults: a typo in the variable should not quietly load some other copy of the data. So is an
+empty one (``EFA_DATA=""`` is set, to nothing; ``Path("")`` would be the current directory):
+unset the variable to use the default.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ ENV_VAR = "EFA_DATA"
 def _default_candidates() -> list[Path]:
     # The installed library knows no repository: the default is relative to where it runs.
     return [Path.cwd() / ".." / "shared" / "data"]
+
+
+def _refuse_empty(path: str | os.PathLike[str], what: str, fix: str) -> None:
+    # Path("") is the current directory: an empty setting would quietly read whatever is there
+    if not str(os.fspath(path)).strip():
+        raise ValueError(f"{what} is empty ({os.fspath(path)!r}): {fix}")
 
 
 def data_root(override: str | os.PathLike[str] | None = None) -> Path:
@@ -48,13 +56,20 @@ def data_root(override: str | os.PathLike[str] | None = None) -> Path:
 
     Raises
     ------
+    ValueError
+        When ``override`` or ``EFA_DATA`` is empty (or only spaces): set, but to no folder.
     FileNotFoundError
         When the candidate is not a directory; the message names the path that was tried and
         where it came from.
     """
     if override is not None:
+        _refuse_empty(override, "the data root argument", "pass the data folder, or None "
+                      f"for ${ENV_VAR} or the default")
         tried = [("override argument", Path(override))]
-    elif os.environ.get(ENV_VAR):
+    elif ENV_VAR in os.environ:
+        _refuse_empty(os.environ[ENV_VAR], f"the environment variable {ENV_VAR}",
+                      "set it to the folder that holds the data sets, or unset it for the "
+                      "default ../shared/data")
         tried = [(f"${ENV_VAR}", Path(os.environ[ENV_VAR]))]
     else:
         tried = [("default", p) for p in _default_candidates()]
@@ -127,11 +142,16 @@ def resolve_file(
 
     Raises
     ------
+    ValueError
+        When ``path_or_dir`` is an empty string (it would search the current directory), or
+        (for ``None``) when ``EFA_DATA`` is empty.
     FileNotFoundError
         When no candidate is an existing file, or (for ``None``) when there is no data root.
     """
     if path_or_dir is None:
         return require_file(data_root() / subdir / filename, what)
+    _refuse_empty(path_or_dir, f"the path of the {what}", "pass the file, its folder or the "
+                  "data root, or None for the data root")
     path = Path(path_or_dir)
     if path.is_dir():
         for candidate in (path / filename, path / subdir / filename):

@@ -36,6 +36,7 @@ Decisions (reference: ``temperature/efa/efa.ipynb`` of yixinw-lab/EFA):
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Literal
 
@@ -260,7 +261,14 @@ def paper_frame(
     ------
     ValueError
         For an unknown ``missing``, negative ``lags``, months outside 1..12, ``years`` in the
-        wrong order, a missing column, or a city with two different values on the same day.
+        wrong order, a missing column, a year of ``years`` without any data in ``months``
+        (the message names the years that have some), no city in both tables, or a city with
+        two different values on the same day.
+
+    Warns
+    -----
+    UserWarning
+        When ``missing="drop_cities"`` drops every city (each has a gap in the window).
     """
     if missing not in ("drop_cities", "keep"):
         raise ValueError(f"missing must be 'drop_cities' or 'keep', got {missing!r}")
@@ -275,11 +283,10 @@ def paper_frame(
 
     calendar = _calendar(months, years, lags)
     temps = temps.assign(date=temps["date"].astype("datetime64[ns]"))
+    ours = (temps["country"] == country) & ~temps["state"].isin(exclude_states)
+    _check_years(temps.loc[ours, "date"], months, years, country)
     data = temps.loc[
-        (temps["country"] == country)
-        & ~temps["state"].isin(exclude_states)
-        & temps["date"].isin(calendar["date"]),
-        ["state", "city", "date", "value"],
+        ours & temps["date"].isin(calendar["date"]), ["state", "city", "date", "value"]
     ].drop_duplicates()
     conflicts = data.duplicated(["state", "city", "date"], keep=False)
     if conflicts.any():
@@ -292,6 +299,11 @@ def paper_frame(
     places = cities.loc[~cities["state"].isin(exclude_states), ["state", "city", "lat", "lon"]]
     places = places.merge(data[["state", "city"]].drop_duplicates(), on=["state", "city"])
     places = places.sort_values(["state", "city"], ignore_index=True)
+    if places.empty:
+        raise ValueError(
+            f"no city of country {country!r} is in both the temperature and the cities table "
+            "(matched on state and city)"
+        )
 
     # Complete (day x city) grid, so that absent rows become NaN like -99 values.
     grid = calendar.merge(places, how="cross").merge(data, on=["state", "city", "date"], how="left")
@@ -302,6 +314,14 @@ def paper_frame(
         )
         places = places[keep].reset_index(drop=True)
         grid = grid.merge(places[["state", "city"]], on=["state", "city"])
+        if places.empty:
+            # A warning, not an error: an empty frame is the honest answer to this request.
+            warnings.warn(
+                f"every city has a missing value in months {sorted(set(months))} of "
+                f"{years[0]}-{years[1]}, so missing='drop_cities' leaves an empty frame; "
+                "missing='keep' keeps them with NaN",
+                stacklevel=2,
+            )
     places = places.assign(city_idx=np.arange(len(places), dtype=np.int64))
     grid = grid.merge(places[["state", "city", "city_idx"]], on=["state", "city"])
     grid = grid.sort_values(["date", "city_idx"], ignore_index=True)
@@ -310,6 +330,32 @@ def paper_frame(
     grid["day"] = grid["date"].dt.day.astype(np.int64)
     columns = ["state", "city", "city_idx", "lat", "lon", "date", "year", "month", "day"]
     return grid.loc[:, [*columns, "value", "target"]]
+
+
+def _year_spans(years: Sequence[int]) -> str:
+    """``[1995, 1996, 1997, 2001]`` -> ``"1995-1997, 2001"``."""
+    spans: list[list[int]] = []
+    for year in sorted(years):
+        if spans and year == spans[-1][1] + 1:
+            spans[-1][1] = year
+        else:
+            spans.append([year, year])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans) or "none"
+
+
+def _check_years(dates: pd.Series, months: Sequence[int], years: tuple[int, int],
+                 country: str) -> None:
+    """Refuse requested years with no data at all in ``months``: the frame would hold only
+    gaps for them (or nothing, once ``drop_cities`` drops every city)."""
+    dates = dates[dates.dt.month.isin(list(months))]
+    have = set(dates.dt.year.dropna().astype(int).tolist())
+    absent = [y for y in range(years[0], years[1] + 1) if y not in have]
+    if absent:
+        raise ValueError(
+            f"years {tuple(years)!r}: the data hold no day of months {sorted(set(months))} in "
+            f"{_year_spans(absent)} (country {country!r}); years with data in these months: "
+            f"{_year_spans(sorted(have))}"
+        )
 
 
 def city_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -355,7 +401,24 @@ def split_years(
     -------
     Splits
         The rows of each year range, with a fresh index.
+
+    Raises
+    ------
+    ValueError
+        When a range is not ``(first, last)`` with ``first <= last``, or two ranges overlap
+        (their rows would be in two splits).
     """
+    ranges = {"train": train, "val": val, "test": test}
+    for name, (first, last) in ranges.items():
+        if first > last:
+            raise ValueError(f"{name} years must be (first, last) with first <= last, "
+                             f"got {(first, last)!r}")
+    names = list(ranges)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if ranges[a][0] <= ranges[b][1] and ranges[b][0] <= ranges[a][1]:
+                raise ValueError(f"the {a} years {tuple(ranges[a])!r} and the {b} years "
+                                 f"{tuple(ranges[b])!r} overlap: each year belongs to one split")
 
     def part(years: tuple[int, int]) -> pd.DataFrame:
         return frame[frame["year"].between(*years)].reset_index(drop=True)
