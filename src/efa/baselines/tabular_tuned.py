@@ -5,30 +5,100 @@ epochs by early stopping on the validation log loss.
 
 Column kinds follow :mod:`efa.baselines.tabular`: floating-point columns are numeric
 (standardised on the training rows for the deep peers), every other column categorical.
-Each needs a package of the ``experiments`` extra (catboost, tabm, rtdl-revisiting-models).
+At prediction a DataFrame must have fit's column labels in fit's order (an array is read by
+position), and a categorical cell matches the level of the same value whatever its numeric
+dtype (1.0 is the int level 1). Each needs a package of the ``experiments`` extra (catboost,
+tabm, rtdl-revisiting-models).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Self
+from numbers import Integral
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
 
 from efa.baselines.tabular import as_table, numeric_columns, validation_split
 
 
-class CatBoostTable(ClassifierMixin, BaseEstimator):
+def _level_keys(column: pd.Series, seen: Any) -> pd.Series:
+    """A categorical column's cells as the text its levels were learned under (fit's dtype
+    ``seen``): as themselves where the dtype is fit's (the path of every committed run), else
+    numbers by value, so a float 1.0 finds the int level '1' rather than 'unknown' ('1.0')."""
+    kinds = [t.kind if isinstance(t, np.dtype) else "" for t in (column.dtype, seen)]
+    if not all(k and k in "biuf" for k in kinds) or column.dtype == seen:
+        return column.astype(str)
+    values = column.to_numpy()
+    with np.errstate(invalid="ignore", over="ignore"):  # what cannot be cast stays unmatched
+        cast = np.where(np.isfinite(values.astype(float)), values, 0).astype(seen)
+        same = cast == values  # 1.5 or NaN is no level of an int column: it stays 'unknown'
+    return pd.Series(np.where(same, pd.Series(cast).astype(str), column.astype(str)),
+                     index=column.index)
+
+
+class _TablePeer(ClassifierMixin, BaseEstimator):
+    """What the peers share: the columns learned in fit, a prediction table checked against
+    them (a DataFrame's labels as :class:`efa.tabular.AttentionTableClassifier` checks them: a
+    swapped or renamed column read by position would silently stand for another), and
+    ``predict``."""
+
+    def _learn_columns(self, X):
+        table = as_table(X)
+        self.columns_ = list(table.columns)
+        self.named_ = isinstance(X, pd.DataFrame)
+        self.numeric_ = numeric_columns(table)
+        self.dtypes_ = list(table.dtypes)
+        return table
+
+    def _checked(self, X):
+        from efa.tabular.prediction import label_error  # lazily: it imports all of efa.tabular
+
+        check_is_fitted(self, "columns_")
+        table = as_table(X)
+        if isinstance(X, pd.DataFrame) and self.named_ and list(X.columns) != self.columns_:
+            raise label_error(list(X.columns), self.columns_)
+        if table.shape[1] != len(self.columns_):
+            raise ValueError(f"X has {table.shape[1]} features, but {type(self).__name__} is "
+                             f"expecting {len(self.columns_)} features as input")
+        table.columns = self.columns_  # an array's (or an unnamed fit's): read by position
+        return table
+
+    def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
+        """The most probable class of each row of ``X``.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame or array-like of shape (n, d)
+            A table with the training columns.
+
+        Returns
+        -------
+        numpy.ndarray, shape (n,)
+            The labels, from ``classes_``.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`predict_proba`.
+        """
+        return self.classes_[self.predict_proba(X).argmax(1)]
+
+
+class CatBoostTable(_TablePeer):
     """CatBoost on a table (native categorical handling of the non-float columns: ordered target
     statistics; float columns numeric), clonable by sklearn: ``cat_features`` is computed in
     ``fit`` from the column dtypes instead of being a constructor argument (``sklearn.clone`` of
     a ``CatBoostClassifier`` with ``cat_features`` set fails). The number of trees is picked
     by early stopping (50 rounds) on the multiclass log loss of a stratified ``validation``
     fraction of the training rows; the early-stopped model is kept (no refit, to halve the
-    cost). Needs catboost (the ``experiments`` extra).
+    cost). A missing number (NaN) is CatBoost's own to read, in fit and at prediction: its
+    default ``nan_mode`` 'Min' puts it below every value of its column (a missing categorical
+    cell is the level 'nan'). Needs catboost (the ``experiments`` extra).
 
     Parameters
     ----------
@@ -71,9 +141,8 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
                     verbose=False, allow_writing_files=False, loss_function="MultiClass")
 
     def _prepare(self, X):
-        X = as_table(X)
-        for c, num in zip(list(X), self.numeric_, strict=True):
-            X[c] = X[c].astype(float if num else str)
+        for c, num, seen in zip(list(X), self.numeric_, self.dtypes_, strict=True):
+            X[c] = X[c].astype(float) if num else _level_keys(X[c], seen)
         return X
 
     def fit(self, X: pd.DataFrame | npt.ArrayLike, y: npt.ArrayLike) -> Self:
@@ -89,13 +158,12 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
         Returns
         -------
         CatBoostTable
-            ``self``, fitted: ``classes_``, ``model_``, ``best_iteration_`` (the trees kept)
-            and ``validation_log_loss_``.
+            ``self``, fitted: ``classes_``, ``model_``, ``best_iteration_`` (the trees kept),
+            ``validation_log_loss_`` and the columns seen (``columns_``, ``numeric_``).
         """
         from catboost import CatBoostClassifier
 
-        self.numeric_ = numeric_columns(as_table(X))
-        X = self._prepare(X)
+        X = self._prepare(self._learn_columns(X))
         y = np.asarray(y)
         self.classes_ = np.unique(y)
         cats = [k for k, num in enumerate(self.numeric_) if not num]
@@ -122,54 +190,59 @@ class CatBoostTable(ClassifierMixin, BaseEstimator):
         -------
         numpy.ndarray, shape (n, n_classes)
             The probabilities, columns in the order of ``classes_``.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` is a DataFrame whose column labels or their order differ from fit's, or
+            has another number of columns.
         """
-        return self.model_.predict_proba(self._prepare(X))
-
-    def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
-        """The most probable class of each row of ``X``.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame or array-like of shape (n, d)
-            A table with the training columns.
-
-        Returns
-        -------
-        numpy.ndarray, shape (n,)
-            The labels, from ``classes_``.
-        """
-        return self.classes_[self.predict_proba(X).argmax(1)]
+        return self.model_.predict_proba(self._prepare(self._checked(X)))
 
 
-class _TorchTable(ClassifierMixin, BaseEstimator):
+class _TorchTable(_TablePeer):
     """Shared plumbing of the deep peers: ordinal-encode the categorical columns (levels seen in
     ``fit``; an unseen level at predict time maps to an extra 'unknown' index), standardise the
     numeric (float) ones, train with AdamW on mini-batches, early-stop on a stratified
     validation split of the training rows by its log loss, and keep the best weights. Inputs
-    are pairs (numeric [N, n_num] float or None, categorical [N, n_cat] long or None)."""
+    are pairs (numeric [N, n_num] float or None, categorical [N, n_cat] long or None). A missing
+    or infinite number is refused, in fit and at prediction: the networks have no reading of
+    it, and it would turn the loss or the probabilities into NaN."""
 
     def _encode_fit(self, X, y):
-        X = as_table(X)
-        self.columns_ = list(X.columns)
-        self.numeric_ = numeric_columns(X)
+        if not isinstance(self.max_epochs, Integral) or self.max_epochs < 1:
+            # no epoch means no validated weights to keep
+            raise ValueError(f"max_epochs must be an integer of at least 1, got "
+                             f"{self.max_epochs!r}")
+        X = self._learn_columns(X)
         self.levels_ = [sorted(set(X[c].astype(str)))
                         for c, num in zip(X, self.numeric_, strict=True) if not num]
-        num = X.loc[:, self.numeric_].to_numpy(dtype=float)
+        num = self._numbers(X)
         self.mean_ = num.mean(0)
         self.scale_ = np.where(num.std(0) > 0, num.std(0), 1.0)
         self.classes_ = np.unique(np.asarray(y))
         return self._encode(X), np.searchsorted(self.classes_, np.asarray(y))
 
+    def _numbers(self, X):
+        num = X.loc[:, self.numeric_].to_numpy(dtype=float)
+        if not np.isfinite(num).all():
+            r, k = np.argwhere(~np.isfinite(num))[0]
+            name = [c for c, n in zip(X, self.numeric_, strict=True) if n][k]
+            raise ValueError(f"column {name!r} has {num[r, k]} in row {X.index[r]!r} (position "
+                             f"{r}): {type(self).__name__} reads no missing or infinite number; "
+                             "drop or impute it first")
+        return num
+
     def _encode(self, X):
         import torch
 
-        X = as_table(X)
         cols = []
-        cats = [c for c, num in zip(X, self.numeric_, strict=True) if not num]
-        for c, levels in zip(cats, self.levels_, strict=True):
+        cats = [(c, seen) for c, num, seen in zip(X, self.numeric_, self.dtypes_, strict=True)
+                if not num]
+        for (c, seen), levels in zip(cats, self.levels_, strict=True):
             lookup = {v: k for k, v in enumerate(levels)}
-            cols.append([lookup.get(v, len(levels)) for v in X[c].astype(str)])
-        num = (X.loc[:, self.numeric_].to_numpy(dtype=float) - self.mean_) / self.scale_
+            cols.append([lookup.get(v, len(levels)) for v in _level_keys(X[c], seen)])
+        num = (self._numbers(X) - self.mean_) / self.scale_
         return (torch.tensor(num, dtype=torch.float32) if num.shape[1] else None,
                 torch.tensor(np.array(cols).T, dtype=torch.long) if cols else None)
 
@@ -205,25 +278,14 @@ class _TorchTable(ClassifierMixin, BaseEstimator):
                 bad += 1
                 if bad >= self.patience:
                     break
+        if best_state is None:  # every epoch's log loss was NaN or infinite: nothing to keep
+            raise FloatingPointError(
+                f"{type(self).__name__}: no epoch gave a finite validation log loss (the last "
+                f"was {v}); the training diverged: try a smaller lr")
         net.load_state_dict(best_state)
         net.eval()
         self.validation_log_loss_ = best
         return net
-
-    def predict(self, X: pd.DataFrame | npt.ArrayLike) -> np.ndarray:
-        """The most probable class of each row of ``X``.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame or array-like of shape (n, d)
-            A table with the training columns.
-
-        Returns
-        -------
-        numpy.ndarray, shape (n,)
-            The labels, from ``classes_``.
-        """
-        return self.classes_[self.predict_proba(X).argmax(1)]
 
 
 class TabMTable(_TorchTable):
@@ -282,6 +344,13 @@ class TabMTable(_TorchTable):
         TabMTable
             ``self``, fitted: ``classes_``, ``net_`` (the best weights) and
             ``validation_log_loss_``.
+
+        Raises
+        ------
+        ValueError
+            If ``max_epochs`` is not at least 1, or a numeric cell of ``X`` is NaN or infinite.
+        FloatingPointError
+            If no epoch gives a finite validation log loss (the training diverged).
         """
         import tabm
         import torch
@@ -313,11 +382,17 @@ class TabMTable(_TorchTable):
         -------
         numpy.ndarray, shape (n, n_classes)
             The probabilities, columns in the order of ``classes_``.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` is a DataFrame whose column labels or their order differ from fit's, has
+            another number of columns, or a numeric cell that is NaN or infinite.
         """
         import torch
 
         with torch.no_grad():
-            num, cat = self._encode(X)
+            num, cat = self._encode(self._checked(X))
             return torch.softmax(self.net_(x_num=num, x_cat=cat), -1).mean(1).numpy()
 
 
@@ -369,6 +444,13 @@ class FTTransformerTable(_TorchTable):
         FTTransformerTable
             ``self``, fitted: ``classes_``, ``net_`` (the best weights) and
             ``validation_log_loss_``.
+
+        Raises
+        ------
+        ValueError
+            If ``max_epochs`` is not at least 1, or a numeric cell of ``X`` is NaN or infinite.
+        FloatingPointError
+            If no epoch gives a finite validation log loss (the training diverged).
         """
         import rtdl_revisiting_models as rtdl
         import torch
@@ -398,8 +480,14 @@ class FTTransformerTable(_TorchTable):
         -------
         numpy.ndarray, shape (n, n_classes)
             The probabilities, columns in the order of ``classes_``.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` is a DataFrame whose column labels or their order differ from fit's, has
+            another number of columns, or a numeric cell that is NaN or infinite.
         """
         import torch
 
         with torch.no_grad():
-            return torch.softmax(self.net_(*self._encode(X)), -1).numpy()
+            return torch.softmax(self.net_(*self._encode(self._checked(X))), -1).numpy()
