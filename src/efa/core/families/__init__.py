@@ -26,8 +26,9 @@ from typing import Any
 
 from efa.core.families.base import Family, InvalidValues
 from efa.core.families.categorical import Bernoulli, Categorical, Ordinal
-from efa.core.families.continuous import Gamma, Gaussian, HeteroscedasticGaussian, LearnedGaussian
+from efa.core.families.continuous import Gaussian, HeteroscedasticGaussian, LearnedGaussian
 from efa.core.families.counts import Binomial, NegativeBinomial, Poisson, poisson_counts
+from efa.core.families.gamma import Gamma
 from efa.core.registry import Registry
 
 __all__ = [

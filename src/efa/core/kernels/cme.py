@@ -456,7 +456,8 @@ class CME(Kernel):
         kq = _finite(similarity(k, q, kind, bw, s, r), "kernel values k(K, q)")
         ctx = _Context(kind, s, bw, lam, q, k, g, kq, own, r)
         pattern = mask_pattern(a) if structured else None
-        w = per_query_weights(ctx, a) if pattern is None else structured_weights(ctx, *pattern)
+        w = None if pattern is None else structured_weights(ctx, *pattern)
+        w = per_query_weights(ctx, a) if w is None else w
         out = w @ v
         diag = torch.diagonal(w, dim1=-2, dim2=-1) if own is not None else None
         if own is not None:

@@ -104,7 +104,7 @@ def mask_pattern(a: Tensor) -> tuple[str, Tensor, Tensor | None] | None:
     return None
 
 
-def structured_weights(ctx: _System, kind: str, m: Tensor, d: Tensor | None) -> Tensor:
+def structured_weights(ctx: _System, kind: str, m: Tensor, d: Tensor | None) -> Tensor | None:
     """CME weights for a mask recognised by :func:`mask_pattern`, from one Cholesky factor per
     (sequence, head) of M = k(K_m, K_m) + λI (keys outside m decoupled).
 
@@ -126,9 +126,10 @@ def structured_weights(ctx: _System, kind: str, m: Tensor, d: Tensor | None) -> 
 
     Returns
     -------
-    torch.Tensor, shape (B, H, Iq, Ik)
+    torch.Tensor, shape (B, H, Iq, Ik), or None
         The weights α = (k(K_i, K_i) + λI)⁻¹ k(K_i, q_i) of each query over its key set K_i,
-        0 elsewhere.
+        0 elsewhere; None where removing a key from M would lose too many digits (solve per
+        query instead: :func:`per_query_weights`).
 
     Raises
     ------
@@ -154,6 +155,14 @@ def structured_weights(ctx: _System, kind: str, m: Tensor, d: Tensor | None) -> 
         drop = m if own else m & ~d
         add = d if own else d & ~m
         base = m[..., :, None] & ~(cols & drop[..., None, :])
+        u = torch.cholesky_inverse(chol) if bool(drop.any()) else None
+        if u is not None:
+            # The downdate's relative error grows as κ²·eps, κ_i = (M⁻¹)_ii M_ii (a key that
+            # others nearly repeat): past 1e-3, the caller solves per query instead.
+            kappa = torch.diagonal(u, dim1=-2, dim2=-1) * torch.diagonal(mat, dim1=-2, dim2=-1)
+            worst = float(torch.where(drop, kappa, 0).detach().max())
+            if worst**2 * torch.finfo(g.dtype).eps > 1e-3:
+                return None
     else:
         drop = torch.zeros_like(d)
         add = d
@@ -164,9 +173,8 @@ def structured_weights(ctx: _System, kind: str, m: Tensor, d: Tensor | None) -> 
         c blocks of n columns, zero outside R_i)."""
         if kind == "full":
             y = torch.cholesky_solve(x, chol)
-            if bool(drop.any()):
+            if u is not None:
                 # Removing key i: (M_{-i})⁻¹ x = [M⁻¹x − u_i (M⁻¹x)_i / u_ii] with u_i = M⁻¹e_i.
-                u = torch.cholesky_inverse(chol)
                 blocks = []
                 for y_c in y.split(n, dim=-1):
                     coef = torch.diagonal(y_c, dim1=-2, dim2=-1) / torch.diagonal(

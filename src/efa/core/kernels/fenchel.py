@@ -35,7 +35,14 @@ import torch
 from torch import Tensor
 
 from efa.core.kernels.base import register_kernel
-from efa.core.kernels.newton import DEFAULT_TOL, cov_times, hessian_solve, newton, tilted
+from efa.core.kernels.newton import (
+    DEFAULT_TOL,
+    check_finite,
+    cov_times,
+    hessian_solve,
+    newton,
+    tilted,
+)
 from efa.core.kernels.preference import (
     PreferenceKernel,
     check_prior,
@@ -489,4 +496,4 @@ class Fenchel(PreferenceKernel):
         lam = fenchel_lambda(q, t, log_u, a, own, self.opts["tol"], self.opts["max_iter"],
                              dtype=getattr(torch, precision) if precision else None, info=info)
         self.last_solve = info
-        return tilt_weights(lam, t, log_u, own)
+        return tilt_weights(check_finite(lam, self.name, a), t, log_u, own)

@@ -110,6 +110,9 @@ def cg(matvec: Callable[[Tensor], Tensor], b: Tensor, rtol: Tensor, max_iter: in
             break
         ad = matvec(d)
         dad = (d * ad).sum(-1, keepdim=True)
+        # Rounding can make the Hessian indefinite (a tilt far from the prior, α large): a
+        # direction without positive curvature ends that query's solve where it is.
+        active = active & (dad > 0)
         a = torch.where(active, rr / dad.clamp_min(tiny), 0)
         x = x + a * d
         r = r - a * ad
@@ -258,3 +261,33 @@ def hessian_solve(lam: Tensor, t: Tensor, own: Tensor | None, log_u: Tensor, alp
         rtol = torch.full(g.shape[:-1], tol, dtype=g.dtype, device=g.device)
         steps = 2 * (min(t.shape[-1], t.shape[-2]) + 1)
         return cg(lambda v: v / alpha + cov_times(p, h, t, own, v), g, rtol, steps)
+
+
+def check_finite(lam: Tensor, kernel: str, alpha: Tensor) -> Tensor:
+    """``lam`` if every entry is finite, else a FloatingPointError naming the kernel.
+
+    Parameters
+    ----------
+    lam : torch.Tensor
+        The dual solution λ of every query.
+    kernel : str
+        The kernel's name, for the message.
+    alpha : torch.Tensor
+        The reliabilities α, for the message.
+
+    Returns
+    -------
+    torch.Tensor
+        ``lam`` itself.
+
+    Raises
+    ------
+    FloatingPointError
+        If an entry of ``lam`` is NaN or infinite.
+    """
+    if not bool(torch.isfinite(lam).all()):
+        raise FloatingPointError(
+            f"attention kernel {kernel!r}: the dual solution λ is not finite (α up to "
+            f"{float(alpha.max()):.3g}): α is too large for {lam.dtype}; lower alpha, or solve "
+            "in float64 (precision='float64')")
+    return lam

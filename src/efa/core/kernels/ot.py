@@ -218,8 +218,9 @@ def _mix_factorised(s, log_u, base, mine, gamma, allowed, dt=None):
         eq = torch.diagonal(e, dim1=-2, dim2=-1)[..., None]
         z = with_own(z + eq * (ko - k), (e * ko).sum(-1))
     # The gradient divides by Z² (through u / Z): a Z below √tiny would send inf·0 = NaN into
-    # it although the forward is finite; hand such queries to the wider dtype or the log form.
-    if bool(((z < torch.finfo(dt).tiny ** 0.5 * 1e4) & (u > 0)).any()):
+    # it although the forward is finite; hand such queries to the wider dtype or the log form
+    # (and a NaN Z, from s/γ overflowing: "not >=" catches it).
+    if bool((~(z >= torch.finfo(dt).tiny ** 0.5 * 1e4) & (u > 0)).any()):
         return None
     # Divide by 1 where u = 0: those z may under-flow to 0, and where(u > 0, u / z, 0) would
     # still send 0/0 = NaN into the gradient through the branch it does not take.
@@ -448,6 +449,10 @@ class OT(PreferenceKernel):
             w = _mix_factorised(s, log_u, base, mine, g, allowed, torch.float64)
         if w is None:  # still: the log-domain form, O(I³) exponentials
             w = _mix(s, log_u, self.costs(t, own, k_pos), g[..., None], allowed)
+        if not bool(torch.isfinite(w).all()):  # s/γ beyond the dtype's range
+            raise FloatingPointError(f"attention kernel 'ot': the weights are not finite (α up "
+                                     f"to {float(a.max()):.3g}, γ down to {float(g.min()):.3g}); "
+                                     "lower alpha or raise gamma, or use a float64 model")
         return w
 
     def true_preference(self, k: Tensor, allowed: Tensor, q_pos: Tensor | None = None,

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from efa.core.kernels.base import register_kernel
 from efa.core.kernels.fenchel import check_tol, second_order_lambda, tilt_weights
+from efa.core.kernels.newton import check_finite
 from efa.core.kernels.preference import PreferenceKernel
 
 
@@ -73,4 +74,4 @@ class SecondOrder(PreferenceKernel):
         own = None if k_own is None else k_own * self.scale
         a = self.alpha().to(q.dtype)[None, :, None]
         lam = second_order_lambda(q, t, log_u, a, own, self.opts["tol"])
-        return tilt_weights(lam, t, log_u, own)
+        return tilt_weights(check_finite(lam, self.name, a), t, log_u, own)
