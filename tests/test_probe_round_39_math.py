@@ -78,3 +78,13 @@ def test_cme_own_keys_near_duplicates_stay_accurate_in_float32():
                        own=(ko.double(), vo.double()))[0]
     out = cme.float()(q, k, v, allowed, own=(ko, vo))[0]
     assert float((out.double() - ref).abs().max() / ref.abs().max()) < 5e-3  # was 0.34
+
+
+def test_an_unconverged_dual_solve_is_warned_of_in_evaluation():
+    q, k, v = _qkv()
+    allowed = torch.ones(1, 1, 6, 6, dtype=torch.bool)
+    kernel = KERNELS["fenchel"](1, 4, 0.5, False, alpha=1e4)
+    kernel(q, k, v, allowed)  # training: the flags are kept, nothing is said
+    assert not bool(kernel.last_solve["converged"].all())
+    with pytest.warns(RuntimeWarning, match="did not converge for some queries"):
+        kernel.eval()(q, k, v, allowed)

@@ -496,4 +496,5 @@ class Fenchel(PreferenceKernel):
         lam = fenchel_lambda(q, t, log_u, a, own, self.opts["tol"], self.opts["max_iter"],
                              dtype=getattr(torch, precision) if precision else None, info=info)
         self.last_solve = info
-        return tilt_weights(check_finite(lam, self.name, a), t, log_u, own)
+        done = None if self.training else info.get("converged")
+        return tilt_weights(check_finite(lam, self.name, a, done), t, log_u, own)

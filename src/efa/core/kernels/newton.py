@@ -12,6 +12,7 @@ template at j = q (two-stream).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -263,8 +264,11 @@ def hessian_solve(lam: Tensor, t: Tensor, own: Tensor | None, log_u: Tensor, alp
         return cg(lambda v: v / alpha + cov_times(p, h, t, own, v), g, rtol, steps)
 
 
-def check_finite(lam: Tensor, kernel: str, alpha: Tensor) -> Tensor:
-    """``lam`` if every entry is finite, else a FloatingPointError naming the kernel.
+def check_finite(lam: Tensor, kernel: str, alpha: Tensor,
+                 converged: Tensor | None = None) -> Tensor:
+    """``lam`` if every entry is finite, else a FloatingPointError naming the kernel; a
+    warning when some queries' solves did not converge (given their flags: in evaluation,
+    where the outputs are used; in training the flags stay in ``last_solve``).
 
     Parameters
     ----------
@@ -274,6 +278,8 @@ def check_finite(lam: Tensor, kernel: str, alpha: Tensor) -> Tensor:
         The kernel's name, for the message.
     alpha : torch.Tensor
         The reliabilities α, for the message.
+    converged : torch.Tensor, optional
+        Each query's converged flag (bool).
 
     Returns
     -------
@@ -290,4 +296,11 @@ def check_finite(lam: Tensor, kernel: str, alpha: Tensor) -> Tensor:
             f"attention kernel {kernel!r}: the dual solution λ is not finite (α up to "
             f"{float(alpha.max()):.3g}): α is too large for {lam.dtype}; lower alpha, or solve "
             "in float64 (precision='float64')")
+    if converged is not None and not bool(converged.all()):
+        # One text, so that the warning filter shows it once, not at every batch.
+        warnings.warn(
+            f"attention kernel {kernel!r}: the dual solve did not converge for some queries "
+            "(kernel.last_solve['converged'] flags them); their outputs are approximate: raise "
+            "max_iter, lower alpha, or solve in float64 (precision='float64')", RuntimeWarning,
+            stacklevel=2)
     return lam
