@@ -88,3 +88,16 @@ def test_an_unconverged_dual_solve_is_warned_of_in_evaluation():
     assert not bool(kernel.last_solve["converged"].all())
     with pytest.warns(RuntimeWarning, match="did not converge for some queries"):
         kernel.eval()(q, k, v, allowed)
+
+
+def test_a_negative_binomial_logit_past_float32s_range_stays_finite():
+    from efa.core.families import NegativeBinomial
+
+    nb = NegativeBinomial(3.0)
+    z = torch.tensor([[110.0], [5.0]], requires_grad=True)
+    eta = nb.link(z)
+    lp = nb.log_prob(torch.tensor([2, 2]), eta)
+    lp.sum().backward()
+    assert torch.isfinite(lp).all() and torch.isfinite(z.grad).all()  # was −inf and NaN
+    assert nb.mean(eta)[0] > 0
+    assert eta[1, 0] == torch.nn.functional.logsigmoid(z[1, 0])  # the usual range: unchanged

@@ -346,7 +346,7 @@ class NegativeBinomial(Family):
         self.total_count = _positive("total_count", total_count)
 
     def link(self, z: Tensor) -> Tensor:
-        """η = logsigmoid(z), i.e. p = sigmoid(z).
+        """η = logsigmoid(z), i.e. p = sigmoid(z), at most −(the dtype's smallest normal).
 
         Parameters
         ----------
@@ -359,7 +359,9 @@ class NegativeBinomial(Family):
             η = log p (< 0).
         """
         _check_last_dim(z, self.num_outputs, "z", self)
-        return F.logsigmoid(z)
+        # Past z ≈ 87 (float32) logsigmoid rounds to 0, outside the domain: A(0) = inf and a
+        # NaN gradient. Capped, p saturates at 1 − tiny and A stays finite.
+        return F.logsigmoid(z).clamp(max=-torch.finfo(z.dtype).tiny)
 
     def log_partition(self, eta: Tensor) -> Tensor:
         """A(η) = −r log(1 − e^η), computed stably.
