@@ -116,8 +116,26 @@ class Gaussian(Family):
         return -(_as_real(y) ** 2) / (2 * var) - 0.5 * (_LOG_2PI + math.log(var))
 
     def log_prob(self, y: Tensor, eta: Tensor, base_measure: bool = True) -> Tensor:
-        """As :meth:`Family.log_prob`, as −(y − μ)²/(2σ²) − log(2πσ²)/2: the natural form's
-        terms are of size (y/σ)² and cancel (in float32, 0.1 nats off at y = 2,000, σ = 1)."""
+        """The log-density, computed as −(y − μ)²/(2σ²) − log(2πσ²)/2.
+
+        The natural form ⟨η, y⟩ − A(η) + log h(y) has terms of size (y/σ)² that cancel (in
+        float32, 0.1 nats off at y = 2,000 with σ = 1); without the base measure the value
+        is that form's ⟨η, y⟩ − A(η), as in :meth:`Family.log_prob`.
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (...)
+            Values (cast to ``eta``'s dtype).
+        eta : torch.Tensor, shape (..., 1)
+            The natural parameter.
+        base_measure : bool, default True
+            Whether to add log h(y).
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            The log-density of each value.
+        """
         if not base_measure:
             return super().log_prob(y, eta, base_measure)
         _check_last_dim(eta, self.num_natural, "eta", self)
