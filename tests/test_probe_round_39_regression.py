@@ -41,18 +41,21 @@ def test_functions_to_sequences_keeps_unix_seconds_and_large_y_distinct():
     assert torch.equal(y.double(), torch.tensor(df.y[:20].to_numpy()))
 
 
-def test_predict_frame_warns_of_float32_and_a_float64_model_keeps_30_s_apart():
-    # A float32 model's encoder casts x before it standardises: the table warns, and the
-    # remedy it names (a float64 model) gives targets 30 s apart their own predictions.
+def test_unix_seconds_30_s_apart_get_their_own_predictions():
+    # The encoder standardises float64 inputs in float64 before the float32 network.
     torch.manual_seed(0)
     df = _unix_table().assign(y=lambda d: d.y - 1e9)
-    with pytest.warns(UserWarning, match="column 'x': its 20 distinct values are 10 in float32"):
-        data, _ = functions_to_sequences(df, "function", "x", "y")
-    model = regression_efa(data, layers=1, heads=1, channels=0).double()
+    data, _ = functions_to_sequences(df, "function", "x", "y")
+    model = regression_efa(data, layers=1, heads=1, channels=0)
     targets = pd.DataFrame({"function": 0, "x": T0 + np.array([1000.0, 1030.0, 1060.0])})
-    with pytest.warns(UserWarning, match="float32"):
-        mean = predict_frame(model, df, targets, "function", "x", "y")["mean"].to_numpy()
+    mean = predict_frame(model, df, targets, "function", "x", "y")["mean"].to_numpy()
     assert len(set(mean.tolist())) == 3
+
+
+def test_a_y_far_from_zero_is_warned_of_and_a_float64_model_keeps_it():
+    with pytest.warns(UserWarning, match="column 'y': its 40 distinct values are .* in float32"):
+        data, _ = functions_to_sequences(_unix_table(), "function", "x", "y")
+    assert data.fields["y"].unique().numel() == 40
 
 
 def test_rbf_expands_lengthscale_and_variance_each_on_its_own():

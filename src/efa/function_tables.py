@@ -93,14 +93,15 @@ def functions_to_sequences(frame: pd.DataFrame, function: str, x: str, y: str,
                 f"(function {frame.loc[row, function]!r}); drop such rows (a point that was "
                 "not observed is simply absent from its function's context)"
             )
-        # The table keeps float64, but a float32 model's encoder casts before it
-        # standardises: float32 numbers near 1.7e9 (Unix seconds) are 128 apart.
+        # The table keeps float64 (float32 numbers near 1.7e9, Unix seconds, are 128 apart);
+        # the encoders standardise it in float64, but a float32 model's predictions and
+        # likelihoods of y are in y's own units.
         v = frame[col].to_numpy(dtype=np.float64)
         n64, n32 = np.unique(v).size, np.unique(v.astype(np.float32)).size
-        if n32 < n64:
+        if col == y and n32 < n64:
             warnings.warn(f"column {col!r}: its {n64} distinct values are {n32} in float32, the "
-                          "precision a float32 model computes in: subtract an offset first "
-                          "(e.g. the first time stamp) or use a float64 model (model.double())",
+                          "precision of a float32 model's predictions and likelihoods: subtract "
+                          "an offset first or use a float64 model (model.double())",
                           stacklevel=2)
         frame[col] = v
     data = Sequences.from_frame(frame, by=function, fields=fields)

@@ -137,7 +137,12 @@ class MapEncoder(nn.Module):
             # that no NaN can reach a gradient.
             x = torch.where(hidden, 0, x) if hidden is not None else x
             x = x[..., None]
-        e = self.net((x.to(self.loc.dtype) - self.loc) / self.scale)
+        # Standardised in the wider dtype, then cast: float64 data cast to float32 first would
+        # merge close values far from 0 (Unix seconds are 128 apart in float32).
+        wide = torch.promote_types(x.dtype, self.loc.dtype) if x.is_floating_point() \
+            else self.loc.dtype
+        z = (x.to(wide) - self.loc.to(wide)) / self.scale.to(wide)
+        e = self.net(z.to(self.loc.dtype))
         if hidden is not None:
             e = torch.where(hidden[..., None], self.mask, e)
         return e
