@@ -67,7 +67,7 @@ def moments(train: Sequences) -> tuple[float, float, float, float]:
     """
     valid = train.valid()
     x = train.fields["x"][valid].double().flatten()
-    y = train.fields["y"][valid & train.observed.get("y", valid)].double()  # not placeholders
+    y = train.fields["y"][train.predicted("y", scored=False)].double()  # no placeholders
     return float(x.mean()), float(x.std()), float(y.mean()), float(y.std())
 
 

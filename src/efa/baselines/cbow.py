@@ -67,7 +67,7 @@ class CBOW(ConditionalModel):
         gap = (pos[:, None] - pos[None, :]).abs()
         near = (gap >= 1) & (gap <= self.window)
         f = self.fields[0]
-        present = data.valid() & data.observed.get(f.name, data.valid())
+        present = data.predicted(f.name, scored=False)
         return (near[None] & present[:, None, :]).to(self.context.weight.dtype)
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:

@@ -142,7 +142,7 @@ class CategoricalFM(ConditionalModel):
         """
         f = self.fields[0]
         # A value that is not observed is in no context (its placeholder may be anything).
-        present = data.valid() & data.observed.get(f.name, data.valid())
+        present = data.predicted(f.name, scored=False)
         x = torch.where(present, data.fields[f.name], 0)
         s, n = context_sum(self.alpha(x), present, self.direction)
         h = _normalise(s, n, data.lengths, self.pooling)
@@ -222,7 +222,7 @@ class ValueFM(ConditionalModel):
         value = cast(Value, value)
         x = data.fields[item.name]
         y = data.fields[value.name]
-        valid = data.valid() & data.observed.get(value.name, data.valid())
+        valid = data.predicted(value.name, scored=False)
         y = torch.where(valid, y, 0).to(self.alpha.weight.dtype)
         s, n = context_sum(self.alpha(x) * y[..., None], valid, self.direction)
         h = _normalise(s, n, data.lengths, self.pooling)
@@ -359,7 +359,7 @@ class KNNFM(ConditionalModel):
         coords_f, value = self.fields
         value = cast(Value, value)
         tau = data.fields[coords_f.name]
-        available = data.valid() & data.observed.get(value.name, data.valid())
+        available = data.predicted(value.name, scored=False)
         y = data.fields[value.name]
         loc, scale = value.moments
         z = torch.where(available, (y.to(self.c_loc.dtype) - loc) / scale, 0.0)

@@ -228,7 +228,7 @@ class ContextLogit(ConditionalModel):
             The context's contribution to the logits at every position.
         """
         f = self.fields[0]
-        present = data.valid() & data.observed.get(f.name, data.valid())
+        present = data.predicted(f.name, scored=False)
         x = torch.where(present, data.fields[f.name], 0)
         cols = F.embedding(x, self.weight.weight.T) * present[..., None]  # [B, I, K]: W[:, x_j]
         if self.direction == "bidirectional":
@@ -282,7 +282,7 @@ class ContextLogit(ConditionalModel):
         """
         f = cast(Category, self.fields[0])
         at = data.predicted(f.name)
-        present = data.valid() & data.observed.get(f.name, data.valid())
+        present = data.predicted(f.name, scored=False)
         x = torch.where(present, data.fields[f.name], 0)
         onehot = F.one_hot(x, f.num_categories).to(self.weight.weight.dtype) * present[..., None]
         counts = (onehot.sum(1, keepdim=True) - onehot if self.direction == "bidirectional"
@@ -422,7 +422,7 @@ class RatingGLM(ConditionalModel):
         item, value = self.fields
         item = cast(Category, item)
         x = data.fields[item.name]
-        valid = data.valid() & data.observed.get(value.name, data.valid())
+        valid = data.predicted(value.name, scored=False)
         y = torch.where(valid, data.fields[value.name], 0).long()
         if bool((out := valid & ((y < 0) | (y >= self.num_values))).any()):  # another pair
             s, i = (int(v) for v in out.nonzero()[0])

@@ -93,7 +93,7 @@ def _init(m: nn.Module) -> None:
 
 def _tokens(data: Sequences, name: str, mask_id: int) -> Tensor:
     """Item ids with padding and missing items replaced by ``mask_id``."""
-    present = data.valid() & data.observed.get(name, data.valid())
+    present = data.predicted(name, scored=False)
     return torch.where(present, data.fields[name], mask_id).long()
 
 

@@ -74,7 +74,7 @@ class NadarayaWatson(ConditionalModel):
         y = data.fields["y"].double()
         k = data.fields["channel"]
         valid = data.valid()
-        seen = valid & data.observed.get("y", valid)  # an unobserved y is in no context
+        seen = data.predicted("y", scored=False)  # an unobserved y is in no context
         y = torch.where(seen, y, 0.0)  # its placeholder may be NaN: NaN · 0 would be NaN
         n = x.shape[1]
         w = torch.exp(-0.5 * ((x[:, :, None] - x[:, None, :]) / self.bandwidth) ** 2)
@@ -132,7 +132,7 @@ def select_smoother(fields: list, train: Sequences, val: Sequences) -> tuple[Nad
     grid : dict of str to float
         ``str((h, ρ, τ²))`` → the mean validation log-likelihood.
     """
-    y = train.fields["y"][train.valid() & train.observed.get("y", train.valid())].double()
+    y = train.fields["y"][train.predicted("y", scored=False)].double()
     prior = float(y.mean()), float(y.var())
     scored = val.predicted("y")
     yv = val.fields["y"].double()[scored]

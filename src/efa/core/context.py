@@ -39,7 +39,7 @@ def context_items(data: Sequences, name: str, k: int, direction: str, at: Tensor
         Bool, one row per asked position in the order of ``at.nonzero()``.
     """
     x = data.fields[name]
-    present = data.valid() & data.observed.get(name, data.valid())
+    present = data.predicted(name, scored=False)
     onehot = F.one_hot(torch.where(present, x, 0).long(), k) * present[..., None]
     if direction == "bidirectional":
         counts = onehot.sum(1, keepdim=True) - onehot
@@ -73,7 +73,7 @@ def context_bag(data: Sequences, name: str, table: Tensor, direction: str, at: T
         One row per asked position in the order of ``at.nonzero()``.
     """
     x = data.fields[name]
-    present = data.valid() & data.observed.get(name, data.valid())
+    present = data.predicted(name, scored=False)
     rows = F.embedding(torch.where(present, x, 0).long(), table) * present[..., None]
     if direction == "bidirectional":
         return (rows.sum(1, keepdim=True) - rows)[at]
@@ -105,7 +105,7 @@ def context_pairs(data: Sequences, name: str, direction: str, at: Tensor) -> tup
     """
     b_idx, i_idx = at.nonzero(as_tuple=True)
     x = data.fields[name]
-    present = data.valid() & data.observed.get(name, data.valid())
+    present = data.predicted(name, scored=False)
     j = torch.arange(x.shape[1], device=x.device)
     ctx = present[b_idx] & (j[None, :] != i_idx[:, None])  # [P, I]
     if direction != "bidirectional":

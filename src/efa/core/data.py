@@ -4,11 +4,9 @@ Each field is a tensor of shape [N, I] (categories and values) or [N, I, size] (
 ``lengths`` [N] says how many leading positions of each row are real, the rest is padding.
 Optional ``observed`` masks mark missing values (hidden from the model and not predicted) and
 ``scored`` marks which positions enter the likelihood (default: every real position), e.g. only
-today's cities when yesterday's temperatures are context. (Which *fields* are predicted is the
-fields' ``target`` flag.)
-
-Every check on what a user passes in lives in :func:`efa.core.checks.check_sequences`, called
-by the model.
+today's cities when yesterday's temperatures are context (which *fields* are predicted is the
+fields' ``target`` flag). Every check on what a user passes in lives in
+:func:`efa.core.checks.check_sequences`, called by the model.
 """
 
 from __future__ import annotations
@@ -79,14 +77,16 @@ class Sequences:
         """
         return torch.arange(self.max_len, device=self.lengths.device) < self.lengths[:, None]
 
-    def predicted(self, name: str) -> Tensor:
+    def predicted(self, name: str, scored: bool = True) -> Tensor:
         """The positions whose value of field ``name`` enters the likelihood: real, scored and
-        observed.
+        observed (``scored=False``: every real observed value, the ones a context may hold).
 
         Parameters
         ----------
         name : str
             A field of the sequences.
+        scored : bool, default True
+            Require the position to be scored too.
 
         Returns
         -------
@@ -101,7 +101,7 @@ class Sequences:
         if name not in self.fields:
             raise KeyError(f"no field {name!r}: the sequences have {list(self.fields)}")
         m = self.valid()
-        if self.scored is not None:
+        if scored and self.scored is not None:
             m = m & self.scored
         if name in self.observed:
             m = m & self.observed[name]

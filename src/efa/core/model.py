@@ -147,7 +147,7 @@ class EFA(ConditionalModel):
         for f in cast("list[Value]", self.fields):
             if f.kind != "value" or (f.loc is not None and f.scale is not None):
                 continue
-            y = data.fields[f.name][data.valid() & data.observed.get(f.name, data.valid())]
+            y = data.fields[f.name][data.predicted(f.name, scored=False)]
             y = y.double()
             if f.loc is None:
                 f.loc = float(y.mean()) if len(y) else 0.0

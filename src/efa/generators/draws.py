@@ -299,7 +299,7 @@ def context_masks(data: Sequences, direction: str) -> tuple[Tensor, Tensor]:
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     pred = data.predicted("y")
-    seen = data.valid() & data.observed.get("y", data.valid())
+    seen = data.predicted("y", scored=False)
     n = data.max_len
     ctx = seen[:, None, :] & ~torch.eye(n, dtype=torch.bool)
     if direction == "unidirectional":
@@ -344,7 +344,7 @@ def check_data(data: Sequences, dim: int,
     c, y = data.fields["c"].double(), data.fields["y"].double()
     if c.dim() != 3 or c.shape[-1] != dim:
         raise ValueError(f"field 'c' must have shape [N, I, {dim}], got {tuple(c.shape)}")
-    seen = data.valid() & data.observed.get("y", data.valid())
+    seen = data.predicted("y", scored=False)
     checks = [("c", ~torch.isfinite(c).all(-1) & data.valid(), "a finite vector"),
               ("y", ~torch.isfinite(y) & seen, "a finite number")]
     if support is not None:

@@ -129,7 +129,7 @@ def _gaussian_loo(cov: Tensor, y: Tensor, seen: Tensor, direction: str, noise_va
 
 def _gaussian_prediction(cov, y, data: Sequences, direction: str, noise_var) -> BayesPrediction:
     pred, _ = context_masks(data, direction)
-    seen = data.valid() & data.observed.get("y", data.valid())
+    seen = data.predicted("y", scored=False)
     mean, var = _gaussian_loo(cov, y, seen, direction, noise_var)
     logp = -0.5 * (math.log(2 * math.pi) + var.log() + (y - mean) ** 2 / var)
     return BayesPrediction(nan_outside(mean, pred), nan_outside(logp, pred))
