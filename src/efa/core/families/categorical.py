@@ -279,6 +279,34 @@ class Ordinal(Family):
         dtype = y.dtype if y.is_floating_point() else torch.get_default_dtype()
         return self.base.to(dtype)[y.long()]
 
+    def log_prob(self, y: Tensor, eta: Tensor, base_measure: bool = True) -> Tensor:
+        """The log-probability log_softmax_k(η s_k + b_k) at k = y.
+
+        The natural form η s_y − A(η) + b_y subtracts terms of size |η|·s_{K−1} (in float32,
+        positive log-probabilities at |η| ~ 1e8); without the base measure the value is that
+        form's η s_y − A(η), as in :meth:`Family.log_prob`.
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (...)
+            Class indices.
+        eta : torch.Tensor, shape (..., 1)
+            The natural parameter.
+        base_measure : bool, default True
+            Whether to add log h(y) = b_y.
+
+        Returns
+        -------
+        torch.Tensor, shape (...)
+            The log-probability of each class.
+        """
+        if not base_measure:
+            return super().log_prob(y, eta, base_measure)
+        logp = torch.log_softmax(self.logits(eta), dim=-1)
+        shape = torch.broadcast_shapes(y.shape, logp.shape[:-1])
+        index = y.long().expand(shape).unsqueeze(-1)
+        return logp.expand(*shape, logp.shape[-1]).gather(-1, index).squeeze(-1)
+
     def probabilities(self, eta: Tensor) -> Tensor:
         """p(y = k) for every class k: softmax over k of η·s_k + b_k.
 
