@@ -27,7 +27,7 @@ def test_windows_drop_unknown_words_and_partial_tails():
     assert counts == {"tokens": 12, "in_vocabulary": 10, "in_windows": 10}
     x3, counts3 = windows(DOCS, vocab, 3)
     assert x3.shape == (3, 3) and counts3["in_windows"] == 9  # one tail word dropped
-    with pytest.raises(ValueError, match="at least 2"):
+    with pytest.raises(ValueError, match="length must be an integer >= 2"):
         windows(DOCS, vocab, 1)
     with pytest.raises(ValueError, match="no document has 9"):
         windows(DOCS, vocab, 9)

@@ -68,7 +68,8 @@ def theorem_table(results: Path) -> str:
                      f"{statistic}, {r['model']} | {r['mean']:.3f} ± {r['std']:.3f} |")
         last = part
     verdicts = [n for n in doc["notes"] if n[:3] in {f"({k})" for k in CLAIMS}]
-    lines += ["", "The run's notes (verdicts, then set-ups; ± in a verdict is the standard error over seeds):", ""]
+    lines += ["", "The run's notes (verdicts, then set-ups; ± in a verdict is the standard "
+              "error over seeds):", ""]
     return "\n".join(lines + [f"- {n}" for n in verdicts])
 
 

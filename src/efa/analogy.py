@@ -39,10 +39,12 @@ import pandas as pd
 from efa.deprecation import renamed
 from efa.questions import GROUPS as GROUPS
 from efa.questions import coverage as coverage
+from efa.questions import folded
 from efa.questions import load_questions as load_questions
 from efa.questions import questions_path as questions_path
 from efa.questions import restrict as restrict
 from efa.questions import vocabulary_index as vocabulary_index
+from efa.training.scoring import check_bool
 
 if TYPE_CHECKING:  # for annotations only
     from torch import Tensor
@@ -165,17 +167,19 @@ def answer(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd.
         Unit-normalise the vectors before the offset (gensim's ``most_similar``); the paper's
         notebooks use the raw vectors.
     lowercase : bool, default True
-        Fold case variants of the vocabulary (:func:`~efa.questions.vocabulary_index`).
+        Fold case, in the vocabulary (its variants: :func:`~efa.questions.vocabulary_index`)
+        and in the questions' words.
     chunk : int, default 512
         Questions scored at once (memory: ``chunk`` × candidates scores).
 
     Returns
     -------
     pandas.DataFrame
-        The questions (index reset) with ``predicted`` (the best candidate), ``rank`` (of the
-        correct d: 1 when it scores strictly above every other candidate, ties count against
-        it; NaN if d is not a candidate), ``correct`` (``rank == 1``) and ``cosine``
-        (cos(x_b + x_c − x_a, x_d)).
+        The questions (index reset) with ``predicted`` (the best candidate other than a, b
+        and c; None when the filter leaves no other), ``rank`` (of the correct d: 1 when it
+        scores above every other candidate by more than 1e-12, ties count against it; NaN if
+        d is not a candidate or is one of a, b, c), ``correct`` (``rank == 1``) and
+        ``cosine`` (cos(x_b + x_c − x_a, x_d)).
 
     Raises
     ------
@@ -191,7 +195,9 @@ def answer(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd.
     if absent:
         raise ValueError(f"the questions need columns a, b, c and d (a:b :: c:d); they lack "
                          f"{absent} (load_questions gives this frame)")
-    missing = sorted({w for col in "abcd" for w in questions[col] if w not in index})
+    check_bool("normalize", normalize)
+    words_of = {col: folded(questions[col], lowercase) for col in "abcd"}
+    missing = sorted({str(w) for col in "abcd" for w in words_of[col] if w not in index})
     if missing:
         raise KeyError(
             f"{len(missing)} question word(s) are not in the vocabulary, e.g. {missing[:5]}; "
@@ -209,7 +215,7 @@ def answer(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd.
     position = np.full(len(x), -1)
     position[rows] = np.arange(len(rows))
     cand = unit[rows]
-    ids = {col: questions[col].map(index).to_numpy() for col in "abcd"}
+    ids = {col: words_of[col].map(index).to_numpy().astype(np.int64) for col in "abcd"}
     predicted, rank, cosine = [], [], []
     for start in range(0, len(questions), chunk):
         sl = slice(start, start + chunk)
@@ -219,22 +225,24 @@ def answer(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd.
         f = f / np.where(fn > 0, fn, 1.0)
         scores = f @ cand.T  # [q, candidates]
         q = np.arange(len(a))
-        for col in (a, b, c):  # d ∉ {a, b, c}
+        for col in (a, b, c):  # the question's own words are never answers
             p = position[col]
             scores[q[p >= 0], p[p >= 0]] = -np.inf
         best = scores.argmax(1)
-        predicted.append(rows[best])
-        pd_ = position[d]
+        # None where the filter left no candidate but the question's own words
+        predicted.append(np.where(np.isfinite(scores[q, best]), rows[best], -1))
+        pd_ = np.where((d == a) | (d == b) | (d == c), -1, position[d])  # d excluded: no rank
         target = np.where(pd_ >= 0, scores[q, np.maximum(pd_, 0)], np.nan)
         # Pessimistic rank: every other candidate scoring at least d's counts against it, so a
-        # tie (identical or collapsed vectors) is never a hit.
-        r = (scores >= target[:, None]).sum(1)
+        # tie is never a hit; "at least" within 1e-12, as x and 2x have unit vectors whose
+        # cosines with f differ by a rounding step (either word could win).
+        r = (scores >= target[:, None] - 1e-12).sum(1)
         rank.append(np.where(pd_ >= 0, r, np.nan))
         cosine.append((f * unit[d]).sum(1))
     out = questions.reset_index(drop=True).copy()
     words = np.asarray(vocab, dtype=object)
-    pred_words = words[np.concatenate(predicted)]
-    out["predicted"] = [w.lower() if lowercase else w for w in pred_words]
+    out["predicted"] = [None if k < 0 else words[k].lower() if lowercase else words[k]
+                        for k in np.concatenate(predicted)]
     out["rank"] = np.concatenate(rank)
     out["correct"] = out["rank"].to_numpy() == 1
     out["cosine"] = np.concatenate(cosine)
@@ -279,12 +287,14 @@ def cosines(vectors: npt.ArrayLike | Tensor, vocab: Sequence[str], questions: pd
     if len(targets) != len(questions):
         raise ValueError(f"one target per question: {len(targets)} targets, "
                          f"{len(questions)} questions")
-    words = [*questions.a, *questions.b, *questions.c, *targets]
-    missing = sorted({w for w in words if w not in index})
+    check_bool("normalize", normalize)
+    keyed = {col: list(folded(questions[col], lowercase)) for col in "abc"}
+    keyed["t"] = list(folded(list(targets), lowercase))
+    missing = sorted({str(w) for col in keyed.values() for w in col if w not in index})
     if missing:
         raise KeyError(f"words not in the vocabulary: {missing[:5]}")
-    rows = {col: np.array([index[w] for w in questions[col]]) for col in "abc"}
-    t = np.array([index[w] for w in targets])
+    rows = {col: np.array([index[w] for w in keyed[col]], dtype=np.int64) for col in "abc"}
+    t = np.array([index[w] for w in keyed["t"]], dtype=np.int64)
     x = _in_range(x)
     unit = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-300)
     base = unit if normalize else x

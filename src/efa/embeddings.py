@@ -217,6 +217,8 @@ def attention_embeddings(model: EFA) -> dict[str, np.ndarray]:
         problems.append(f"attention={cfg.attention!r} (needs 'softmax')")
     if len(cfg.fields) != 1 or not isinstance(cfg.fields[0], Category):
         problems.append("fields must be one Category")
+    elif cfg.fields[0].bag or cfg.fields[0].distinct:
+        problems.append("the Category must be plain (bag=False, distinct=False)")
     if problems:
         raise ValueError("the attention theory (Eq. 1 of the MoE paper) needs " +
                          "; ".join(problems))
@@ -370,9 +372,13 @@ def offset_residuals(X: npt.ArrayLike, quads: npt.ArrayLike,
         If a quadruple names a row outside ``X``.
     """
     X = np.asarray(X, dtype=np.float64)
-    q = np.asarray(quads, dtype=np.int64)
+    q = np.asarray(quads)
     if q.ndim != 2 or q.shape[1] != 4:
         raise ValueError(f"quads must be an integer array [Q, 4], got shape {q.shape}")
+    if q.dtype == bool or not np.issubdtype(q.dtype, np.integer):
+        raise ValueError(f"quads must hold integer rows, got dtype {q.dtype} (a float would be "
+                         "truncated)")
+    q = q.astype(np.int64)
     bad = (q < 0) | (q >= len(X))
     if bad.any():
         i, j = np.argwhere(bad)[0]
@@ -413,9 +419,22 @@ def prop13(W: npt.ArrayLike, C: npt.ArrayLike, quads: npt.ArrayLike,
         ``"e_W_others"``, ``"e_C_holding"``, ``"e_C_others"`` (NaN for an empty set);
         ``"spearman_e_W_e_C"`` (NaN for fewer than 3 quadruples); with ``C_tilde``, also
         ``"e_Ct_holding"``, ``"e_Ct_others"`` and ``"spearman_e_W_e_Ct"``.
+
+    Raises
+    ------
+    ValueError
+        If there is no quadruple, ``quads`` is malformed (:func:`offset_residuals`) or
+        ``holds`` is not a bool mask with one entry per quadruple.
     """
     e_w, e_c = offset_residuals(W, quads), offset_residuals(C, quads)
-    holds = e_w <= np.quantile(e_w, 0.25) if holds is None else np.asarray(holds, bool)
+    if len(e_w) == 0:
+        raise ValueError("prop13 needs at least one quadruple, got none")
+    if holds is not None:
+        mask = np.asarray(holds)
+        if mask.dtype != bool or mask.shape != e_w.shape:
+            raise ValueError(f"holds must be a bool mask of shape {e_w.shape} (one per "
+                             f"quadruple), got dtype {mask.dtype}, shape {mask.shape}")
+    holds = e_w <= np.quantile(e_w, 0.25) if holds is None else mask
     out = {"quads": int(len(e_w)), "holding_in_W": int(holds.sum()),
            "e_W_holding": _mean(e_w[holds]), "e_W_others": _mean(e_w[~holds]),
            "e_C_holding": _mean(e_c[holds]), "e_C_others": _mean(e_c[~holds]),

@@ -97,17 +97,18 @@ def nearest_neighbours(lat: npt.ArrayLike, lon: npt.ArrayLike, k: int) -> np.nda
     Raises
     ------
     ValueError
-        If ``lat`` and ``lon`` are not 1-d of the same length, a coordinate is missing or
-        infinite, or ``k`` is out of range.
+        If ``lat`` and ``lon`` are not 1-d of the same length, a coordinate is missing,
+        infinite or off the globe (not degrees), or ``k`` is out of range.
     """
     lat = np.asarray(lat, dtype=np.float64)
     lon = np.asarray(lon, dtype=np.float64)
     if lat.shape != lon.shape or lat.ndim != 1:
         raise ValueError("lat and lon must be 1-d arrays of the same length")
-    bad = ~(np.isfinite(lat) & np.isfinite(lon))
-    if bad.any():
-        raise ValueError(f"site {int(np.flatnonzero(bad)[0])} has a missing or infinite "
-                         "coordinate")
+    bad_lat, bad_lon = off_the_globe(lat, lon)
+    if (bad_lat | bad_lon).any():
+        i = int(np.flatnonzero(bad_lat | bad_lon)[0])
+        raise ValueError(f"site {i} has latitude {lat[i]}, longitude {lon[i]}: expected "
+                         f"degrees, latitude in {LATITUDES}, longitude in {LONGITUDES}")
     n = lat.size
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k <= n - 1:
         raise ValueError(f"k must be between 0 and n_sites - 1 = {n - 1}, got {k}")

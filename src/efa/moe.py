@@ -41,7 +41,7 @@ from efa.core.data import Sequences
 from efa.core.fields import Category
 from efa.core.model import EFA
 from efa.reparam import Reparam as Reparam
-from efa.reparam import check_linear
+from efa.reparam import check_category_target, check_linear
 from efa.reparam import copy_tokens as copy_tokens
 from efa.reparam import gates_and_experts as gates_and_experts
 from efa.reparam import moe_logits as moe_logits
@@ -120,7 +120,7 @@ def mixture(model: EFA, data: Sequences, target: str | None = None,
         If the model is not of that form.
     """
     check_linear(model)
-    f = model.target(target)
+    f = check_category_target(model, target)
     content = model.encode(data, model.hidden_for(data, None))
     query = model.encode(data, model.hidden_for(data, f.name))
     rep = reparameterise(model, f.name)
@@ -170,7 +170,7 @@ def two_layer_terms(model: EFA, data: Sequences, target: str | None = None) -> d
         If the model is not of that form.
     """
     check_linear(model, layers=2)
-    f = model.target(target)
+    f = check_category_target(model, target)
     content = model.encode(data, model.hidden_for(data, None))
     query = model.encode(data, model.hidden_for(data, f.name))
     X = copy_tokens(content, query)  # [B, M, J, p]
@@ -336,9 +336,12 @@ class CBOWMoE(ConditionalModel):
         """
         self.check(data)
         C, P, W_KQ, W_LOV, g, D, scale = self.parts()
-        x = data.fields[self.fields[0].name].long()
+        name = self.fields[0].name
+        x = data.fields[name].long()
         n = x.shape[1]
-        content = C[x] + P[:n]
+        # An unobserved value is [MASK] in the context, as in the attention model.
+        seen = data.observed.get(name, torch.ones_like(x, dtype=torch.bool))
+        content = torch.where(seen[..., None], C[x], C[-1]) + P[:n]
         query = (C[-1] + P[:n]).expand_as(content)
         tokens = copy_tokens(content, query)
         H = W_KQ.shape[0]

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from efa.training.scoring import check_bool
+
 GROUPS = ("semantic", "syntactic")
 
 
@@ -135,6 +137,7 @@ def vocabulary_index(vocab: Sequence[str], lowercase: bool = True) -> dict[str, 
     ValueError
         If an entry is not a non-empty string.
     """
+    check_bool("lowercase", lowercase)
     index: dict[str, int] = {}
     for row, word in enumerate(vocab):
         if not isinstance(word, str) or not word:
@@ -157,19 +160,40 @@ def restrict(questions: pd.DataFrame, *vocabularies: Iterable[str],
     *vocabularies : iterable of str
         The vocabularies every word must be in.
     lowercase : bool, default True
-        Compare with the vocabularies lower-cased (:func:`vocabulary_index`).
+        Compare the question words with the vocabularies, both lower-cased
+        (:func:`vocabulary_index`).
 
     Returns
     -------
     pandas.DataFrame
         The kept rows, index reset.
     """
+    check_bool("lowercase", lowercase)
     keep = np.ones(len(questions), dtype=bool)
     for vocab in vocabularies:
         words = set(vocabulary_index(list(vocab), lowercase))
         for col in "abcd":
-            keep &= questions[col].isin(words).to_numpy()
+            keep &= folded(questions[col], lowercase).isin(words).to_numpy()
     return questions[keep].reset_index(drop=True)
+
+
+def folded(words: pd.Series | Sequence[str], lowercase: bool) -> pd.Series:
+    """Question words as :func:`vocabulary_index` keys them: lower-cased when ``lowercase``.
+
+    Parameters
+    ----------
+    words : pandas.Series or sequence of str
+        Words (anything that is not a string is kept as it is, to be reported as missing).
+    lowercase : bool
+        Whether the vocabulary's index folds case.
+
+    Returns
+    -------
+    pandas.Series
+        The words, folded or as given.
+    """
+    words = pd.Series(words, dtype=object)
+    return words.map(lambda w: w.lower() if isinstance(w, str) else w) if lowercase else words
 
 
 def coverage(questions: pd.DataFrame, kept: pd.DataFrame) -> dict[str, dict[str, int]]:

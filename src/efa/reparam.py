@@ -113,6 +113,16 @@ def check_linear(model: EFA, layers: int | None = 1) -> None:
         )
     if not isinstance(cast("Block", model.blocks[0]).attn.o, nn.Linear):
         raise ValueError("the map needs out_proj=True (W^O)")
+    if cfg.mix != "none":
+        raise ValueError(f"the map reads the fields' embeddings as the tokens, so it needs "
+                         f"mix='none'; got mix={cfg.mix!r}")
+    # A bag's token is a mean of embeddings, and distinct puts -1e4 on used items: neither is
+    # the lemma's linear read-out of one embedding.
+    special = [f"{f.name!r} ({'bag' if f.bag else 'distinct'})" for f in cfg.fields
+               if isinstance(f, Category) and (f.bag or f.distinct)]
+    if special:
+        raise ValueError(f"the map needs plain Category fields, without bag or distinct; got "
+                         f"{', '.join(special)}")
     # One token x'_j is the query, key, value and skip input of Lemma 1.
     partial = {f.name: f.feeds for f in cfg.fields if set(f.feeds) != set(ROLES)}
     if partial:
@@ -123,6 +133,34 @@ def check_linear(model: EFA, layers: int | None = 1) -> None:
         raise ValueError("the map needs direction='bidirectional' and attend_self=True (the "
                          f"experts read every context slot); got direction={cfg.direction!r}, "
                          f"attend_self={cfg.attend_self!r}")
+
+
+def check_category_target(model: EFA, target: str | None) -> Category:
+    """The target field, which must be a Category: the mixture's experts are logits over its
+    items (a Value's read-out goes through its link and standardisation).
+
+    Parameters
+    ----------
+    model : EFA
+        The attention model.
+    target : str or None
+        The target field's name (None: the first target).
+
+    Returns
+    -------
+    Category
+        The target field.
+
+    Raises
+    ------
+    ValueError
+        If the target is not a Category field.
+    """
+    f = model.target(target)
+    if not isinstance(f, Category):
+        raise ValueError(f"the mixture's experts are logits over a Category field's items; "
+                         f"{f.name!r} is a {type(f).__name__}")
+    return f
 
 
 def _layer(block: Block, W_read: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
@@ -167,7 +205,7 @@ def reparameterise(model: EFA, target: str | None = None) -> Reparam:
         If the model is not of that form.
     """
     check_linear(model)
-    f = model.target(target)
+    f = check_category_target(model, target)
     read = cast("LinearReadout", model.readouts[f.name]).net
     W_KQ, W_LOV, W_l, scale = _layer(cast("Block", model.blocks[0]), read.weight)
     C = P = None

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from efa.training.scoring import check_int
+
 
 def gensim_data(name: str) -> Path:
     """Return the path of a file of gensim's test data (``gensim/test/test_data/NAME``).
@@ -83,7 +85,9 @@ def lee_background(path: str | Path | None = None) -> list[list[str]]:
         When no line holds a token.
     """
     path = gensim_data("lee_background.cor") if path is None else Path(path)
-    docs = [tokenize(line) for line in path.read_text(encoding="latin-1").splitlines()]
+    # Lines end at "\n" only, as in gensim's LineSentence: str.splitlines would also split at
+    # U+0085 (latin-1's byte 0x85, cp1252's "…"), form feeds and other separators.
+    docs = [tokenize(line) for line in path.read_text(encoding="latin-1").split("\n")]
     docs = [d for d in docs if d]
     if not docs:
         raise ValueError(f"{path} holds no text")
@@ -112,14 +116,27 @@ def vocabulary(docs: Iterable[Sequence[str]], min_count: int) -> list[str]:
     Raises
     ------
     ValueError
-        When ``min_count < 1``.
+        When ``min_count`` is not an integer >= 1, a document is a string (not tokens) or no
+        word occurs ``min_count`` times.
     """
-    if min_count < 1:
-        raise ValueError(f"min_count must be >= 1, got {min_count}")
-    counts = Counter(w for d in docs for w in d)
+    check_int("min_count", min_count, 1)
+    counts = Counter(w for d in _documents(docs) for w in d)
     first = {w: k for k, w in enumerate(counts)}  # insertion order = first appearance
     words = [w for w, c in counts.items() if c >= min_count]
+    if not words:
+        raise ValueError(f"no word occurs min_count={min_count} times (the most frequent "
+                         f"occurs {max(counts.values(), default=0)} times)")
     return sorted(words, key=lambda w: (-counts[w], -first[w]))
+
+
+def _documents(docs: Iterable[Sequence[str]]) -> Iterable[Sequence[str]]:
+    """The documents, each checked to be a sequence of tokens: a string would be read as its
+    characters."""
+    for k, d in enumerate(docs):
+        if isinstance(d, str):
+            raise ValueError(f"document {k} is a string, not a list of tokens: split it first "
+                             "(efa.datasets.text.tokenize)")
+        yield d
 
 
 def windows(docs: Iterable[Sequence[str]], vocab: Sequence[str], length: int
@@ -148,13 +165,16 @@ def windows(docs: Iterable[Sequence[str]], vocab: Sequence[str], length: int
     Raises
     ------
     ValueError
-        When ``length < 2`` or no document has ``length`` in-vocabulary words.
+        When ``length`` is not an integer >= 2, the vocabulary repeats a word, a document is a
+        string (not tokens) or no document has ``length`` in-vocabulary words.
     """
-    if length < 2:
-        raise ValueError(f"a window needs at least 2 words, got length={length}")
+    check_int("length", length, 2)
     index = {w: k for k, w in enumerate(vocab)}
+    if len(index) != len(vocab):
+        twice = sorted({w for w in vocab if list(vocab).count(w) > 1})
+        raise ValueError(f"the vocabulary holds {twice[:5]} more than once: a word needs one id")
     rows, total, known = [], 0, 0
-    for d in docs:
+    for d in _documents(docs):
         ids = [index[w] for w in d if w in index]
         total, known = total + len(d), known + len(ids)
         for start in range(0, len(ids) - length + 1, length):
