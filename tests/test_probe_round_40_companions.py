@@ -142,3 +142,10 @@ def test_embeddings_refuse_float_rows_and_index_masks():
 def test_neighbours_refuse_coordinates_off_the_globe():
     with pytest.raises(ValueError, match="site 0 has latitude 130"):
         nearest_neighbours([130.0, 0.0, 10.0], [0.0, 0.0, 0.0], 1)
+
+
+def test_clear_messages_for_a_free_mixture_and_a_summary_without_categories():
+    with pytest.raises(ValueError, match="needs a Category field"):
+        CBOWMoE("token", 4)
+    with pytest.raises(KeyError, match="lack the columns \\['category', 'group'\\]"):
+        analogy.summarise(pd.DataFrame({"correct": [True], "cosine": [0.5]}))

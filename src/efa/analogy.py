@@ -320,9 +320,15 @@ def summarise(answers: pd.DataFrame) -> pd.DataFrame:
 
     Raises
     ------
+    KeyError
+        If ``answers`` lacks one of those columns.
     ValueError
         If ``answers`` is empty.
     """
+    absent = [c for c in ("category", "group", "correct", "cosine") if c not in answers]
+    if absent:
+        raise KeyError(f"answers lack the columns {absent}: summarise the output of answer() "
+                       "on questions with category and group (load_questions gives them)")
     if len(answers) == 0:
         raise ValueError("no answers to summarise: an empty set of questions has no accuracy")
     rows = []

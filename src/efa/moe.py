@@ -265,8 +265,9 @@ class CBOWMoE(ConditionalModel):
             self.fields, self.max_len = source.fields, source.max_len
             self._source = [source]  # a list: not registered as a submodule (no double params)
             return
-        if field is None or seq_len is None:
-            raise ValueError("a free CBOWMoE needs a Category field and seq_len")
+        if not isinstance(field, Category) or seq_len is None:
+            raise ValueError(f"a free CBOWMoE needs a Category field and seq_len; got field "
+                             f"{field!r}, seq_len {seq_len!r}")
         for name, v in (("dim", dim), ("num_heads", num_heads), ("seq_len", seq_len)):
             check_int(name, v, 1)
         if head_dim is not None:
