@@ -107,8 +107,11 @@ def nearest_neighbours(lat: npt.ArrayLike, lon: npt.ArrayLike, k: int) -> np.nda
     bad_lat, bad_lon = off_the_globe(lat, lon)
     if (bad_lat | bad_lon).any():
         i = int(np.flatnonzero(bad_lat | bad_lon)[0])
-        raise ValueError(f"site {i} has latitude {lat[i]}, longitude {lon[i]}: expected "
-                         f"degrees, latitude in {LATITUDES}, longitude in {LONGITUDES}")
+        what = ("a missing or infinite coordinate" if not np.isfinite(lat[i] + lon[i]) else
+                "a coordinate off the globe")
+        raise ValueError(f"site {i} has {what} (latitude {lat[i]}, longitude {lon[i]}): "
+                         f"expected degrees, latitude in {LATITUDES}, longitude in "
+                         f"{LONGITUDES}")
     n = lat.size
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k <= n - 1:
         raise ValueError(f"k must be between 0 and n_sites - 1 = {n - 1}, got {k}")

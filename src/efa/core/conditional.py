@@ -187,12 +187,14 @@ class ConditionalModel(nn.Module):
         dense = self.natural_params(data)
         return {name: self.restrict(name, data, m, dense[name][m]) for name, m in at.items()}
 
+    @torch.no_grad()
     def predictive(self, data: Sequences, field: str,
                    at: Tensor | None = None) -> torch.distributions.Distribution:
         """p(y_i | context) of the target ``field`` at the asked positions, as a
         ``torch.distributions`` object: mean, variance, ``sample``, and ``log_prob`` equal to
         efa's log-likelihood (a category's or ordinal class's index 0..K−1), in evaluation
-        mode. One pass, unbatched: :func:`efa.predictive_frame` scores data sets in batches.
+        mode and without gradients (as ``predict_mean``: a fitted model's predictions).
+        One pass, unbatched: :func:`efa.predictive_frame` scores data sets in batches.
 
         Parameters
         ----------

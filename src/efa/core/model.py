@@ -27,6 +27,7 @@ from efa.core.config import EFAConfig
 from efa.core.context import context_bag, context_pairs
 from efa.core.data import Sequences
 from efa.core.encoders import LinearReadout, MapEncoder, TableEncoder, ValueReadout
+from efa.core.families import LearnedGaussian
 from efa.core.fields import ROLES, Category, Value
 from efa.core.mlp import mlp
 
@@ -129,9 +130,11 @@ class EFA(ConditionalModel):
     @torch.no_grad()
     def standardise(self, data: Sequences) -> EFA:
         """Set every Value field's unset ``loc``/``scale`` to the mean and standard deviation
-        of its observed values in ``data`` (1 if they are constant): λ₁ then sees standardised
-        values and Gaussian read-outs work in standardised units. ``efa.fit`` calls this with
-        the training data; fields whose loc and scale are set are left alone.
+        of its observed values in ``data`` (1 if they are constant; :meth:`Value.standardise_on`
+        warns of a float32 model that cannot resolve them and of a fixed σ far from their
+        spread): λ₁ then sees standardised values and Gaussian read-outs work in standardised
+        units. An unset ``LearnedGaussian`` σ starts at the field's scale. ``efa.fit`` calls
+        this with the training data; fields whose loc and scale are set are left alone.
 
         Parameters
         ----------
@@ -144,23 +147,26 @@ class EFA(ConditionalModel):
             The model itself (its encoders and read-outs updated in place).
         """
         # Past the first test, every field is a Value (kind "value").
+        dtype = next(self.parameters()).dtype
         for f in cast("list[Value]", self.fields):
-            if f.kind != "value" or (f.loc is not None and f.scale is not None):
+            if f.kind != "value":
                 continue
-            y = data.fields[f.name][data.predicted(f.name, scored=False)]
-            y = y.double()
-            if f.loc is None:
-                f.loc = float(y.mean()) if len(y) else 0.0
-            if f.scale is None:
-                std = float(y.std()) if len(y) > 1 else 0.0
-                f.scale = std if std > 0 and std < float("inf") else 1.0
+            unset = f.loc is None or f.scale is None
+            if unset:
+                f.standardise_on(data.fields[f.name][data.predicted(f.name, scored=False)],
+                                 dtype)
+            if isinstance(f.family, LearnedGaussian):
+                f.family.start_at(f.moments[1])  # an unset init_sigma: the data's scale
+            if not unset:
+                continue
+            loc, scale = f.moments
             encoder = self.encoders[f.name]
             if hasattr(encoder, "loc"):  # a MapEncoder (a TableEncoder has no loc/scale)
-                cast(MapEncoder, encoder).loc.fill_(f.loc)
-                cast(MapEncoder, encoder).scale.fill_(f.scale)
+                cast(MapEncoder, encoder).loc.fill_(loc)
+                cast(MapEncoder, encoder).scale.fill_(scale)
             if f.name in self.readouts:
                 readout = cast(ValueReadout, self.readouts[f.name])
-                readout.loc, readout.scale = f.loc, f.scale
+                readout.loc, readout.scale = loc, scale
         return self
 
     # -- encode -----------------------------------------------------------------------------

@@ -4,8 +4,10 @@ natural parameter (the overview of field kinds is :mod:`efa.core.fields`)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from efa.core.checks import validate_values
@@ -43,10 +45,11 @@ class Value(Field):
         The widths of the "mlp" read-out's hidden layers.
     loc, scale : float, optional
         Standardise the value before λ₁ sees it and, for location-scale families (Gaussians),
-        map the read-out back (mean = loc + scale · z), so the network works in standardised
-        units while the likelihood stays in the data's own units. Left at None, ``efa.fit``
-        sets them to the mean and standard deviation of the observed training values before
-        it trains (``EFA.standardise``); until then the value is used as it is.
+        map the read-out back (mean = loc + scale · z; Gamma: rate / scale), so the network
+        works in standardised units while the likelihood stays in the data's own units. Left
+        at None, ``efa.fit`` sets them to the mean and standard deviation of the observed
+        training values before it trains (``EFA.standardise``); until then the value is used
+        as it is.
     readout_activation : {"relu", "leaky_relu"}
         The "mlp" read-out's activation.
     readout_bias : bool
@@ -141,6 +144,42 @@ class Value(Field):
     def moments(self) -> tuple[float, float]:
         """(loc, scale) in use: 0 and 1 where not set (yet)."""
         return (0.0 if self.loc is None else self.loc, 1.0 if self.scale is None else self.scale)
+
+    def standardise_on(self, y: Tensor, dtype: torch.dtype) -> None:
+        """Set an unset ``loc`` / ``scale`` to the mean and standard deviation of the observed
+        training values ``y`` (scale 1 when they are constant), as ``efa.fit`` does; warn of
+        what a model of ``dtype`` or a fixed σ will make of them.
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (n,)
+            The field's observed training values.
+        dtype : torch.dtype
+            The model's floating dtype (its predictions and likelihoods are in y's units).
+        """
+        y = y.double()
+        if self.loc is None:
+            self.loc = float(y.mean()) if len(y) else 0.0
+        if self.scale is None:
+            std = float(y.std()) if len(y) > 1 else 0.0
+            self.scale = std if std > 0 and std < float("inf") else 1.0
+            sigma = getattr(self.family, "sigma", None)
+            if isinstance(sigma, float) and not 0.1 <= std / sigma <= 10:
+                warnings.warn(f"field {self.name!r}: its training values' standard deviation "
+                              f"is {std:.3g}, its family's fixed sigma {sigma:.3g} (in the "
+                              "data's units): pass a sigma of the data's scale, or learn it "
+                              "(LearnedGaussian, HeteroscedasticGaussian)", stacklevel=5)
+        if dtype == torch.float32 and len(y) and not self.family.is_discrete:
+            # Far from 0, float32's spacing is a visible part of the spread (values near 1e7
+            # with sd 1: predicted means land on whole numbers).
+            top = float(y.abs().max())
+            spacing = torch.finfo(torch.float32).eps * top
+            if spacing > 1e-3 * self.moments[1]:
+                warnings.warn(f"field {self.name!r}: its training values reach {top:.6g} with a "
+                              f"spread of {self.moments[1]:.3g}; a float32 model's predictions "
+                              f"and likelihoods resolve them to about {spacing:.2g}: subtract "
+                              "an offset first or use a float64 model (model.double())",
+                              stacklevel=5)
 
     def config(self) -> dict:
         """The field as a JSON-ready dict, its family as the family's own config.

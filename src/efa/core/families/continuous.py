@@ -249,13 +249,15 @@ class LearnedGaussian(_NormalNatural):
     """Real y ~ N(mu, sigma^2) with one global learnable sigma; the readout z is the mean.
 
     sigma is stored as the parameter ``log_sigma`` (scalar), initialised to
-    ``log(init_sigma)``. ``config`` records only ``init_sigma``; the learned value travels
-    with ``state_dict`` like any other parameter.
+    ``log(init_sigma)``. sigma is in the data's units. ``config`` records only
+    ``init_sigma``; the learned value travels with ``state_dict`` like any other parameter.
 
     Parameters
     ----------
-    init_sigma : float
-        The initial σ (> 0, finite).
+    init_sigma : float or None, default None
+        The initial σ (> 0, finite). None: the scale ``efa.fit`` standardises the field with
+        (its training values' standard deviation; ``EFA.standardise`` sets it, once), and 1
+        until then. A fixed 1 would start σ a thousandfold off for values in the thousands.
 
     Raises
     ------
@@ -267,10 +269,24 @@ class LearnedGaussian(_NormalNatural):
     args = ("init_sigma",)
     num_outputs = 1
 
-    def __init__(self, init_sigma: float = 1.0):
+    def __init__(self, init_sigma: float | None = None):
         super().__init__()
-        self.init_sigma = _positive("init_sigma", init_sigma)
-        self.log_sigma = nn.Parameter(torch.tensor(math.log(self.init_sigma)))
+        self.init_sigma = None if init_sigma is None else _positive("init_sigma", init_sigma)
+        self.log_sigma = nn.Parameter(torch.tensor(math.log(self.init_sigma or 1.0)))
+
+    @torch.no_grad()
+    def start_at(self, sigma: float) -> None:
+        """Set an unset ``init_sigma`` (None) to ``sigma`` and start σ there; a σ given at
+        construction, or set before, is kept (so a refit does not undo what was learned).
+
+        Parameters
+        ----------
+        sigma : float
+            The initial σ (> 0, finite), e.g. the field's standardisation scale.
+        """
+        if self.init_sigma is None:
+            self.init_sigma = _positive("init_sigma", sigma)
+            self.log_sigma.fill_(math.log(self.init_sigma))
 
     @property
     def sigma(self) -> Tensor:

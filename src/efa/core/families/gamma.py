@@ -13,8 +13,9 @@ class Gamma(Family):
     """Positive y ~ Gamma(shape alpha, rate beta), both predicted: z = (raw alpha, raw beta).
 
     alpha = softplus(z0) + ``floor``, beta = softplus(z1) + ``floor`` (default 1e-4, which
-    keeps eta strictly inside the domain). eta = (alpha - 1, -beta), t = (log y, y),
-    A = lgamma(eta1 + 1) - (eta1 + 1) log(-eta2), h = 1. Mean alpha / beta.
+    keeps eta strictly inside the domain); a read-out in standardised units (``efa.fit``
+    standardises every Value field) gives y's rate beta / scale. eta = (alpha - 1, -beta),
+    t = (log y, y), A = lgamma(eta1 + 1) - (eta1 + 1) log(-eta2), h = 1. Mean alpha / beta.
 
     Parameters
     ----------
@@ -49,6 +50,28 @@ class Gamma(Family):
         _check_last_dim(z, self.num_outputs, "z", self)
         alpha_beta = F.softplus(z) + self.floor
         return torch.stack([alpha_beta[..., 0] - 1, -alpha_beta[..., 1]], dim=-1)
+
+    def link_standardised(self, z: Tensor, loc: float, scale: float) -> Tensor:
+        """η for a read-out in standardised units: y / scale ~ Gamma(α, β), so y has rate
+        β / scale (the shape does not change; ``loc`` is not used, a shift would leave the
+        support).
+
+        Parameters
+        ----------
+        z : torch.Tensor, shape (..., 2)
+            The raw shape and rate, in standardised units.
+        loc : float
+            The location the values were standardised with (unused).
+        scale : float
+            The scale the values were standardised with.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., 2)
+            The natural parameter η, in the data's units.
+        """
+        eta = self.link(z)
+        return torch.stack([eta[..., 0], eta[..., 1] / scale], dim=-1)
 
     def _shape_rate(self, eta: Tensor) -> tuple[Tensor, Tensor]:
         return eta[..., 0] + 1, -eta[..., 1]
