@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import Tensor, nn
 
+from efa.core.value import Value
+
 if TYPE_CHECKING:  # for annotations only
     from efa.core.model import EFA
 
@@ -41,6 +43,11 @@ def warm_start(model: EFA, base: EFA) -> EFA:
         raise ValueError(
             "warm_start needs both models to mix tokens with the same 'linear'/'mlp'"
         )
+    differ = [f"{k}={getattr(model.config, k)!r} here, {getattr(base.config, k)!r} in base"
+              for k in SHARED if getattr(model.config, k) != getattr(base.config, k)]
+    if differ:
+        raise ValueError(f"warm_start starts a model exactly at base only when they share "
+                         f"these settings: {'; '.join(differ)}")
     mine = {f.name: f for f in model.fields}
     for f in base.fields:
         if f.name not in mine:
@@ -49,6 +56,17 @@ def warm_start(model: EFA, base: EFA) -> EFA:
             raise ValueError(
                 f"field {f.name!r} has dim {mine[f.name].dim} here, {f.dim} in base"
             )
+        here, there = _comparable(mine[f.name]), _comparable(f)
+        if here != there:
+            keys = sorted(k for k in here.keys() | there.keys() if here.get(k) != there.get(k))
+            raise ValueError(f"field {f.name!r} differs from base's in {keys}: "
+                             f"{[here.get(k) for k in keys]} here, "
+                             f"{[there.get(k) for k in keys]} in base")
+        for k in ("loc", "scale"):
+            own, theirs = getattr(mine[f.name], k, None), getattr(f, k, None)
+            if own is not None and own != theirs:
+                raise ValueError(f"field {f.name!r} has {k}={own} here, {theirs} in base: "
+                                 f"leave it unset to take base's standardisation")
     first = lambda m: m if isinstance(m, nn.Linear) else m[0]  # noqa: E731
     with torch.no_grad():
         for name, module in base.named_children():
@@ -66,7 +84,33 @@ def warm_start(model: EFA, base: EFA) -> EFA:
         for f in base.fields:
             w[:, offsets[f.name] : offsets[f.name] + f.dim] = base_w[:, start : start + f.dim]
             start += f.dim
+    # Base's standardisation (its encoders' buffers are copied above): fit then keeps it
+    # instead of standardising on its own data, and the read-outs map back as base's do.
+    for f in base.fields:
+        for k in ("loc", "scale"):
+            if hasattr(f, k):
+                setattr(mine[f.name], k, getattr(f, k))
+        if isinstance(f, Value) and hasattr(f.family, "init_sigma"):
+            # σ itself was copied with the weights; its start is base's
+            cast(Value, mine[f.name]).family.init_sigma = f.family.init_sigma
+        if f.name in model.readouts and hasattr(model.readouts[f.name], "loc"):
+            readout, theirs = model.readouts[f.name], base.readouts[f.name]
+            readout.loc, readout.scale = theirs.loc, theirs.scale
     return model
+
+
+# The settings of the blocks and attention that base's weights are weights of.
+SHARED = ("num_layers", "num_heads", "head_dim", "direction", "attention", "scale", "block",
+          "bias", "out_proj", "attend_self", "mix_hidden", "ffn_hidden")
+
+
+def _comparable(field) -> dict:
+    """A field's configuration less what warm_start may differ in or carries over: its
+    standardisation, whether it is a target, and a learned σ's starting value."""
+    d = {k: v for k, v in field.config().items() if k not in ("loc", "scale", "target")}
+    if isinstance(d.get("family"), dict):
+        d["family"] = {k: v for k, v in d["family"].items() if k != "init_sigma"}
+    return d
 
 
 def copy_module(dst: nn.Module, src: nn.Module, where: str,

@@ -222,7 +222,8 @@ def _short(v) -> str:
 
 def save_state(folder: Path, model: nn.Module, opt: Optimizer, sched: LRScheduler,
                gen: torch.Generator, sampler: torch.Generator, history: dict,
-               best_state: dict[str, torch.Tensor] | None, bad: int, fingerprint: dict) -> None:
+               best_state: dict[str, torch.Tensor] | None, bad: int, fingerprint: dict,
+               negatives: torch.Generator | None = None) -> None:
     """Save a fit's whole state after an epoch, tied to ``fingerprint``.
 
     Also writes ``history.json`` next to the checkpoint.
@@ -250,6 +251,8 @@ def save_state(folder: Path, model: nn.Module, opt: Optimizer, sched: LRSchedule
     fingerprint : dict
         The fingerprints of data, model, settings and initial weights that a resumed fit
         must match.
+    negatives : torch.Generator, optional
+        The sampled softmax's generator of negatives, when the fit has one.
     """
     tensors = {f"model/{k}": v for k, v in model.state_dict().items()}
     if best_state is not None:
@@ -265,6 +268,8 @@ def save_state(folder: Path, model: nn.Module, opt: Optimizer, sched: LRSchedule
     tensors["rng/generator"] = gen.get_state()
     tensors["rng/sampler"] = sampler.get_state()
     tensors["rng/torch"] = torch.get_rng_state()
+    if negatives is not None:
+        tensors["rng/negatives"] = negatives.get_state()
     meta = {
         "format": 1,
         "fingerprint": fingerprint,
@@ -280,8 +285,9 @@ def save_state(folder: Path, model: nn.Module, opt: Optimizer, sched: LRSchedule
 
 def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fingerprint: dict,
                   model: nn.Module, opt: Optimizer, sched: LRScheduler, gen: torch.Generator,
-                  sampler: torch.Generator,
-                  history: type[_History]) -> tuple[_History, dict[str, torch.Tensor] | None, int]:
+                  sampler: torch.Generator, history: type[_History],
+                  negatives: torch.Generator | None = None
+                  ) -> tuple[_History, dict[str, torch.Tensor] | None, int]:
     """Put a fit's state back, after checking that it was written for this ``fingerprint``.
 
     Everything is read and checked before anything changes, so a damaged file leaves the model,
@@ -307,6 +313,9 @@ def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fin
         Receives the batch sampler's saved random state.
     history : type
         The history class, called with the saved history's entries as keywords.
+    negatives : torch.Generator, optional
+        Receives the sampled softmax's saved random state (a checkpoint written before it was
+        saved leaves it as it is).
 
     Returns
     -------
@@ -338,7 +347,8 @@ def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fin
             diff = (differences(old or {}, fingerprint[part])
                     if isinstance(fingerprint[part], dict) and isinstance(old, dict | None) else
                     [f"the {'contents' if part == 'data' else 'weights'} differ"
-                     + ("" if part == "data" else " (another seed or dtype?)")])
+                     + ("" if part == "data" else " (another seed or dtype, or a model already "
+                        "fitted since: build it afresh as the fit that wrote it did)")])
             raise ValueError(
                 f"{path} was written for another {what}: "
                 + "; ".join(diff[:5])
@@ -360,6 +370,7 @@ def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fin
         sched_state = dict(meta["scheduler"])
         sched_state.pop("_scale_fn_ref", None)
         rngs = [tensors[f"rng/{k}"] for k in ("generator", "sampler", "torch")]
+        extra = tensors.get("rng/negatives") if negatives is not None else None
         hist, bad = history(**meta["history"]), int(meta["bad"])
         current = model.state_dict()
         if set(weights) != set(current):
@@ -374,6 +385,8 @@ def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fin
             if r.dtype != now.dtype or r.shape != now.shape:
                 raise ValueError(f"random state rng/{name} of {r.dtype} {list(r.shape)}, "
                                  f"expected {now.dtype} {list(now.shape)}")
+        if extra is not None and (extra.dtype != rngs[0].dtype or extra.shape != rngs[0].shape):
+            raise ValueError(f"random state rng/negatives of {extra.dtype} {list(extra.shape)}")
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(f"{path} is damaged (missing or malformed {err}); delete it, or pass "
                          "resume=False to start over") from None
@@ -383,4 +396,6 @@ def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fin
     gen.set_state(rngs[0])
     sampler.set_state(rngs[1])
     torch.set_rng_state(rngs[2])
+    if negatives is not None and extra is not None:
+        negatives.set_state(extra)
     return hist, best, bad

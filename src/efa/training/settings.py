@@ -3,6 +3,7 @@ gives)."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, fields, replace
 
@@ -219,6 +220,20 @@ class TrainConfig:
                     or (low is not None and v <= low) or v < 0:
                 raise ValueError(f"{name} must be a finite number {'> 0' if low == 0 else '>= 0'}"
                                  f", got {v!r}")
+
+    def resume_key(self) -> dict:
+        """The settings a resumed fit must share with the fit that wrote its checkpoint, as
+        the checkpoint's JSON reads them back (a tuple is a list there, a device a string).
+
+        Returns
+        -------
+        dict
+            Every setting but ``progress``, ``checkpoint_dir``, ``threads``, ``resume`` and
+            ``time_limit``.
+        """
+        key = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in
+               ("progress", "checkpoint_dir", "threads", "resume", "time_limit")}
+        return json.loads(json.dumps(key, default=str))
 
 
 def with_overrides(config: TrainConfig | None, overrides: dict, caller: str) -> TrainConfig:

@@ -158,6 +158,16 @@ def load(path: str | Path) -> EFA:
             raise ValueError(f"{where}: tensor {k!r} is {v.dtype}, the model's is "
                              f"{expected[k].dtype}")
     _refuse_non_finite(state, where)
+    # A field's standardisation is in both files: the encoder's buffers and, for its read-out,
+    # the config; they must agree (a config edited by hand would split them).
+    for k, v in state.items():
+        parts = k.split(".")
+        if (parts[0] == "encoders" and parts[-1] in ("loc", "scale") and k in expected
+                and v.shape == expected[k].shape
+                and not torch.allclose(v.double(), expected[k].double(), rtol=1e-6, atol=0)):
+            raise ValueError(f"field {parts[1]!r}: {parts[-1]} is {v.tolist()} in {where}, "
+                             f"{expected[k].tolist()} in its config.json; a damaged or edited "
+                             "file")
     try:
         model.load_state_dict(state)
     except RuntimeError as err:

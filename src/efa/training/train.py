@@ -350,19 +350,20 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     fingerprint = {
         "model": checkpoint.model_fingerprint(model),
         "data": checkpoint.data_fingerprint(train, val),
-        "settings": _resume_key(asdict(cfg)),
+        "settings": cfg.resume_key(),
         "initial": checkpoint.weights_fingerprint(initial),
     }
     own = cfg.checkpoint_dir is not None and cfg.checkpoint_dir != ""
     folder = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else _job_fit_folder(size)
     if own and folder is not None and folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"checkpoint_dir {str(folder)!r} is a file, not a folder")
+    negatives = torch.Generator().manual_seed(cfg.seed + 104729)  # in the checkpoint too
     if folder is not None and cfg.resume:
-        resumed = _resume(folder, own, fingerprint, model, opt, schedule, gen, sampler)
+        resumed = _resume(folder, own, fingerprint, model, opt, schedule, gen, sampler,
+                          negatives)
         if resumed is not None:
             hist, best_state, bad = resumed
             start_epoch = hist.epochs_run
-    negatives = torch.Generator().manual_seed(cfg.seed + 104729)
     sampling = None if cfg.sampled_softmax is None else softmax.Sampling(
         cfg.sampled_softmax, softmax.proposals(model, train, cfg.proposal), negatives)
     objective: torch.nn.Module = distributed.Loss(model)
@@ -431,7 +432,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
             if folder is not None and (own or time.perf_counter() - saved >= JOB_SAVE_SECONDS):
                 if rank == 0:
                     checkpoint.save_state(folder, model, opt, schedule, gen, sampler,
-                                          asdict(hist), best_state, bad, fingerprint)
+                                          asdict(hist), best_state, bad, fingerprint,
+                                          negatives)
                 saved = time.perf_counter()
                 distributed.barrier()
     except FloatingPointError:
@@ -470,7 +472,8 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     return hist
 
 
-def _resume(folder: Path, own: bool, fingerprint: dict, model, opt, sched, gen, sampler):
+def _resume(folder: Path, own: bool, fingerprint: dict, model, opt, sched, gen, sampler,
+            negatives):
     """(history, best weights, bad epochs) from the checkpoint in ``folder``, or None. A user's
     folder written for another model, data or settings is an error saying what differs; a
     job's own (``own`` False) is started over: restore_state checks the fingerprint before it
@@ -482,18 +485,12 @@ def _resume(folder: Path, own: bool, fingerprint: dict, model, opt, sched, gen, 
     if isinstance(saved, dict) and isinstance(saved.get("settings"), dict):
         # A setting added to TrainConfig after the checkpoint was written counts as its
         # default there, so that the checkpoint still resumes a fit that leaves it unset.
-        for k, v in _resume_key(asdict(TrainConfig())).items():
+        for k, v in TrainConfig().resume_key().items():
             saved["settings"].setdefault(k, v)
     try:
         return checkpoint.restore_state(state, folder, fingerprint, model, opt, sched, gen,
-                                        sampler, History)
+                                        sampler, History, negatives)
     except ValueError:
         if own:
             raise
         return None
-
-
-def _resume_key(cfg: dict) -> dict:
-    """The settings a resumed run must share with the run that wrote the checkpoint."""
-    return {k: v for k, v in cfg.items()
-            if k not in ("progress", "checkpoint_dir", "threads", "resume", "time_limit")}

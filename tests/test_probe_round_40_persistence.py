@@ -1,0 +1,131 @@
+"""Session 40's probe round on persistence, resumption and warm starts: each test fails on the
+code before its fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import efa
+from efa.core.families import Gaussian, LearnedGaussian
+from efa.training import checkpoint
+
+
+def _items(n=40):
+    g = torch.Generator().manual_seed(0)
+    return efa.Sequences({"item": torch.randint(0, 50, (n, 6), generator=g)},
+                         torch.full((n,), 6))
+
+
+def _item_model():
+    torch.manual_seed(0)
+    return efa.EFA(efa.EFAConfig([efa.Category("item", 50, dim=8)], max_len=6, num_layers=1))
+
+
+def test_a_resumed_sampled_softmax_fit_equals_the_uninterrupted_one(tmp_path, monkeypatch):
+    # The negatives' generator was re-seeded at every start: epochs 3-4 differed.
+    data = _items()
+    options = dict(max_epochs=4, seed=3, sampled_softmax=5, batch_size=8, progress=False,
+                   threads=1)
+    whole = _item_model()
+    want = efa.fit(whole, data, None, **options)
+    real, saves = checkpoint.save_state, []
+
+    def dying(*args):
+        real(*args)
+        saves.append(1)
+        if len(saves) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "save_state", dying)
+    with pytest.raises(KeyboardInterrupt):
+        efa.fit(_item_model(), data, None, checkpoint_dir=tmp_path, **options)
+    monkeypatch.setattr(checkpoint, "save_state", real)
+    resumed = _item_model()
+    got = efa.fit(resumed, data, None, checkpoint_dir=tmp_path, **options)
+    assert got.train_loss == want.train_loss
+    for a, b in zip(whole.state_dict().values(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def _value_data():
+    g = torch.Generator().manual_seed(0)
+    return efa.Sequences({"item": torch.randint(0, 7, (40, 6), generator=g),
+                          "y": torch.randn(40, 6, generator=g) * 3 + 5}, torch.full((40,), 6))
+
+
+def _value_model():
+    torch.manual_seed(0)
+    return efa.EFA(efa.EFAConfig([efa.Category("item", 7, dim=4),
+                                  efa.Value("y", Gaussian(3.0), dim=4)],
+                                 max_len=6, num_layers=1))
+
+
+def test_monitor_and_a_torch_device_resume(tmp_path):
+    # The settings' fingerprint held a tuple (a list once read back: never equal) and a
+    # torch.device (not JSON: the first save crashed).
+    data = _value_data()
+    options = dict(max_epochs=2, monitor=("y",), device=torch.device("cpu"),
+                   checkpoint_dir=tmp_path, progress=False, threads=1)
+    efa.fit(_value_model(), data, data, **options)
+    again = efa.fit(_value_model(), data, data, **options)
+    assert again.epochs_run == 2  # resumed at its end: nothing more to train
+
+
+def test_a_checkpoint_of_another_start_names_a_refitted_model(tmp_path):
+    data = _value_data()
+    model = _value_model()
+    efa.fit(model, data, data, max_epochs=2, checkpoint_dir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="a model already fitted since"):
+        efa.fit(model, data, data, max_epochs=2, checkpoint_dir=tmp_path, progress=False)
+
+
+def test_load_refuses_a_config_whose_standardisation_disagrees_with_the_weights(tmp_path):
+    model = _value_model()
+    efa.fit(model, _value_data(), None, max_epochs=1, progress=False)
+    efa.save(model, tmp_path, overwrite=True)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["config"]["fields"][1]["loc"] += 1
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="field 'y': loc is"):
+        efa.load(tmp_path)
+
+
+def _warm(extra, **options):
+    fields = [efa.Category("item", 7, dim=4), efa.Value("temp", LearnedGaussian(), dim=4)]
+    if extra:
+        fields.append(efa.Value("lag", Gaussian(), dim=3, target=False, loc=0.0, scale=1.0))
+    return efa.EFAConfig(fields, max_len=6, mix="linear", d_model=8,
+                         **({"num_layers": 1} | options))
+
+
+def test_warm_start_carries_base_standardisation_and_refuses_what_it_cannot_copy():
+    g = torch.Generator().manual_seed(0)
+    item = torch.randint(0, 7, (40, 6), generator=g)
+    temp = torch.randn(40, 6, generator=g, dtype=torch.float64) * 5 + 20
+    lag = torch.randn(40, 6, generator=g, dtype=torch.float64)
+    small = efa.Sequences({"item": item, "temp": temp}, torch.full((40,), 6))
+    big = efa.Sequences({"item": item, "temp": temp, "lag": lag}, torch.full((40,), 6))
+    torch.manual_seed(0)
+    base = efa.EFA(_warm(False)).double()
+    efa.fit(base, small, None, max_epochs=3, progress=False, threads=1)
+    torch.manual_seed(1)
+    model = efa.EFA(_warm(True)).double().warm_start(base)
+    # exactly at base: the read-out's standardisation too (it was loc 0, scale 1: -10.1 nats
+    # for -3.1), and fit's standardisation keeps it and the learned σ
+    want = efa.evaluate(base, small)["temp"]
+    assert efa.evaluate(model, big)["temp"] == pytest.approx(want, abs=1e-12)
+    sigma = float(base.field("temp").family.sigma)
+    model.standardise(big)
+    assert float(model.field("temp").family.sigma) == sigma
+    assert efa.evaluate(model, big)["temp"] == pytest.approx(want, abs=1e-12)
+    for options, match in (({"num_layers": 2}, "num_layers=2 here, 1 in base"),
+                           ({"attention": "linear"}, "attention='linear' here")):
+        with pytest.raises(ValueError, match=match):
+            efa.EFA(_warm(True, **options)).double().warm_start(base)
+    other = _warm(True)
+    other.fields[1] = efa.Value("temp", Gaussian(5.0), dim=4)
+    with pytest.raises(ValueError, match="field 'temp' differs from base's in \\['family'\\]"):
+        efa.EFA(other).double().warm_start(base)
