@@ -44,13 +44,17 @@ MOVED = {f"efa.{m}": f"efa.core.{m}" for m in (
     "model", "registry", "softmax", "strategies")}
 MOVED |= {f"efa.{m}": f"efa.training.{m}" for m in (
     "checkpoint", "distributed", "scoring", "storage", "train")}
+# discrete.py was split into categorical.py and counts.py; the package exports both.
+MOVED |= {"efa.families.discrete": "efa.core.families",
+          "efa.core.families.discrete": "efa.core.families"}
 
 
 def _moved_to(name: str) -> str | None:
-    """The new path of a module under an old one: ``efa.kernels.cme`` → ``efa.core.kernels.cme``."""
-    for old, new in MOVED.items():
+    """The new path of a module under an old one: ``efa.kernels.cme`` → ``efa.core.kernels.cme``
+    (the longest old path that matches: ``efa.families.discrete`` before ``efa.families``)."""
+    for old in sorted(MOVED, key=len, reverse=True):
         if name == old or name.startswith(old + "."):
-            return new + name[len(old):]
+            return MOVED[old] + name[len(old):]
     return None
 
 
