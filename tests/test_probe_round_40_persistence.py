@@ -146,3 +146,20 @@ def test_the_split_families_module_still_imports_under_its_old_paths():
         assert module.Poisson is families.Poisson
     from efa.core.families.continuous import Gamma
     assert Gamma is families.Gamma
+
+
+def test_later_events_are_coded_with_the_training_vocabularies():
+    # Each call built its own vocabulary: a test table's "Alien" got code 0, "Heat"'s.
+    import pandas as pd
+    train = efa.Sequences.from_events(pd.DataFrame(
+        {"user": [1, 1, 2, 2], "day": [1, 2, 1, 2], "movie": ["Heat", "Up", "Up", "Heat"]}),
+        "user", "day", {"movie": "movie"})
+    later = efa.Sequences.from_events(pd.DataFrame(
+        {"user": [3, 3], "day": [1, 2], "movie": ["Up", "Heat"]}), "user", "day",
+        {"movie": "movie"}, categories=train.vocabularies)
+    assert later.vocabularies == train.vocabularies
+    assert later.data.fields["movie"].tolist() == [[1, 0]]
+    with pytest.raises(ValueError, match="'Alien' at row 0 is not in the vocabulary"):
+        efa.Sequences.from_events(pd.DataFrame(
+            {"user": [3, 3], "day": [1, 2], "movie": ["Alien", "Up"]}), "user", "day",
+            {"movie": "movie"}, categories=train.vocabularies)

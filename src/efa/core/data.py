@@ -5,8 +5,7 @@ Each field is a tensor of shape [N, I] (categories and values) or [N, I, size] (
 Optional ``observed`` masks mark missing values (hidden from the model and not predicted) and
 ``scored`` marks which positions enter the likelihood (default: every real position), e.g. only
 today's cities when yesterday's temperatures are context (which *fields* are predicted is the
-fields' ``target`` flag). Every check on what a user passes in lives in
-:func:`efa.core.checks.check_sequences`, called by the model.
+fields' ``target`` flag). Checks on input: :func:`efa.core.checks.check_sequences`.
 """
 
 from __future__ import annotations
@@ -399,7 +398,8 @@ class Sequences:
     @classmethod
     def from_events(cls, frame: pd.DataFrame, sequence: str, order: str, fields: Mapping,
                     max_len: int | None = None, long: str = "last",
-                    categories: Sequence[str] = (), missing: bool = False) -> Events:
+                    categories: Sequence[str] | Mapping[str, Sequence] = (),
+                    missing: bool = False) -> Events:
         """One sequence per ``sequence`` key of a long table of events, in ``order``.
 
         A column that is not numeric (or named in ``categories``) is coded 0..K−1, and its
@@ -420,8 +420,9 @@ class Sequences:
         long : {"last", "first", "windows", "error"}
             A sequence longer than ``max_len`` keeps its latest events, its earliest, is cut
             into consecutive windows of ``max_len``, or is refused.
-        categories : sequence of str
-            Fields to code 0..K−1 even though their column is numeric.
+        categories : sequence of str, or mapping of str to sequence
+            Fields to code 0..K−1 even though their column is numeric; a mapping gives their
+            vocabularies too (another table's ``vocabularies``: the same codes; others refused).
         missing : bool
             Whether NaN in a value column marks it unobserved; otherwise NaN is an error.
 
@@ -435,7 +436,7 @@ class Sequences:
         ------
         ValueError
             If the table is empty, an argument is invalid, a key, order or category value is
-            missing, or (``long="error"``) a sequence is longer than ``max_len``.
+            missing or outside its vocabulary, or one exceeds ``max_len`` (``long="error"``).
         KeyError
             If a column is not in the table or ``categories`` names no field.
         TypeError
@@ -444,8 +445,7 @@ class Sequences:
         Warns
         -----
         UserWarning
-            If two events of a sequence share their ``order`` value (the table's row order
-            then orders them).
+            If two events of a sequence share their ``order`` (the table's row order decides).
         """
         from efa.core.events import Events, prepare
 

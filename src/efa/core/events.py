@@ -41,7 +41,8 @@ class Events(NamedTuple):
 
 
 def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str, Any],
-            max_len: int | None, long: str, categories: Sequence[str]
+            max_len: int | None, long: str,
+            categories: Sequence[str] | Mapping[str, Sequence]
             ) -> tuple[pd.DataFrame, str, dict[str, Any], dict[str, list], list, int]:
     """Code the category columns and apply the ``long`` policy: the table that
     :meth:`efa.Sequences.from_events` reads one sequence per key from.
@@ -61,9 +62,10 @@ def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str,
     long : {"last", "first", "windows", "error"}
         A sequence longer than ``max_len`` keeps its latest or its earliest ``max_len``
         events, is cut into consecutive windows of ``max_len``, or is refused.
-    categories : sequence of str
+    categories : sequence of str, or mapping of str to sequence
         Fields coded 0..K−1 even if their column is numeric (a column that is not numeric is
-        coded anyway).
+        coded anyway); a mapping gives a field's vocabulary (its values' order), and a value
+        outside it is refused.
 
     Returns
     -------
@@ -148,8 +150,18 @@ def prepare(frame: pd.DataFrame, sequence: str, order: str, fields: Mapping[str,
                 row = _plain(out.index[values.isna().to_numpy()][0])
                 raise ValueError(f"field {name!r}: column {col!r} is missing at row {row!r}; a "
                                  "category needs a value (or leave it out of the events)")
-            levels = (list(values.cat.categories) if isinstance(values.dtype, pd.CategoricalDtype)
-                      else sorted(values.unique(), key=_sort_key))
+            if isinstance(categories, Mapping) and name in categories:
+                levels = list(categories[name])  # e.g. the training events' vocabulary
+                unseen = ~values.isin(levels)
+                if unseen.any():
+                    row = _plain(out.index[unseen.to_numpy()][0])
+                    raise ValueError(f"field {name!r}: {_plain(values[unseen].iloc[0])!r} at row "
+                                     f"{row!r} is not in the vocabulary given in categories "
+                                     f"({len(levels)} values); it has no code there")
+            else:
+                levels = (list(values.cat.categories)
+                          if isinstance(values.dtype, pd.CategoricalDtype)
+                          else sorted(values.unique(), key=_sort_key))
             vocabularies[name] = [_plain(v) for v in levels]
             # A new column: the user's column may also be the key, the order or another
             # field's, which must keep its values.
