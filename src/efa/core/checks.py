@@ -90,6 +90,15 @@ def check_sequences(data: Sequences, fields: Sequence[Field], max_len: int | Non
                     f"(the sequence has length {int(data.lengths[s])}): padding must hold finite "
                     "numbers (efa pads with 0)"
                 )
+        size = getattr(f, "num_categories", None) or getattr(f, "num_values", None)
+        if size is not None and not x.is_floating_point():  # codes looked up in a table
+            bad = ((x < 0) | (x >= size)) & ~valid
+            if bad.any():
+                s, i = bad.nonzero()[0].tolist()
+                raise ValueError(
+                    f"field {f.name!r}: code {int(x[s, i])} at sequence {s}, position {i}, which "
+                    f"is padding (the sequence has length {int(data.lengths[s])}): padding is "
+                    f"looked up too, so it must hold codes 0..{size - 1} (efa pads with 0)")
         if dtype is not None and x.is_floating_point() and dtype.itemsize < x.dtype.itemsize:
             big = (x.abs() > torch.finfo(dtype).max) & torch.isfinite(x)
             if big.any():

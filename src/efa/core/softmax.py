@@ -6,9 +6,10 @@ chunks of the vocabulary with a running log-sum-exp, and the backward pass recom
 chunk instead of storing it — exact, with memory O(tokens × chunk).
 
 For training, :func:`sampled_log_prob` is the cheaper sampled softmax: the target and k
-negatives drawn from a proposal Q, with the usual correction (each logit minus log(k·Q)), so
-that the sampled normaliser estimates the full one (Jean et al., 2015). It is biased and
-used for training only; evaluation stays exact.
+negatives drawn from a proposal Q, each negative's logit minus log(k·Q) and the target's as it
+is, so that the sampled normaliser is an unbiased estimate of the full one (Bengio & Senécal,
+2008; Blanc & Rendle, 2018). Its log is still biased (Jensen), less so as k grows; it is used
+for training only and evaluation stays exact.
 
 The ``distinct`` support restriction works at that size too: the excluded items are given as
 (row, item) pairs instead of a [tokens × D] mask.
@@ -145,9 +146,13 @@ def sampled_log_prob(h: Tensor, weight: Tensor, bias: Tensor | None, y: Tensor, 
                      log_q: Tensor, generator: torch.Generator | None = None,
                      excluded: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """Sampled-softmax estimate of log p(y) for training: k negatives shared by the batch,
-    drawn from Q (``log_q`` [D], log-probabilities) with replacement; logits corrected by
-    −log(k·Q); a negative equal to a row's target (an accidental hit) or excluded at that row
-    is removed from that row's normaliser.
+    drawn from Q (``log_q`` [D], log-probabilities) with replacement; the negatives' logits
+    corrected by −log(k·Q), the target's not; a negative equal to a row's target (an
+    accidental hit) or excluded at that row is removed from that row's normaliser. The
+    normaliser exp(z_y) + Σ_negatives exp(z_j)/(k·Q_j) is then unbiased for the full one
+    (the negatives estimate the sum over the other items). Correcting the target's logit as
+    well, with the hits removed, made it tend to exp(z_y)/(k·Q_y) + Σ_{j≠y} exp(z_j): a fit
+    of log p/(1 − p) that got worse as k grew.
 
     Parameters
     ----------
@@ -178,7 +183,7 @@ def sampled_log_prob(h: Tensor, weight: Tensor, bias: Tensor | None, y: Tensor, 
     neg = torch.multinomial(q.cpu(), k, replacement=True, generator=generator).to(y.device)
     correction = torch.log(torch.tensor(float(k), dtype=h.dtype, device=h.device))
     z_neg = h @ weight[neg].T - (log_q[neg] + correction)  # [P, k]
-    z_pos = (h * weight[y]).sum(1) - (log_q[y] + correction)
+    z_pos = (h * weight[y]).sum(1)
     if bias is not None:
         z_neg = z_neg + bias[neg]
         z_pos = z_pos + bias[y]

@@ -120,6 +120,12 @@ class Value(Field):
                     f"field {self.name!r}: encoder='table' needs a discrete family and "
                     "num_values (values 0..num_values-1 get an embedding each)"
                 )
+            support = self.family.enumerable_support()
+            if support is not None and int(support.max()) >= self.num_values:
+                raise ValueError(f"field {self.name!r}: num_values={self.num_values} leaves out "
+                                 f"values its family {self.family!r} can take (up to "
+                                 f"{int(support.max())}): give num_values="
+                                 f"{int(support.max()) + 1}")
         for what in ("loc", "scale"):
             v = getattr(self, what)
             if isinstance(v, bool | str):  # float(True) is 1.0, float("1") is 1.0

@@ -110,7 +110,9 @@ class Loss(nn.Module):
     def forward(self, batch: Sequences, weights: Tensor | None = None,
                 counts: dict[str, int] | None = None, scale: float = 1.0,
                 sampling: Sampling | None = None) -> Tensor:
-        """Compute the model's training loss on ``batch``, times ``scale``.
+        """Compute the model's training loss on ``batch``: its data term times ``scale``,
+        plus the model's ``penalty()`` once (DDP averages the ranks' gradients, so a penalty
+        scaled with the data term would count ``scale`` times).
 
         Parameters
         ----------
@@ -131,7 +133,9 @@ class Loss(nn.Module):
         torch.Tensor
             The scalar loss.
         """
-        return self.model.loss(batch, weights=weights, counts=counts, sampling=sampling) * scale
+        loss = self.model.loss(batch, weights=weights, counts=counts, sampling=sampling)
+        penalty = self.model.penalty()
+        return loss * scale if penalty is None else (loss - penalty) * scale + penalty
 
 
 def check_sizes(n: int, batch_size: int, size: int, drop_last: bool) -> None:

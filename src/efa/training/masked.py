@@ -44,13 +44,7 @@ def finite_support(f: Field) -> torch.Tensor | None:
         values).
     """
     family = getattr(f, "family", None)  # an Attribute has none: it is never predicted
-    if family is None or not family.is_discrete:
-        return None
-    # any natural parameter gives the support; -1 is inside every discrete family's domain
-    dist = family.distribution(torch.full((family.num_natural,), -1.0))
-    if not dist.has_enumerate_support:
-        return None
-    return dist.enumerate_support(expand=False).reshape(-1).long()
+    return None if family is None else family.enumerable_support()
 
 
 @torch.no_grad()

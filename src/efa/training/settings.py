@@ -275,7 +275,10 @@ def with_overrides(config: TrainConfig | None, overrides: dict, caller: str) -> 
 class History:
     """What :func:`efa.fit` did.
 
-    Losses are mean negative log-likelihoods per predicted position.
+    Losses sum, over the target fields (the ``monitor`` fields for ``val_loss`` when set),
+    each field's mean negative log-likelihood per predicted position: ``val_loss`` on the
+    whole validation set, ``train_loss`` the mean of the epoch's batch losses (which add the
+    model's penalty, such as ``bag_l2``).
 
     Parameters
     ----------

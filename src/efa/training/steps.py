@@ -23,8 +23,8 @@ __all__ = ["batch_loss", "sample_positions", "scheduler", "step"]
 
 def batch_loss(model: ConditionalModel, objective: torch.nn.Module, train: Sequences,
                idx: torch.Tensor, cfg: TrainConfig, sampler: torch.Generator,
-               sampling: Sampling | None, rank: int, size: int
-               ) -> tuple[torch.Tensor, Sequences]:
+               sampling: Sampling | None, rank: int, size: int,
+               per_batch: dict[str, float] | None = None) -> tuple[torch.Tensor, Sequences]:
     """Compute this rank's loss on the batch ``train[idx]``.
 
     In a single process without sampled positions, this is ``model.loss(batch)``; otherwise
@@ -53,6 +53,12 @@ def batch_loss(model: ConditionalModel, objective: torch.nn.Module, train: Seque
         This process's rank.
     size : int
         The world size.
+    per_batch : dict of str to float, optional
+        Each field's count to divide by instead of the batch's own: its predicted positions
+        in the training data over the batches per epoch. With length buckets a batch's own
+        count would weigh a position of a short batch up to L_max / L_min times more (the
+        objective drifts towards a mean per sequence); with it, every position weighs the
+        same and an epoch's gradient is that of the per-position mean.
 
     Returns
     -------
@@ -65,13 +71,14 @@ def batch_loss(model: ConditionalModel, objective: torch.nn.Module, train: Seque
     batch = train[idx[rank::size]]
     if batch.device != model.device:
         batch = batch.to(model.device)
-    if size == 1 and cfg.positions is None:  # options only when used: a subclass may narrow
-        return (model.loss(batch) if sampling is None else
+    if size == 1 and cfg.positions is None and per_batch is None:  # options only when used: a
+        return (model.loss(batch) if sampling is None else  # subclass may narrow them
                 model.loss(batch, sampling=sampling)), batch
     # Normalise by the predicted positions of the whole batch (all ranks, all positions): the
     # ranks then sum to one process's exact-batch gradient.
     whole = train[idx] if size > 1 else batch
-    counts = {f.name: int(whole.predicted(f.name).sum()) for f in model.target_fields}
+    counts = per_batch or {f.name: int(whole.predicted(f.name).sum())
+                           for f in model.target_fields}
     weights = None
     if cfg.positions is not None:
         batch, weights = sample_positions(batch, cfg.positions, sampler)

@@ -358,6 +358,9 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     if own and folder is not None and folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"checkpoint_dir {str(folder)!r} is a file, not a folder")
     negatives = torch.Generator().manual_seed(cfg.seed + 104729)  # in the checkpoint too
+    # Bucketed batches differ in length: divide each by the epoch's mean count, not its own.
+    per_batch = None if cfg.bucket is None else {
+        f.name: float(train.predicted(f.name).sum()) / n_batches for f in model.target_fields}
     if folder is not None and cfg.resume:
         resumed = _resume(folder, own, fingerprint, model, opt, schedule, gen, sampler,
                           negatives)
@@ -403,7 +406,7 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
                                      cfg.bucket, gen):
                 with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                     loss, batch = steps.batch_loss(model, objective, train, idx, cfg, sampler,
-                                                    sampling, rank, size)
+                                                    sampling, rank, size, per_batch)
                 if not torch.isfinite(loss):
                     raise_non_finite(model, batch, idx[rank::size], "fit", f" at epoch {epoch}")
                 steps.step(model, opt, sched, loss, cfg.grad_clip)

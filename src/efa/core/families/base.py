@@ -296,6 +296,24 @@ class Family(nn.Module):
         """
         raise NotImplementedError
 
+    def enumerable_support(self) -> Tensor | None:
+        """The values y can take, when there are finitely many: what the family's
+        ``torch.distributions`` object enumerates.
+
+        Returns
+        -------
+        torch.Tensor or None
+            The support in order (classes, 0/1, 0..n), or None where it is not finite
+            (counts without bound, continuous values).
+        """
+        if not self.is_discrete:
+            return None
+        # any natural parameter gives the support; -1 is inside every discrete family's domain
+        dist = self.distribution(torch.full((self.num_natural,), -1.0))
+        if not dist.has_enumerate_support:
+            return None
+        return dist.enumerate_support(expand=False).reshape(-1).long()
+
     # -- validation -----------------------------------------------------------------------
 
     def validate(self, y: Any, where: str) -> None:
