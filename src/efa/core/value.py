@@ -170,7 +170,7 @@ class Value(Field):
             std = float(y.std()) if len(y) > 1 else 0.0
             self.scale = std if std > 0 and std < float("inf") else 1.0
             sigma = getattr(self.family, "sigma", None)
-            if isinstance(sigma, float) and not 0.1 <= std / sigma <= 10:
+            if isinstance(sigma, float) and std > 0 and not 0.1 <= std / sigma <= 10:
                 warnings.warn(f"field {self.name!r}: its training values' standard deviation "
                               f"is {std:.3g}, its family's fixed sigma {sigma:.3g} (in the "
                               "data's units): pass a sigma of the data's scale, or learn it "
