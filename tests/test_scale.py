@@ -273,8 +273,9 @@ def test_unigram_with_distinct_needs_no_dense_logits():
 
 
 def test_sampled_softmax_is_the_corrected_softmax_over_the_samples_and_trains():
-    """TensorFlow's sampled_softmax_loss (subtract log Q, remove accidental hits), and the
-    model it trains improves on the exact likelihood."""
+    """The negatives' logits minus log(k·Q), the target's as it is, accidental hits removed
+    (TensorFlow's sampled_softmax_loss also corrects the target: its normaliser then misses
+    the target's term as k grows), and the model it trains improves on the exact likelihood."""
     from efa.core.softmax import sampled_log_prob
 
     g = torch.Generator().manual_seed(0)
@@ -288,8 +289,8 @@ def test_sampled_softmax_is_the_corrected_softmax_over_the_samples_and_trains():
     g.set_state(state)
     neg = torch.multinomial(log_q.exp(), 6, replacement=True, generator=g)
     for r in range(4):
-        z = [float(h[r] @ w[y[r]] - log_q[y[r]] - torch.log(torch.tensor(6.0)))]
-        z += [float(h[r] @ w[j] - log_q[j] - torch.log(torch.tensor(6.0)))
+        z = [float(h[r] @ w[y[r]])]
+        z += [float(h[r] @ w[j] - log_q[j] - torch.log(torch.tensor(6.0, dtype=torch.float64)))
               for j in neg.tolist() if j != int(y[r])]
         z = torch.tensor(z, dtype=torch.float64)
         assert float(got[r]) == pytest.approx(float(z[0] - torch.logsumexp(z, 0)), abs=1e-10)
