@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from efa.core.value import Value
 
 if TYPE_CHECKING:  # for annotations only
+    from efa.core.encoders import ValueReadout
     from efa.core.model import EFA
 
 
@@ -94,8 +95,9 @@ def warm_start(model: EFA, base: EFA) -> EFA:
             # σ itself was copied with the weights; its start is base's
             cast(Value, mine[f.name]).family.init_sigma = f.family.init_sigma
         if f.name in model.readouts and hasattr(model.readouts[f.name], "loc"):
-            readout, theirs = model.readouts[f.name], base.readouts[f.name]
-            readout.loc, readout.scale = theirs.loc, theirs.scale
+            # (also where base does not predict the field)
+            readout = cast("ValueReadout", model.readouts[f.name])
+            readout.loc, readout.scale = cast(Value, mine[f.name]).moments
     return model
 
 
