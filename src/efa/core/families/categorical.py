@@ -282,8 +282,8 @@ class Ordinal(Family):
     def log_prob(self, y: Tensor, eta: Tensor, base_measure: bool = True) -> Tensor:
         """The log-probability log_softmax_k(η s_k + b_k) at k = y.
 
-        The natural form η s_y − A(η) + b_y subtracts terms of size |η|·s_{K−1} (in float32,
-        positive log-probabilities at |η| ~ 1e8); without the base measure the value is that
+        The natural form η s_y − A(η) + b_y subtracts terms of size η·s_{K−1} (in float32,
+        positive log-probabilities at η ~ ±1e8); without the base measure the value is that
         form's η s_y − A(η), as in :meth:`Family.log_prob`.
 
         Parameters
