@@ -340,8 +340,9 @@ class CBOWMoE(ConditionalModel):
         name = self.fields[0].name
         x = data.fields[name].long()
         n = x.shape[1]
-        # An unobserved value is [MASK] in the context, as in the attention model.
-        seen = data.observed.get(name, torch.ones_like(x, dtype=torch.bool))
+        # An unobserved value is [MASK] in the context, as in the attention model (padding
+        # too: its gates are 0).
+        seen = data.predicted(name, scored=False)
         content = torch.where(seen[..., None], C[x], C[-1]) + P[:n]
         query = (C[-1] + P[:n]).expand_as(content)
         tokens = copy_tokens(content, query)
