@@ -129,13 +129,22 @@ def prop9_correlations(W: npt.ArrayLike, C: npt.ArrayLike,
     dict of str to float
         ``"spearman"``, ``"pearson"``, and the numbers of ``"pairs"`` (V²) and of pairs where
         the log target is ``"defined"`` (ints).
+
+    Raises
+    ------
+    ValueError
+        If the shapes disagree, or fewer than 2 pairs occur.
     """
-    s = np.asarray(W, dtype=np.float64) @ np.asarray(C, dtype=np.float64).T
+    W, C = np.asarray(W, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
+    if W.ndim != 2 or W.shape != C.shape or counts.shape != (len(W), len(W)):
+        raise ValueError(f"W and C must be [V, K] and counts [V, V] for one V, got W "
+                         f"{W.shape}, C {C.shape}, counts {counts.shape}")
+    s = W @ C.T
     ratio, m = cbow_targets(counts)
-    ok = np.isfinite(m)
-    return {"spearman": float(spearmanr(s.ravel(), ratio.ravel())[0]),
-            "pearson": float(pearsonr(s[ok], m[ok])[0]),
-            "pairs": int(s.size), "defined": int(ok.sum())}
+    defined = correlation(s, m)  # the finite entries of m: pairs that occur
+    return {"spearman": correlation(s, ratio)["spearman"], "pearson": defined["pearson"],
+            "pairs": int(s.size), "defined": defined["pairs"]}
 
 
 def _numpy(t) -> np.ndarray:
@@ -270,13 +279,16 @@ def attention_statistics(tau: npt.ArrayLike, sentences: npt.ArrayLike,
     Raises
     ------
     ValueError
-        If ``tau`` is not V + 1 positive finite numbers, or ``sentences`` is malformed.
+        If ``tau`` is not V + 1 positive finite numbers, or ``sentences`` is malformed or
+        empty.
     """
     tau = np.asarray(tau, dtype=np.float64)
     if tau.shape != (num_words + 1,) or not np.isfinite(tau).all() or (tau <= 0).any():
         raise ValueError(f"tau must hold {num_words + 1} positive finite numbers ([MASK] last)")
     x = _sentences(sentences, num_words)
     n, s_len = x.shape
+    if n == 0:
+        raise ValueError("sentences is empty: the statistics are averages over a corpus")
     t = tau[x]  # [N, S]
     total = t.sum(1, keepdims=True)
     g1 = np.zeros((num_words, num_words))

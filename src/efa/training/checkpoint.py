@@ -270,6 +270,9 @@ def save_state(folder: Path, model: nn.Module, opt: Optimizer, sched: LRSchedule
     tensors["rng/torch"] = torch.get_rng_state()
     if negatives is not None:
         tensors["rng/negatives"] = negatives.get_state()
+    accelerator = device_rng_state(model)
+    if accelerator is not None:
+        tensors["rng/cuda"] = accelerator
     meta = {
         "format": 1,
         "fingerprint": fingerprint,
@@ -387,6 +390,11 @@ def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fin
                                  f"expected {now.dtype} {list(now.shape)}")
         if extra is not None and (extra.dtype != rngs[0].dtype or extra.shape != rngs[0].shape):
             raise ValueError(f"random state rng/negatives of {extra.dtype} {list(extra.shape)}")
+        device_state = tensors.get("rng/cuda")
+        if device_state is not None and (device_state.dtype != torch.uint8
+                                         or device_state.dim() != 1):
+            raise ValueError(f"random state rng/cuda of {device_state.dtype} "
+                             f"{list(device_state.shape)}")
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(f"{path} is damaged (missing or malformed {err}); delete it, or pass "
                          "resume=False to start over") from None
@@ -398,4 +406,50 @@ def restore_state(state: tuple[dict[str, torch.Tensor], dict], folder: Path, fin
     torch.set_rng_state(rngs[2])
     if negatives is not None and extra is not None:
         negatives.set_state(extra)
+    if device_state is not None:
+        set_device_rng_state(model, device_state)
     return hist, best, bad
+
+
+def _cuda_device(model: nn.Module) -> torch.device | None:
+    """The CUDA device the model's parameters are on, or None (CPU, no parameters)."""
+    p = next(model.parameters(), None)
+    return p.device if p is not None and p.device.type == "cuda" else None
+
+
+def device_rng_state(model: nn.Module) -> torch.Tensor | None:
+    """The random state of the CUDA device the model is on (dropout draws there), or None.
+
+    ``torch.get_rng_state`` is the CPU generator's only: a fit on a GPU resumed without its
+    device's state would draw other dropout masks than the uninterrupted fit.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model being fitted.
+
+    Returns
+    -------
+    torch.Tensor or None
+        The device generator's state (uint8), None for a model that is not on a CUDA device.
+    """
+    device = _cuda_device(model)
+    return None if device is None else torch.cuda.get_rng_state(device)
+
+
+def set_device_rng_state(model: nn.Module, state: torch.Tensor) -> None:
+    """Restore what :func:`device_rng_state` saved, on the CUDA device the model is on now.
+
+    A checkpoint written on a GPU and resumed on the CPU has no device generator to restore
+    (the CPU's is restored apart); nothing is done then.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model being resumed (already on its device).
+    state : torch.Tensor
+        The saved state (uint8).
+    """
+    device = _cuda_device(model)
+    if device is not None:
+        torch.cuda.set_rng_state(state, device)
