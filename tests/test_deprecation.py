@@ -71,3 +71,22 @@ else:
     run = subprocess.run([sys.executable, "-c", "import importlib\n" + code],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("module", sorted(__import__("efa.deprecation").deprecation.MOVED_NAMES))
+def test_names_moved_out_of_a_module_still_import_from_it_with_a_warning(module):
+    """Names that left a module that still exists answer from it for one release: the same
+    object, a FutureWarning naming the new path; any other missing name is still an
+    AttributeError (so hasattr and `from m import x` keep their meaning)."""
+    import importlib
+
+    from efa.deprecation import MOVED_NAMES
+
+    old = importlib.import_module(module)
+    for name, new in MOVED_NAMES[module].items():
+        with pytest.warns(FutureWarning, match=f"{module}.{name} moved to {new}.{name}"):
+            got = getattr(old, name)
+        assert got is getattr(importlib.import_module(new), name)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        old.no_such_name  # noqa: B018
+    assert not hasattr(old, "no_such_name")

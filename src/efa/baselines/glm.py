@@ -30,9 +30,12 @@ from efa.core.conditional import ConditionalModel
 from efa.core.context import context_pairs
 from efa.core.data import Sequences
 from efa.core.fields import Category, Value
+from efa.deprecation import moved_out
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.softmax import Sampling
+
+__getattr__ = moved_out(__name__)  # names moved out: efa.deprecation.MOVED_NAMES
 
 
 class Unigram(ConditionalModel):
@@ -419,8 +422,7 @@ class RatingGLM(ConditionalModel):
         ValueError
             If an observed value lies outside 0, …, ``num_values`` − 1.
         """
-        item, value = self.fields
-        item = cast(Category, item)
+        item, value = cast(Category, self.fields[0]), self.fields[1]
         x = data.fields[item.name]
         valid = data.predicted(value.name, scored=False)
         y = torch.where(valid, data.fields[value.name], 0).long()
@@ -445,8 +447,7 @@ class RatingGLM(ConditionalModel):
         dict of str to torch.Tensor
             The value field's name → η = link(b[x_i] + W·bag_c(i) + …), shape (B, I, 1).
         """
-        item, value = self.fields
-        value = cast(Value, value)
+        item, value = self.fields[0], cast(Value, self.fields[1])
         z = self.item_effect(data.fields[item.name])
         if self.context:
             z = z + self.weight(self.bag(data)) + self.design(data)
@@ -467,8 +468,7 @@ class RatingGLM(ConditionalModel):
             A function of no arguments that gives the mean negative log-likelihood (a scalar
             tensor) at the current weights.
         """
-        item, value = self.fields
-        value = cast(Value, value)
+        item, value = self.fields[0], cast(Value, self.fields[1])
         at = data.predicted(value.name)
         x, y = data.fields[item.name][at], data.fields[value.name][at]
         bag = self.bag(data)[at] if self.context else None
@@ -495,6 +495,5 @@ class RatingGLM(ConditionalModel):
             ``"weights"`` → [W], ``"design"`` → the position (and length) effects; empty with
             ``context=False`` (the item effects play the intercept's part and are free).
         """
-        if not self.context:
-            return {}
-        return {"weights": [self.weight.weight], "design": self.design.penalised()}
+        return {"weights": [self.weight.weight], "design": self.design.penalised()} \
+            if self.context else {}

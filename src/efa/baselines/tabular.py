@@ -32,6 +32,8 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.model_selection import GridSearchCV, StratifiedKFold, train_test_split
 
+from efa.deprecation import moved_out
+
 if TYPE_CHECKING:  # for annotations only
     from sklearn.pipeline import Pipeline
 
@@ -223,8 +225,7 @@ def reference_peers(train: pd.DataFrame, test: pd.DataFrame, seed: int,
     Parameters
     ----------
     train : pandas.DataFrame
-        The training rows: the features (all one-hot encoded, see :func:`one_hot`) and the
-        target.
+        The training rows: the features (all one-hot encoded, see :func:`one_hot`), the target.
     test : pandas.DataFrame
         The test rows, with the same columns.
     seed : int
@@ -297,8 +298,7 @@ def validation_split(y: np.ndarray, size: float, seed: int) -> tuple[np.ndarray,
     idx = np.arange(len(y))
     classes, counts = np.unique(y, return_counts=True)
     single = np.isin(y, classes[counts < 2])
-    tr, va = train_test_split(idx[~single], test_size=size, random_state=seed,
-                              stratify=y[~single])
+    tr, va = train_test_split(idx[~single], test_size=size, random_state=seed, stratify=y[~single])
     return (np.concatenate([tr, idx[single]]) if single.any() else tr), va
 
 
@@ -391,9 +391,9 @@ def _analytic_ordered_model():
 
 
 def __getattr__(name):  # pickle finds the lazily built class by its name
-    if name == "AnalyticOrderedModel":
-        return _analytic_ordered_model()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # and names that moved out answer here for one release (efa.deprecation.MOVED_NAMES)
+    return (_analytic_ordered_model() if name == "AnalyticOrderedModel"
+            else moved_out(__name__)(name))
 
 
 class OrderedLogit(ClassifierMixin, BaseEstimator):

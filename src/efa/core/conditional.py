@@ -18,9 +18,12 @@ from efa.core.context import context_items
 from efa.core.data import Sequences
 from efa.core.families.base import Shifted
 from efa.core.fields import Field
+from efa.deprecation import moved_out
 
 if TYPE_CHECKING:  # for annotations only
     from efa.core.fields import Category, Value
+
+__getattr__ = moved_out(__name__)  # names moved out: efa.deprecation.MOVED_NAMES
 
 
 @contextmanager
@@ -140,10 +143,8 @@ class ConditionalModel(nn.Module):
             return self.target_fields[0]
         f = self.field(name)
         if not f.target:
-            raise ValueError(
-                f"field {name!r} is not predicted by this model (targets: "
-                f"{[t.name for t in self.target_fields]})"
-            )
+            raise ValueError(f"field {name!r} is not predicted by this model (targets: "
+                             f"{[t.name for t in self.target_fields]})")
         return f
 
     def natural_params(self, data: Sequences) -> dict[str, Tensor]:

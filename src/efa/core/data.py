@@ -21,11 +21,14 @@ import torch
 from torch import Tensor
 
 from efa.core.parts import check_parts, frame_lists, pad_lists, read_parts, write_parts
+from efa.deprecation import moved_out
 
 if TYPE_CHECKING:  # for annotations only
     import pandas as pd
 
     from efa.core.events import Events
+
+__getattr__ = moved_out(__name__)  # names moved out: efa.deprecation.MOVED_NAMES
 
 
 @dataclass
@@ -140,12 +143,9 @@ class Sequences:
         if lengths.numel() == 0:
             raise ValueError("the selection is empty: Sequences must hold at least one sequence")
         width = int(lengths.max())
-        return Sequences(
-            {k: v[idx][:, :width] for k, v in self.fields.items()},
-            lengths,
-            {k: v[idx][:, :width] for k, v in self.observed.items()},
-            None if self.scored is None else self.scored[idx][:, :width],
-        )
+        return Sequences({k: v[idx][:, :width] for k, v in self.fields.items()}, lengths,
+                         {k: v[idx][:, :width] for k, v in self.observed.items()},
+                         None if self.scored is None else self.scored[idx][:, :width])
 
     def to(self, *args: torch.device | str | int | torch.dtype,
            non_blocking: bool = False) -> Sequences:

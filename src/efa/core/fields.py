@@ -58,6 +58,9 @@ from efa.core.fieldbase import (
     register_field,
 )
 from efa.core.value import Value
+from efa.deprecation import moved_out
+
+__getattr__ = moved_out(__name__)  # names moved out: efa.deprecation.MOVED_NAMES
 
 __all__ = [
     "ACTIVATIONS",

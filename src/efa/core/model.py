@@ -30,6 +30,9 @@ from efa.core.encoders import LinearReadout, MapEncoder, TableEncoder, ValueRead
 from efa.core.families import LearnedGaussian
 from efa.core.fields import ROLES, Category, Value
 from efa.core.mlp import mlp
+from efa.deprecation import moved_out
+
+__getattr__ = moved_out(__name__)  # names moved out: efa.deprecation.MOVED_NAMES
 
 
 class EFA(ConditionalModel):

@@ -39,6 +39,7 @@ from torch import Tensor
 from efa.core.data import Sequences
 from efa.core.families import Gaussian
 from efa.core.fields import Attribute, Field, Value
+from efa.deprecation import moved_out
 from efa.generators.draws import (
     check_data,
     check_design,
@@ -49,6 +50,8 @@ from efa.generators.draws import (
     nan_outside,
     pack,
 )
+
+__getattr__ = moved_out(__name__)  # names moved out: efa.deprecation.MOVED_NAMES
 
 __all__ = [
     "BayesPrediction",

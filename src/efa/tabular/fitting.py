@@ -22,6 +22,7 @@ from sklearn.utils.validation import validate_data
 from efa.core.families import HeteroscedasticGaussian, Ordinal
 from efa.core.fields import Category, Field, Value
 from efa.core.model import EFAConfig
+from efa.deprecation import moved_out
 from efa.tabular.checks import typed_labels
 from efa.tabular.encoding import as_1d, as_frame, learn_columns, lookup, sequences
 from efa.tabular.glm_stage import fit_glm_stage
@@ -32,6 +33,8 @@ from efa.training.train import History, TrainConfig, fit, seed_everything
 if TYPE_CHECKING:  # for annotations only
     from efa.core.data import Sequences
     from efa.tabular.estimator import AttentionTableClassifier
+
+__getattr__ = moved_out(__name__)  # names moved out: efa.deprecation.MOVED_NAMES
 
 
 def learn_classes(est: AttentionTableClassifier, X: pd.DataFrame | npt.ArrayLike,

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from efa.core import softmax
 from efa.core.conditional import ConditionalModel
 from efa.core.data import Sequences
+from efa.deprecation import moved_out
 from efa.training import checkpoint, distributed, steps
 from efa.training.scoring import check_int, check_targets, evaluate, in_batches, raise_non_finite
 from efa.training.settings import (
@@ -43,6 +44,8 @@ from efa.training.settings import (
     plateau_patience,
     with_overrides,
 )
+
+__getattr__ = moved_out(__name__)  # names moved out: efa.deprecation.MOVED_NAMES
 
 JOB_SAVE_SECONDS = 60.0
 
@@ -379,15 +382,10 @@ def _fit(model, train, val, cfg: TrainConfig) -> History:
     if val is not None and start_epoch == 0:  # (a resumed run has it in its history)
         hist.start_val = _val_loss(model, val, cfg.eval_batch_size, cfg.monitor)
     t0 = saved = time.perf_counter() - hist.seconds
-    bar = tqdm(
-        range(start_epoch, cfg.max_epochs),
-        # On a terminal only: piped into a log, a bar writes hundreds of carriage returns.
-        disable=not cfg.progress or not sys.stderr.isatty() or rank != 0,
-        desc="fit",
-        unit="epoch",
-        initial=start_epoch,
-        total=cfg.max_epochs,
-    )
+    # On a terminal only: piped into a log, a bar writes hundreds of carriage returns.
+    bar = tqdm(range(start_epoch, cfg.max_epochs), desc="fit", unit="epoch",
+               disable=not cfg.progress or not sys.stderr.isatty() or rank != 0,
+               initial=start_epoch, total=cfg.max_epochs)
     try:
         for epoch in bar:
             if bad >= patience_now(cfg, hist, n_batches):

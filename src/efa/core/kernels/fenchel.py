@@ -50,6 +50,9 @@ from efa.core.kernels.preference import (
     template_mean,
     template_scores,
 )
+from efa.deprecation import moved_out
+
+__getattr__ = moved_out(__name__)  # names moved out: efa.deprecation.MOVED_NAMES
 
 # --------------------------------------------------------------------------- the dual problem
 
@@ -221,9 +224,8 @@ class _DualSolve(torch.autograd.Function):
         lam, z, t, own, log_u, alpha, p, h = ctx.saved_tensors
         w = hessian_solve(lam, t, own, log_u, alpha, g_lam, min(ctx.tol, 1e-6), p, h)
         needs = list(ctx.needs_input_grad[:5])
-        grads = _implicit_grads(
-            (z, t, own, log_u, alpha), needs,
-            lambda z_, t_, o_, l_, a_: stationarity(lam, z_, t_, o_, l_, a_), w)
+        grads = _implicit_grads((z, t, own, log_u, alpha), needs,
+                                lambda z_, t_, o_, l_, a_: stationarity(lam, z_, t_, o_, l_, a_), w)
         if needs[4] and grads[4] is not None:
             grads[4] = grads[4].sum_to_size(alpha.shape)
         return (*grads, None, None, None)
@@ -266,8 +268,7 @@ def _prepare(z, t, log_u, alpha, own, dtype):
 
 def fenchel_lambda(z: Tensor, t: Tensor, log_u: Tensor, alpha: float | Tensor,
                    own: Tensor | None = None, tol: float | None = None, max_iter: int = 50,
-                   dtype: torch.dtype | None = None,
-                   info: dict | None = None) -> Tensor:
+                   dtype: torch.dtype | None = None, info: dict | None = None) -> Tensor:
     """λ* of Eq. 8 per query, differentiable (implicit gradients).
 
     Parameters
@@ -421,9 +422,8 @@ class Fenchel(PreferenceKernel):
     """
 
     name = "fenchel"
-    DEFAULTS: ClassVar[dict[str, Any]] = {
-        **PreferenceKernel.DEFAULTS, "tol": None, "max_iter": 50, "precision": None,
-    }
+    DEFAULTS: ClassVar[dict[str, Any]] = {**PreferenceKernel.DEFAULTS, "tol": None,
+                                          "max_iter": 50, "precision": None}
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
