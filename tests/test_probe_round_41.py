@@ -92,3 +92,27 @@ def test_attention_statistics_refuses_an_empty_corpus():
     with pytest.raises(ValueError, match="empty"):  # NaN and ZeroDivisionError before
         attention_statistics([1.0, 2.0, 1.0, 0.5], torch.zeros(0, 3, dtype=torch.long).numpy(),
                              3)
+
+
+def test_the_table_estimator_warns_of_float_columns_that_are_linear_functions_of_another():
+    # A probe's °F copy of a °C column, with numeric="gaussian": each predicted the other to
+    # the σ floor and the response's test log loss tripled, without a word.
+    import warnings
+
+    import numpy as np
+    import pandas as pd
+
+    from efa.tabular import AttentionTableClassifier
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"c": rng.normal(size=60), "b": rng.normal(size=60), "k": 3.0})
+    y = (X["c"] + X["b"] > 0).astype(int).to_numpy()
+    X["f"] = 1.8 * X["c"] + 32
+    X.loc[5, "f"] = np.nan  # a missing cell does not hide the pair
+    opts = dict(numeric="gaussian", max_epochs=1, random_state=0, missing="mask")
+    with pytest.warns(UserWarning, match=r"'c' ~ 'f'.*numeric='quantile'"):
+        AttentionTableClassifier(**opts).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "float column")  # a constant column alone: no pair
+        AttentionTableClassifier(**opts).fit(X.drop(columns="f"), y)
+        AttentionTableClassifier(**{**opts, "numeric": "quantile"}).fit(X, y)

@@ -8,6 +8,7 @@ scikit-learn way."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -137,6 +138,8 @@ def learn_layout(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
     est._index = {c: i for i, c in enumerate(X.columns)}
     learn_columns(est, X)
     est.has_num_ = est.numeric == "gaussian" and "num" in est.kinds_
+    if est.has_num_:
+        warn_collinear(X[[c for c, k in zip(X.columns, est.kinds_, strict=True) if k == "num"]])
     est.is_cat_ = ([k == "cat" or est.numeric == "quantile" for k in est.kinds_]
                    + [est.response_ == "categorical"])
     est.columns_ = [*est.feature_columns_, est._target]
@@ -161,6 +164,32 @@ def learn_layout(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
     est.vocab_size_ = start
     est.lookup_ = {c: lookup(est.levels_[c]) for c in est.offsets_}
     est.lookup_[est._target] = lookup(est.classes_)
+
+
+def warn_collinear(floats: pd.DataFrame) -> None:
+    """Warn of two float columns that are exact linear functions of each other (|r| > 1 −
+    1e-9 over the rows where both are present).
+
+    With ``numeric="gaussian"`` each then predicts the other exactly: their σ falls to the
+    family's floor, their cells' likelihood grows without bound and crowds out the
+    response's (a °F copy of a °C column tripled a probe's test log loss; no floor on σ undid
+    it). Dropping one loses nothing; ``numeric="quantile"`` is not affected.
+
+    Parameters
+    ----------
+    floats : pandas.DataFrame
+        The training table's float columns (NaN: missing).
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):  # a constant column has no r
+        r = floats.apply(pd.to_numeric, errors="coerce").corr(min_periods=3).to_numpy()
+    a, b = np.nonzero(np.triu(np.abs(r) > 1 - 1e-9, 1))
+    if len(a):
+        pairs = ", ".join(f"{floats.columns[i]!r} ~ {floats.columns[j]!r}"
+                          for i, j in zip(a[:5], b[:5], strict=True))
+        warnings.warn(f"float column(s) that are exact linear functions of another ({pairs}): "
+                      "with numeric='gaussian' each predicts the other to the σ floor and its "
+                      "unbounded likelihood crowds out the response's; drop one of each pair "
+                      "or use numeric='quantile'", UserWarning, stacklevel=4)
 
 
 def check_rules(est: AttentionTableClassifier) -> None:
