@@ -106,3 +106,27 @@ def gradcheck_query_weight(model: EFA, data: Sequences, **options) -> bool:
 
     return torch.autograd.gradcheck(loss, (params[name].detach().clone().requires_grad_(),),
                                     **options)
+
+
+def killed_after_saves(monkeypatch, saves: int, fit_call, on_save=None) -> None:
+    """Run ``fit_call()`` as a process killed right after its ``saves``-th checkpoint (a
+    KeyboardInterrupt out of ``checkpoint.save_state``); ``on_save()`` runs after each save.
+    The real ``save_state`` is back in place afterwards, for the resumed fit."""
+    import pytest
+
+    from efa.training import checkpoint
+
+    real, done = checkpoint.save_state, []
+
+    def dying(*args):
+        real(*args)
+        done.append(1)
+        if on_save is not None:
+            on_save()
+        if len(done) == saves:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "save_state", dying)
+    with pytest.raises(KeyboardInterrupt):
+        fit_call()
+    monkeypatch.setattr(checkpoint, "save_state", real)

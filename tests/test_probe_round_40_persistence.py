@@ -10,7 +10,7 @@ import torch
 
 import efa
 from efa.core.families import Gaussian, LearnedGaussian
-from efa.training import checkpoint
+from tests.helpers import killed_after_saves
 
 
 def _items(n=40):
@@ -31,18 +31,8 @@ def test_a_resumed_sampled_softmax_fit_equals_the_uninterrupted_one(tmp_path, mo
                    threads=1)
     whole = _item_model()
     want = efa.fit(whole, data, None, **options)
-    real, saves = checkpoint.save_state, []
-
-    def dying(*args):
-        real(*args)
-        saves.append(1)
-        if len(saves) == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(checkpoint, "save_state", dying)
-    with pytest.raises(KeyboardInterrupt):
-        efa.fit(_item_model(), data, None, checkpoint_dir=tmp_path, **options)
-    monkeypatch.setattr(checkpoint, "save_state", real)
+    killed_after_saves(monkeypatch, 2, lambda: efa.fit(_item_model(), data, None,
+                                                       checkpoint_dir=tmp_path, **options))
     resumed = _item_model()
     got = efa.fit(resumed, data, None, checkpoint_dir=tmp_path, **options)
     assert got.train_loss == want.train_loss

@@ -10,12 +10,8 @@ from safetensors.torch import load_file, save_file
 
 import efa
 from efa.training import checkpoint
-
-
-def _items(n=40):
-    g = torch.Generator().manual_seed(0)
-    return efa.Sequences({"item": torch.randint(0, 50, (n, 6), generator=g)},
-                         torch.full((n,), 6))
+from tests.helpers import killed_after_saves
+from tests.test_probe_round_40_persistence import _items
 
 
 def _item_model():
@@ -36,19 +32,13 @@ def test_a_checkpoint_keeps_and_restores_the_accelerator_random_state(tmp_path, 
                         lambda state, device=None: restored.append(state.clone()))
     data = _items()
     options = dict(max_epochs=3, seed=3, batch_size=8, progress=False, threads=1)
-    real, saves = checkpoint.save_state, []
 
-    def dying(*args):
-        real(*args)
-        saves.append(1)
-        device_rng["state"] = device_rng["state"] + 1  # the device drew since the save
-        if len(saves) == 2:
-            raise KeyboardInterrupt
+    def device_drew():  # the device's state moves on after each save
+        device_rng["state"] = device_rng["state"] + 1
 
-    monkeypatch.setattr(checkpoint, "save_state", dying)
-    with pytest.raises(KeyboardInterrupt):
-        efa.fit(_item_model(), data, None, checkpoint_dir=tmp_path, **options)
-    monkeypatch.setattr(checkpoint, "save_state", real)
+    killed_after_saves(monkeypatch, 2, lambda: efa.fit(_item_model(), data, None,
+                                                       checkpoint_dir=tmp_path, **options),
+                       device_drew)
     state = checkpoint.load(tmp_path)
     assert state is not None and "rng/cuda" in state[0]
     efa.fit(_item_model(), data, None, checkpoint_dir=tmp_path, **options)
