@@ -21,8 +21,11 @@ A unidirectional model's gap that comes before an observed value is not drawn by
 sampling alone, which would ignore that later value: after the ancestral pass, ``sweeps``
 Metropolis-within-Gibbs sweeps redraw each such gap with the ancestral conditional
 p(x_i | x_<i) as proposal and the joint as target, so a move is accepted with probability
-min(1, p(later values | x_i') / p(later values | x_i)); their chain's stationary law is the
-exact conditional of the gaps given every observed value.
+min(1, p(later values | x_i') / p(later values | x_i)) (a distinct field's proposal leaves
+out the items the row holds elsewhere, which the joint gives probability 0). Each sweep then
+draws the values after the last observed one again, ancestrally (exactly, given everything
+before them): the chain's stationary law is the exact conditional of every drawn value given
+the observed ones.
 """
 
 from __future__ import annotations
@@ -123,8 +126,17 @@ def _draw(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, T
     at[:, i] = True
     with torch.no_grad():
         eta = model.natural_params_at(data.to(model.device), {name: at.to(model.device)})[name]
-    family = cast("Category | Value", model.field(name)).family
-    values[name][rows, i] = family.sample(eta.cpu(), generator=g).to(values[name].dtype)
+    eta = eta.cpu()
+    field = cast("Category | Value", model.field(name))
+    if isinstance(field, Category) and field.distinct:
+        # Never an item the row holds elsewhere: a causal conditional excludes those before
+        # i, not those observed after it (a repeat has probability 0 under the joint).
+        held = known[name][rows] & (torch.arange(known[name].shape[1]) < lengths[rows, None])
+        held[:, i] = False
+        r, j = held.nonzero(as_tuple=True)
+        eta = eta.clone()
+        eta[r, values[name][rows][r, j]] = -torch.inf
+    values[name][rows, i] = field.family.sample(eta, generator=g).to(values[name].dtype)
     known[name][rows, i] = True
 
 
@@ -142,7 +154,9 @@ def _rest(model: ConditionalModel, values: dict[str, Tensor], lengths: Tensor, n
 def _metropolis(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, Tensor],
                 lengths: Tensor, name: str, i: int, rows: Tensor, g: torch.Generator) -> None:
     """One Metropolis-within-Gibbs move of a causal model's ``name`` at position ``i``:
-    proposed from p(x_i | x_<i), accepted by the factors it changes after it."""
+    proposed from p(x_i | x_<i) (for a distinct field, renormalised over the items the row
+    does not hold elsewhere, which leaves the acceptance ratio as it is: the excluded items
+    have probability 0 under the joint), accepted by the factors it changes after it."""
     old = values[name][rows, i].clone()
     before = _rest(model, values, lengths, name, i, rows)
     _draw(model, values, known, lengths, name, i, rows, g, i + 1)
@@ -177,7 +191,8 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     sweeps : int
         Gibbs sweeps of a bidirectional model after the first pass; for a unidirectional
         model, Metropolis-within-Gibbs sweeps over the gaps of ``context`` that come before an
-        observed value (see the module's docstring; none without such gaps).
+        observed value, each followed by a fresh ancestral draw of the values after the last
+        observed one (see the module's docstring; none without such gaps).
     seed : int
         The same seed gives the same draws.
 
@@ -201,9 +216,9 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     seen = torch.stack([m & (position < lengths[:, None]) for m in known.values()]).any(0)
     last_observed = torch.where(seen, position, -1).amax(1)
     before_observed = {k: m & (position <= last_observed[:, None]) for k, m in todo.items()}
+    after_observed = {k: m & ~before_observed[k] for k, m in todo.items()}
     g = torch.Generator().manual_seed(seed)
     causal = getattr(model, "direction", "bidirectional") == "unidirectional"
-    swept = before_observed if causal else todo
     with evaluating(model):
         for i in range(width):  # the first pass: ancestral for a causal model
             for f in model.target_fields:
@@ -211,12 +226,21 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
                 if len(rows):
                     _draw(model, values, known, lengths, f.name, i, rows, g,
                           i + 1 if causal else width)
-        for _ in range(sweeps):
+        for _ in range(sweeps if not causal or any(m.any() for m in before_observed.values())
+                       else 0):
+            if causal:  # the values after the last observed one: drawn again, as a block
+                for k, m in after_observed.items():
+                    known[k] &= ~m
             for i in range(width):
                 for f in model.target_fields:
-                    rows = swept[f.name][:, i].nonzero()[:, 0]
-                    if len(rows) and causal:
-                        _metropolis(model, values, known, lengths, f.name, i, rows, g)
-                    elif len(rows):
-                        _draw(model, values, known, lengths, f.name, i, rows, g, width)
+                    gaps = (before_observed if causal else todo)[f.name][:, i].nonzero()[:, 0]
+                    if len(gaps) and causal:
+                        _metropolis(model, values, known, lengths, f.name, i, gaps, g)
+                    elif len(gaps):
+                        _draw(model, values, known, lengths, f.name, i, gaps, g, width)
+                    # Exactly from p(later | everything before), ancestrally: with the gaps'
+                    # moves, a blocked Metropolis-within-Gibbs chain on gaps and later values.
+                    later = after_observed[f.name][:, i].nonzero()[:, 0] if causal else []
+                    if len(later):
+                        _draw(model, values, known, lengths, f.name, i, later, g, i + 1)
     return Sequences(values, lengths)
