@@ -162,3 +162,24 @@ def test_a_causal_distinct_field_never_repeats_an_item_observed_after_a_gap(swee
         items = draws.fields["item"]
         assert all(len(set(row.tolist())) == len(row) for row in items)
         model.check(draws)
+
+
+def test_an_ordinal_predictive_has_the_class_index_moments_and_a_category_refuses_them():
+    # torch's Categorical leaves mean / variance NaN: model.predictive(...).mean was NaN for an
+    # ordinal field, whose mean predict_mean gives.
+    from efa.core.families import Ordinal
+    from efa.generators import attention_teacher
+    from efa.generators import sample as draw
+
+    teacher = attention_teacher([efa.Category("item", 5), efa.Value("grade", Ordinal(4))],
+                                max_len=5, seed=0)
+    data = draw(teacher, 4, length=3, seed=0)
+    d = teacher.predictive(data, "grade")
+    k = torch.arange(4, dtype=torch.float64)
+    mean = (d.probs * k).sum(-1)
+    assert torch.allclose(d.mean, mean, atol=1e-12)
+    assert torch.allclose(d.mean, teacher.predict_mean(data)["grade"][data.predicted("grade")],
+                          atol=1e-12)
+    assert torch.allclose(d.variance, (d.probs * (k - mean[:, None]) ** 2).sum(-1), atol=1e-12)
+    with pytest.raises(ValueError, match="not ordered"):
+        teacher.predictive(data, "item").mean  # noqa: B018

@@ -119,13 +119,8 @@ def quantile(dist: D.Distribution, q: float) -> torch.Tensor:
 
 
 def _moments(dist: D.Distribution) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and standard deviation; an ordinal field's Categorical over its ordered classes
-    by their indices (torch leaves a Categorical's moments undefined)."""
-    if isinstance(dist, D.Categorical):
-        p = dist.probs.detach().double().cpu()
-        k = torch.arange(p.shape[-1], dtype=torch.float64)
-        mean = (p * k).sum(-1)
-        return mean, ((p * k**2).sum(-1) - mean**2).clamp(min=0).sqrt()
+    """Mean and standard deviation, float64 on the CPU (an ordinal's over its class
+    indices)."""
     return dist.mean.detach().double().cpu(), dist.stddev.detach().double().cpu()
 
 

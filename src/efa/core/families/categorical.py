@@ -144,7 +144,8 @@ class Categorical(Family):
         return y.reshape(eta.shape[:-1])
 
     def distribution(self, eta: Tensor) -> torch.distributions.Categorical:
-        """The ``torch.distributions.Categorical`` with logits η.
+        """The ``torch.distributions.Categorical`` with logits η; the classes are not ordered,
+        so its ``mean`` and ``variance`` are refused (torch's are NaN).
 
         Parameters
         ----------
@@ -156,7 +157,7 @@ class Categorical(Family):
         torch.distributions.Categorical
             Batch shape ``eta.shape[:-1]``.
         """
-        return torch.distributions.Categorical(logits=eta)
+        return _Nominal(logits=eta)
 
     def _check_support(self, y: Tensor, where: str) -> None:
         K = self.num_categories
@@ -357,7 +358,8 @@ class Ordinal(Family):
         return torch.multinomial(probs, 1, generator=generator).reshape(eta.shape[:-1])
 
     def distribution(self, eta: Tensor) -> torch.distributions.Categorical:
-        """The ``torch.distributions.Categorical`` with the class logits of :meth:`logits`.
+        """The ``torch.distributions.Categorical`` with the class logits of :meth:`logits`,
+        whose ``mean`` and ``variance`` are those of the class index 0..K−1 (torch's are NaN).
 
         Parameters
         ----------
@@ -369,7 +371,7 @@ class Ordinal(Family):
         torch.distributions.Categorical
             Batch shape ``eta.shape[:-1]``.
         """
-        return torch.distributions.Categorical(logits=self.logits(eta))
+        return _Ordered(logits=self.logits(eta))
 
     def _check_support(self, y: Tensor, where: str) -> None:
         K = self.num_classes
@@ -470,3 +472,29 @@ class _Bernoulli(torch.distributions.Bernoulli):
     def log_prob(self, value: Tensor) -> Tensor:
         return super().log_prob(value.to(self.logits.dtype) if not value.is_floating_point()
                                 else value)
+
+
+class _Nominal(torch.distributions.Categorical):
+    """torch's Categorical for unordered classes: a mean of class indices means nothing."""
+
+    @property
+    def mean(self) -> Tensor:
+        raise ValueError("a categorical field's classes are not ordered: it has no mean or "
+                         "variance (use .probs, .mode or .sample())")
+
+    @property
+    def variance(self) -> Tensor:
+        return self.mean
+
+
+class _Ordered(torch.distributions.Categorical):
+    """torch's Categorical over ordered classes: moments of the class index 0..K−1."""
+
+    @property
+    def mean(self) -> Tensor:
+        return (self.probs * torch.arange(self._num_events).to(self.probs)).sum(-1)
+
+    @property
+    def variance(self) -> Tensor:
+        k = torch.arange(self._num_events).to(self.probs)
+        return ((self.probs * k**2).sum(-1) - self.mean**2).clamp(min=0)
