@@ -183,3 +183,20 @@ def test_an_ordinal_predictive_has_the_class_index_moments_and_a_category_refuse
     assert torch.allclose(d.variance, (d.probs * (k - mean[:, None]) ** 2).sum(-1), atol=1e-12)
     with pytest.raises(ValueError, match="not ordered"):
         teacher.predictive(data, "item").mean  # noqa: B018
+
+
+def test_count_quantiles_of_a_float32_model_take_the_complement_from_the_logits():
+    # scipy got 1 − p with p = sigmoid(z) rounded in float32: the negative binomial's median
+    # at z = 15 (mean ~1e7) was 7.48e6 where the law's is 8.74e6.
+    import numpy as np
+    from scipy import stats
+
+    from efa.core.families import NegativeBinomial
+    from efa.training.predictive import quantile
+
+    family = NegativeBinomial(3.0)
+    for z in (11.0, 15.0):
+        dist = family.distribution(family.link(torch.tensor([[z]], dtype=torch.float32)))
+        exact = stats.nbinom(3.0, 1 / (1 + np.exp(z))).ppf([0.05, 0.5, 0.95])
+        got = [float(quantile(dist, q)) for q in (0.05, 0.5, 0.95)]
+        assert np.allclose(got, exact, rtol=1e-6)
