@@ -418,6 +418,17 @@ class Family(nn.Module):
 # -- discrete families ------------------------------------------------------------------------
 
 
+class _IntegerValues(torch.distributions.Distribution):
+    """Put first among a torch distribution's bases: ``log_prob`` of the integer values a
+    discrete field holds, in the parameters' dtype. torch's own needs floats (Bernoulli) or
+    computes lgamma(y + 1) of an int64 count in float32 (0.03 nats off at y = 1e5 in a
+    float64 model)."""
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return super().log_prob(value if value.is_floating_point()
+                                else value.to(self.mean.dtype))
+
+
 class Shifted(torch.distributions.Distribution):
     """y = shift + z with z ~ ``base`` (a family with ``shift``, e.g. ratings 1 + Poisson):
     moments, samples and ``log_prob`` of y itself.

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from efa.core.families.base import Family, _as_real, _check_last_dim, _integer
+from efa.core.families.base import Family, _as_real, _check_last_dim, _integer, _IntegerValues
 
 
 class Categorical(Family):
@@ -465,13 +465,8 @@ class Bernoulli(Family):
         self._reject(where, y, (y != 0) & (y != 1), "are not 0 or 1", "values in {0, 1}")
 
 
-class _Bernoulli(torch.distributions.Bernoulli):
-    """torch's Bernoulli, whose ``log_prob`` also takes the integer 0/1 a Bernoulli field holds
-    (torch's own needs floats)."""
-
-    def log_prob(self, value: Tensor) -> Tensor:
-        return super().log_prob(value.to(self.logits.dtype) if not value.is_floating_point()
-                                else value)
+class _Bernoulli(_IntegerValues, torch.distributions.Bernoulli):
+    """torch's Bernoulli, whose ``log_prob`` also takes the integer 0/1 of a Bernoulli field."""
 
 
 class _Nominal(torch.distributions.Categorical):

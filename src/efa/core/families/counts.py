@@ -15,6 +15,7 @@ from efa.core.families.base import (
     _as_real,
     _check_last_dim,
     _integer,
+    _IntegerValues,
     _log1mexp,
     _number,
     _positive,
@@ -204,7 +205,7 @@ class Poisson(Family):
         torch.distributions.Poisson
             Batch shape ``eta.shape[:-1]``.
         """
-        return torch.distributions.Poisson(torch.exp(eta[..., 0]))
+        return _Poisson(torch.exp(eta[..., 0]))
 
     def _check_support(self, y: Tensor, where: str) -> None:
         problem = "are negative" if self.shift == 0 else f"are below shift={self.shift}"
@@ -311,7 +312,7 @@ class Binomial(Family):
         torch.distributions.Binomial
             Batch shape ``eta.shape[:-1]``.
         """
-        return torch.distributions.Binomial(self.total_count, logits=eta[..., 0])
+        return _Binomial(self.total_count, logits=eta[..., 0])
 
     def _check_support(self, y: Tensor, where: str) -> None:
         n = self.total_count
@@ -453,7 +454,20 @@ class NegativeBinomial(Family):
             Batch shape ``eta.shape[:-1]``.
         """
         logits = eta[..., 0] - _log1mexp(eta[..., 0])
-        return torch.distributions.NegativeBinomial(self.total_count, logits=logits)
+        return _NegativeBinomial(self.total_count, logits=logits)
 
     def _check_support(self, y: Tensor, where: str) -> None:
         self._reject(where, y, y < 0, "are negative", "integer counts >= 0")
+
+
+# torch's count laws, whose log_prob takes a count field's integers in the parameters' dtype
+class _Poisson(_IntegerValues, torch.distributions.Poisson):
+    pass
+
+
+class _Binomial(_IntegerValues, torch.distributions.Binomial):
+    pass
+
+
+class _NegativeBinomial(_IntegerValues, torch.distributions.NegativeBinomial):
+    pass
