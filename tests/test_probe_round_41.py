@@ -217,3 +217,43 @@ def test_log_prob_of_integer_counts_is_computed_in_the_models_dtype(name):
     assert got.dtype == torch.float64
     assert torch.allclose(got, family.log_prob(torch.tensor([float(y)], dtype=torch.float64),
                                                eta), rtol=0, atol=1e-9)
+
+
+def _count_teacher():
+    from efa.core.families import Poisson
+    from efa.generators import attention_teacher
+    from efa.generators import sample as draw
+
+    teacher = attention_teacher([efa.Category("item", 6), efa.Value("count", Poisson(shift=1))],
+                                max_len=6, seed=1)
+    return teacher, draw(teacher, 30, length=4, seed=0)
+
+
+def test_numpy_numbers_are_taken_by_the_probabilistic_api():
+    # "k must be an integer between 1 and the catalogue's 6 items, got np.int64(2)", and
+    # sample(seed=np.int64(1)) a bare TypeError; efa.fit takes them.
+    import numpy as np
+
+    teacher, data = _count_teacher()
+    one = np.int64(1)
+    assert torch.equal(efa.sample(teacher, 2 * one, length=3 * one, sweeps=one, seed=one)
+                       .fields["item"], efa.sample(teacher, 2, length=3, sweeps=1, seed=1)
+                       .fields["item"])
+    assert efa.recommend(teacher, data, k=2 * one).equals(efa.recommend(teacher, data, k=2))
+    assert efa.ranking_metrics(teacher, data, k=3 * one) == efa.ranking_metrics(teacher, data,
+                                                                                k=3)
+    assert efa.calibration(teacher, data, "count", bins=5 * one).pit == \
+        efa.calibration(teacher, data, "count", bins=5).pit
+    assert efa.predictive_frame(teacher, data, "count", level=np.float32(0.5)).equals(
+        efa.predictive_frame(teacher, data, "count", level=0.5))
+
+
+def test_calibration_levels_one_number_none_or_for_a_category():
+    teacher, data = _count_teacher()
+    assert efa.calibration(teacher, data, "count", levels=0.9).levels == (0.9,)  # TypeError
+    with pytest.raises(ValueError, match="levels is empty"):  # an empty result before
+        efa.calibration(teacher, data, "count", levels=())
+    with pytest.raises(ValueError, match="is a category: it has no intervals"):  # ignored
+        efa.calibration(teacher, data, "item", levels=(0.9,))
+    assert efa.calibration(teacher, data, "count").levels == (0.5, 0.8, 0.9, 0.95)
+    assert efa.calibration(teacher, data, "item").levels == ()

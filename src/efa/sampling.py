@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import cast
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -46,7 +47,7 @@ __all__ = ["sample"]
 def _check_length(model: ConditionalModel, length: object, low: int, lowest: str) -> None:
     """Refuse a length outside low..max_len, or one a distinct field cannot fill."""
     high = model.max_len
-    if (isinstance(length, bool) or not isinstance(length, int) or length < low
+    if (isinstance(length, bool) or not isinstance(length, int | np.integer) or length < low
             or (high is not None and length > high)):
         raise ValueError(f"length must be an integer between {lowest}{low} and the model's "
                          f"max_len {high}, got {length!r}")
@@ -62,7 +63,7 @@ def _start(model: ConditionalModel, n: int | None, length: int | None,
     """(values, which values to draw, lengths) of the sequences to complete."""
     targets = [f.name for f in model.target_fields]
     if context is None:
-        if n is None or isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if n is None or isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
             raise ValueError(f"n must be a positive integer without a context, got {n!r}")
         given = [f.name for f in model.fields if not f.target]
         if given:
@@ -205,9 +206,12 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     --------
     >>> draws = efa.sample(model, 100, length=8, seed=0)  # doctest: +SKIP
     """
-    if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 0:
+    if isinstance(sweeps, bool) or not isinstance(sweeps, int | np.integer) or sweeps < 0:
         raise ValueError(f"sweeps must be an integer >= 0, got {sweeps!r}")
     check_int("seed", seed, 0)
+    # NumPy integers (from np.arange, a config array) are integers too
+    n, length = (None if v is None else int(v) for v in (n, length))
+    sweeps, seed = int(sweeps), int(seed)
     values, todo, lengths = _start(model, n, length, context)
     width = values[next(iter(values))].shape[1]
     known = {k: ~m for k, m in todo.items()}
@@ -240,7 +244,7 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
                         _draw(model, values, known, lengths, f.name, i, gaps, g, width)
                     # Exactly from p(later | everything before), ancestrally: with the gaps'
                     # moves, a blocked Metropolis-within-Gibbs chain on gaps and later values.
-                    later = after_observed[f.name][:, i].nonzero()[:, 0] if causal else []
-                    if len(later):
+                    later = after_observed[f.name][:, i].nonzero()[:, 0]
+                    if causal and len(later):
                         _draw(model, values, known, lengths, f.name, i, later, g, i + 1)
     return Sequences(values, lengths)

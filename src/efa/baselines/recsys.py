@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -312,7 +313,7 @@ def check_cut_off(f: object, k: object) -> Category:
     if not isinstance(f, Category):
         raise ValueError(f"field {getattr(f, 'name', f)!r} is not a category: only items are "
                          "ranked")
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= f.num_categories:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= f.num_categories:
         raise ValueError(f"k must be an integer between 1 and the catalogue's "
                          f"{f.num_categories} items, got {k!r}")
     return f

@@ -8,6 +8,7 @@ interval that holds ``level`` of new values, calibrated on held-out data (split 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,7 +174,7 @@ class Calibration:
 
 @torch.no_grad()
 def calibration(model: ConditionalModel, data: Sequences, field: str,
-                levels: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95), bins: int = 10,
+                levels: float | Sequence[float] | None = None, bins: int = 10,
                 seed: int = 0, batch_size: int = 1024) -> Calibration:
     """How well calibrated ``model``'s predictive of ``field`` is on ``data``.
 
@@ -186,8 +187,9 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
     field : str
         A target field: a value field gets interval coverage and the PIT histogram, a category
         the reliability curve and the expected calibration error.
-    levels : tuple of float, default (0.5, 0.8, 0.9, 0.95)
-        Central interval levels, each in (0, 1).
+    levels : float or sequence of float, optional
+        Central interval levels of a value field, each in (0, 1) (default: 0.5, 0.8, 0.9 and
+        0.95); a category has none.
     bins : int, default 10
         Bins of the PIT histogram or of the reliability curve.
     seed : int, default 0
@@ -203,13 +205,20 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
     Raises
     ------
     ValueError
-        If a level is not in (0, 1), ``bins`` is not an integer ≥ 2, or ``field`` has no
-        predicted position in ``data``.
+        If a level is not in (0, 1), none is given for a value field or one is for a category,
+        ``bins`` is not an integer ≥ 2, or ``field`` has no predicted position in ``data``.
     """
-    levels = tuple(check_level("level", q) for q in levels)
-    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
+    if isinstance(bins, bool) or not isinstance(bins, int | np.integer) or bins < 2:
         raise ValueError(f"bins must be an integer >= 2, got {bins!r}")
     category = isinstance(model.target(field), Category)
+    if category and levels is not None:
+        raise ValueError(f"field {field!r} is a category: it has no intervals, so no levels "
+                         "(its calibration is the reliability curve over `bins` bins)")
+    levels = (0.5, 0.8, 0.9, 0.95) if levels is None and not category else levels or ()
+    levels = tuple(check_level("level", q) for q in
+                   (levels if isinstance(levels, Iterable) else (levels,)))
+    if not category and not levels:
+        raise ValueError("levels is empty: give at least one interval level in (0, 1)")
     g = torch.Generator().manual_seed(seed)
     covered: list[list[torch.Tensor]] = [[] for _ in levels]
     pits: list[torch.Tensor] = []

@@ -41,7 +41,8 @@ def check_level(name: str, q: float) -> float:
     ValueError
         When ``q`` is not an int or float (a bool is not) in (0, 1).
     """
-    if isinstance(q, bool) or not isinstance(q, int | float) or not 0 < q < 1:
+    if (isinstance(q, bool) or not isinstance(q, int | float | np.integer | np.floating)
+            or not 0 < q < 1):
         raise ValueError(f"{name} must be a number strictly between 0 and 1, got {q!r}")
     return float(q)
 
