@@ -210,7 +210,6 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
         raise ValueError(f"sweeps must be an integer >= 0, got {sweeps!r}")
     check_int("seed", seed, 0)
     # NumPy integers (from np.arange, a config array) are integers too
-    n, length = (None if v is None else int(v) for v in (n, length))
     sweeps, seed = int(sweeps), int(seed)
     values, todo, lengths = _start(model, n, length, context)
     width = values[next(iter(values))].shape[1]
