@@ -167,8 +167,8 @@ def learn_layout(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
 
 
 def warn_collinear(floats: pd.DataFrame) -> None:
-    """Warn of two float columns that are exact linear functions of each other (|r| > 1 −
-    1e-9 over the rows where both are present).
+    """Warn of two float columns that are exact linear functions of each other (an absolute
+    correlation above 1 − 1e-9 over the rows where both are present).
 
     With ``numeric="gaussian"`` each then predicts the other exactly: their σ falls to the
     family's floor, their cells' likelihood grows without bound and crowds out the
