@@ -189,8 +189,7 @@ def warn_collinear(floats: pd.DataFrame) -> None:
         r = np.corrcoef(sample, rowvar=False) if len(sample) >= 3 else np.zeros((0, 0))
         a, b = np.nonzero(np.triu(np.abs(np.atleast_2d(r)) > 1 - 1e-9, 1))
         found = [(i, j) for i, j in zip(a, b, strict=True)
-                 if abs(floats.iloc[:, i].astype(float).corr(floats.iloc[:, j].astype(float)))
-                 > 1 - 1e-9]
+                 if abs(pd.Series(v[:, i]).corr(pd.Series(v[:, j]))) > 1 - 1e-9]
     if found:
         pairs = ", ".join(f"{floats.columns[i]!r} ~ {floats.columns[j]!r}" for i, j in found[:5])
         warnings.warn(f"float column(s) that are exact linear functions of another ({pairs}): "
