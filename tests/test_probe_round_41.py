@@ -257,3 +257,15 @@ def test_calibration_levels_one_number_none_or_for_a_category():
         efa.calibration(teacher, data, "item", levels=(0.9,))
     assert efa.calibration(teacher, data, "count").levels == (0.5, 0.8, 0.9, 0.95)
     assert efa.calibration(teacher, data, "item").levels == ()
+
+
+def test_calibration_levels_as_an_array_and_a_bad_single_level():
+    # Found by the session's review: levels as a NumPy array broke (`levels or ()` asked an
+    # array for its truth value) and levels=0.0 was reported as empty.
+    import numpy as np
+
+    teacher, data = _count_teacher()
+    assert efa.calibration(teacher, data, "count", levels=np.array([0.5, 0.9])).levels == \
+        (0.5, 0.9)
+    with pytest.raises(ValueError, match="strictly between 0 and 1, got 0.0"):
+        efa.calibration(teacher, data, "count", levels=0.0)

@@ -206,8 +206,7 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     --------
     >>> draws = efa.sample(model, 100, length=8, seed=0)  # doctest: +SKIP
     """
-    if isinstance(sweeps, bool) or not isinstance(sweeps, int | np.integer) or sweeps < 0:
-        raise ValueError(f"sweeps must be an integer >= 0, got {sweeps!r}")
+    check_int("sweeps", sweeps, 0)
     check_int("seed", seed, 0)
     # NumPy integers (from np.arange, a config array) are integers too
     sweeps, seed = int(sweeps), int(seed)
@@ -222,6 +221,8 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     after_observed = {k: m & ~before_observed[k] for k, m in todo.items()}
     g = torch.Generator().manual_seed(seed)
     causal = getattr(model, "direction", "bidirectional") == "unidirectional"
+    if causal and not any(m.any() for m in before_observed.values()):
+        sweeps = 0  # no gap before an observed value: the ancestral pass is exact
     with evaluating(model):
         for i in range(width):  # the first pass: ancestral for a causal model
             for f in model.target_fields:
@@ -229,8 +230,7 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
                 if len(rows):
                     _draw(model, values, known, lengths, f.name, i, rows, g,
                           i + 1 if causal else width)
-        for _ in range(sweeps if not causal or any(m.any() for m in before_observed.values())
-                       else 0):
+        for _ in range(sweeps):
             if causal:  # the values after the last observed one: drawn again, as a block
                 for k, m in after_observed.items():
                     known[k] &= ~m

@@ -495,5 +495,5 @@ class RatingGLM(ConditionalModel):
             ``"weights"`` → [W], ``"design"`` → the position (and length) effects; empty with
             ``context=False`` (the item effects play the intercept's part and are free).
         """
-        return {"weights": [self.weight.weight], "design": self.design.penalised()} \
-            if self.context else {}
+        return ({"weights": [self.weight.weight], "design": self.design.penalised()}
+                if self.context else {})

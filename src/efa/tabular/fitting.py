@@ -172,8 +172,8 @@ def warn_collinear(floats: pd.DataFrame) -> None:
 
     With ``numeric="gaussian"`` each then predicts the other exactly: their σ falls to the
     family's floor, their cells' likelihood grows without bound and crowds out the
-    response's (a °F copy of a °C column tripled a probe's test log loss; no floor on σ undid
-    it). Dropping one loses nothing; ``numeric="quantile"`` is not affected.
+    response's (a larger floor on σ does not undo it). Dropping one loses nothing;
+    ``numeric="quantile"`` is not affected.
 
     Parameters
     ----------

@@ -23,7 +23,7 @@ from efa.core.data import Sequences
 from efa.core.families.base import Shifted
 from efa.core.fields import Category
 from efa.training.predictive import check_level, interval, scipy_law
-from efa.training.scoring import in_batches, scoring_mode
+from efa.training.scoring import check_int, in_batches, scoring_mode
 
 __all__ = ["Calibration", "calibration", "cdf", "conformal_level"]
 
@@ -208,15 +208,16 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
         If a level is not in (0, 1), none is given for a value field or one is for a category,
         ``bins`` is not an integer ≥ 2, or ``field`` has no predicted position in ``data``.
     """
-    if isinstance(bins, bool) or not isinstance(bins, int | np.integer) or bins < 2:
-        raise ValueError(f"bins must be an integer >= 2, got {bins!r}")
+    check_int("bins", bins, 2)
     category = isinstance(model.target(field), Category)
     if category and levels is not None:
         raise ValueError(f"field {field!r} is a category: it has no intervals, so no levels "
                          "(its calibration is the reliability curve over `bins` bins)")
-    levels = (0.5, 0.8, 0.9, 0.95) if levels is None and not category else levels or ()
-    levels = tuple(check_level("level", q) for q in
-                   (levels if isinstance(levels, Iterable) else (levels,)))
+    if levels is None:
+        levels = () if category else (0.5, 0.8, 0.9, 0.95)
+    elif not isinstance(levels, Iterable):  # one level
+        levels = (levels,)
+    levels = tuple(check_level("level", q) for q in levels)
     if not category and not levels:
         raise ValueError("levels is empty: give at least one interval level in (0, 1)")
     g = torch.Generator().manual_seed(seed)
