@@ -34,6 +34,21 @@ def mixed_data(n=5, max_len=6, seed=0, dtype=torch.float64, missing=True) -> Seq
     return data
 
 
+def two_rows() -> Sequences:
+    """Two short sequences of an item and a value (lengths 3 and 2)."""
+    return Sequences.from_lists({"item": [[0, 1, 2], [3, 4]], "y": [[1., 2., 3.], [4., 5.]]})
+
+
+def two_row_fields():
+    """The fields of ``two_rows``: an item and a Gaussian value with a fixed standardisation."""
+    return [Category("item", 5, dim=4), Value("y", Gaussian(), dim=4, loc=3.0, scale=1.5)]
+
+
+def equal_with_nan(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal, NaN (padding) included."""
+    return torch.equal(a.nan_to_num(-1.0), b.nan_to_num(-1.0))
+
+
 def make_model(seed=0, dtype=torch.float64, fields=None, **kw) -> EFA:
     torch.manual_seed(seed)
     cfg = dict(num_layers=2, num_heads=2, head_dim=3, max_len=8)
@@ -130,3 +145,41 @@ def killed_after_saves(monkeypatch, saves: int, fit_call, on_save=None) -> None:
     with pytest.raises(KeyboardInterrupt):
         fit_call()
     monkeypatch.setattr(checkpoint, "save_state", real)
+
+
+def item_rows(n=60, seed=0, length=6, minlen=2) -> Sequences:
+    """``n`` sequences of one item field (5 items), lengths ``minlen`` to ``length``."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(minlen, length + 1, (n,), generator=g).tolist()
+    return Sequences.from_lists({"item": [torch.randint(0, 5, (k,), generator=g).tolist()
+                                          for k in lens]})
+
+
+def one_item_config(**kw) -> EFAConfig:
+    """A one-layer, one-head config for ``item_rows``."""
+    return EFAConfig([Category("item", 5, dim=8)], max_len=6, num_layers=1, num_heads=1, **kw)
+
+
+def item_value_model(family) -> EFA:
+    """A unidirectional model of an item and a value ``y`` of ``family`` (seed 0)."""
+    torch.manual_seed(0)
+    return EFA(EFAConfig([Category("item", 5, dim=4), Value("y", family, dim=4)], max_len=6,
+                         num_layers=1, num_heads=1, direction="unidirectional"))
+
+
+def item_value_data(scale=1.0, offset=0.0) -> Sequences:
+    """40 sequences of an item and ``y = offset + scale * (item + 1 + noise)``, float64."""
+    g = torch.Generator().manual_seed(0)
+    items = torch.randint(5, (40, 6), generator=g)
+    y = offset + scale * (items + 1 + 0.1 * torch.randn(40, 6, generator=g, dtype=torch.float64))
+    return Sequences.from_lists({"item": items.tolist(), "y": y.tolist()})
+
+
+def count_teacher():
+    """An attention teacher of an item and a Poisson count, and 30 sequences drawn from it."""
+    from efa.generators import attention_teacher
+    from efa.generators import sample as draw
+
+    teacher = attention_teacher([Category("item", 6), Value("count", Poisson(shift=1))],
+                                max_len=6, seed=1)
+    return teacher, draw(teacher, 30, length=4, seed=0)

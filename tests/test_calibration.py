@@ -14,6 +14,7 @@ import efa
 from efa.core.families import Bernoulli, Gamma, Gaussian, NegativeBinomial, Poisson
 from efa.generators import attention_teacher, sample
 from efa.training.calibration import calibration, cdf
+from tests.helpers import count_teacher
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +128,26 @@ def test_nothing_to_calibrate_is_refused_and_few_values_get_no_p_value():
         calibration(model, missing, "y")
     few = calibration(model, data, "y")
     assert few.n == 4 and few.pit_p_value is None  # 4 values in 10 bins: no χ² test
+
+
+def test_calibration_levels_one_number_none_or_for_a_category():
+    teacher, data = count_teacher()
+    assert efa.calibration(teacher, data, "count", levels=0.9).levels == (0.9,)  # TypeError
+    with pytest.raises(ValueError, match="levels is empty"):  # an empty result before
+        efa.calibration(teacher, data, "count", levels=())
+    with pytest.raises(ValueError, match="is a category: it has no intervals"):  # ignored
+        efa.calibration(teacher, data, "item", levels=(0.9,))
+    assert efa.calibration(teacher, data, "count").levels == (0.5, 0.8, 0.9, 0.95)
+    assert efa.calibration(teacher, data, "item").levels == ()
+
+
+def test_calibration_levels_as_an_array_and_a_bad_single_level():
+    # Found by the session's review: levels as a NumPy array broke (`levels or ()` asked an
+    # array for its truth value) and levels=0.0 was reported as empty.
+    import numpy as np
+
+    teacher, data = count_teacher()
+    assert efa.calibration(teacher, data, "count", levels=np.array([0.5, 0.9])).levels == \
+        (0.5, 0.9)
+    with pytest.raises(ValueError, match="strictly between 0 and 1, got 0.0"):
+        efa.calibration(teacher, data, "count", levels=0.0)

@@ -1,4 +1,6 @@
-"""Math tests for efa.core.families, in float64 against scipy.stats / torch.distributions."""
+"""Math tests for efa.core.families, in float64 against scipy.stats / torch.distributions; a
+learned σ left unset starts at the data's scale, a gamma read-out in standardised units scales
+the rate."""
 
 import json
 import math
@@ -23,6 +25,7 @@ from efa.core.families import (
     Poisson,
     family_from_config,
 )
+from tests.helpers import item_value_data, item_value_model
 
 F64 = torch.float64
 
@@ -402,3 +405,33 @@ def test_learned_sigma_round_trips_through_state_dict():
 def test_unknown_family_config():
     with pytest.raises(ValueError, match="unknown family 'weibull'"):
         family_from_config({"family": "weibull"})
+
+
+def test_a_learned_sigma_left_unset_starts_at_the_datas_scale_once():
+    # It started at 1 in the data's units: values in the thousands got 2 % coverage.
+    from efa.core.families import LearnedGaussian
+    data = item_value_data(scale=1e3)
+    model = item_value_model(LearnedGaussian())
+    model.standardise(data)
+    family = model.field("y").family
+    assert family.init_sigma == pytest.approx(model.field("y").scale)
+    assert float(family.sigma) == pytest.approx(model.field("y").scale, rel=1e-6)
+    with torch.no_grad():
+        family.log_sigma.fill_(0.0)  # as if learned: a second standardise keeps it
+    model.standardise(data)
+    assert float(family.sigma) == 1.0
+    given = item_value_model(LearnedGaussian(2.0))
+    given.standardise(data)
+    assert float(given.field("y").family.sigma) == pytest.approx(2.0)
+
+
+def test_gamma_read_out_in_standardised_units_scales_the_rate():
+    # Gamma ignored the standardisation: its rate stayed in the data's units (a mean capped
+    # at alpha / floor; -7.4 nats where -1.9 was reachable at y ~ 1e5).
+    from efa.core.families import Gamma
+    family = Gamma()
+    z = torch.randn(7, 2, dtype=torch.float64)
+    y = torch.rand(7, dtype=torch.float64) + 0.1
+    for scale in (1e-5, 1.0, 1e5):
+        got = family.log_prob(scale * y, family.link_standardised(z, 3.0, scale))
+        torch.testing.assert_close(got, family.log_prob(y, family.link(z)) - math.log(scale))

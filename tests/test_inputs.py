@@ -10,7 +10,7 @@ import torch
 import efa
 from efa import EFA, Category, EFAConfig, Sequences, Value
 from efa.core.families import Bernoulli, Gaussian, Poisson
-from tests.helpers import make_model, mixed_data
+from tests.helpers import equal_with_nan, make_model, mixed_data, two_row_fields, two_rows
 
 
 @pytest.fixture
@@ -328,3 +328,56 @@ def test_masks_hold_booleans_only():
 def test_a_field_name_torch_reserves_is_refused_by_name(name):
     with pytest.raises(ValueError, match=f"field name '{name}' is taken by torch"):
         Category(name, 5, dim=4)
+
+
+
+
+
+def test_switches_and_kernels_are_checked_where_they_are_given():
+    for key in ("bias", "out_proj", "attend_self"):
+        with pytest.raises(ValueError, match=f"{key} must be True or False, got 'False'"):
+            efa.EFAConfig(two_row_fields(), max_len=3, **{key: "False"})
+
+    class NotKernel:
+        name = "not_a_kernel"
+
+    with pytest.raises(TypeError, match="must be a subclass of efa.Kernel"):
+        efa.register_kernel(NotKernel)
+    with pytest.raises(ValueError, match="loc must be a number or None, got '1'"):
+        efa.Value("v", Gaussian(), loc="1")
+    with pytest.raises(ValueError, match="scale must be a number or None, got True"):
+        efa.Value("v", Gaussian(), scale=True)
+    with pytest.raises(ValueError, match="readout_hidden must be a tuple"):
+        efa.Value("v", Gaussian(), readout_hidden=32.0)
+
+
+def test_predictions_are_the_eval_modes_and_padding_is_refused():
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig(two_row_fields(), max_len=3, dropout=0.5, num_layers=2))
+    assert model.training  # a new model trains
+    first = model.predict_mean(two_rows())["y"]
+    assert equal_with_nan(first, model.predict_mean(two_rows())["y"]) and model.training
+    model.eval()
+    assert equal_with_nan(first, model.predict_mean(two_rows())["y"])
+    model.train()
+    a = model.predictive(two_rows(), "y").mean
+    assert torch.equal(a, model.predictive(two_rows(), "y").mean)
+    at = torch.tensor([[True, False, False], [False, False, True]])  # (1, 2) is padding
+    for call in (lambda: model.predict_mean(two_rows(), at=at),
+                 lambda: model.attention_weights(two_rows(), at=at)):
+        with pytest.raises(ValueError, match="sequence 1, position 2, which is padding"):
+            call()
+    with pytest.raises(ValueError, match="asks for no position"):
+        model.attention_weights(two_rows(), at=torch.zeros(2, 3, dtype=torch.bool))
+
+
+def test_settings_that_would_be_ignored_are_refused_and_unknown_masks_named():
+    with pytest.raises(ValueError, match="warmup_steps=10 warms up the 'cosine' and "
+                                         "'constant' schedules; schedule='anneal'"):
+        efa.TrainConfig(warmup_steps=10)
+    efa.TrainConfig(warmup_steps=10, schedule="cosine")
+    with pytest.raises(ValueError, match="proposal='uniform' is the sampled softmax's"):
+        efa.TrainConfig(proposal="uniform")
+    d = two_rows()
+    with pytest.raises(KeyError, match=r"observed\['zzz'\] names no field"):
+        efa.Sequences(d.fields, d.lengths, observed={"zzz": torch.ones(2, 3, dtype=torch.bool)})

@@ -2,6 +2,7 @@
 log-likelihood for every family, quantiles are the inverse CDF (checked against the CDF summed
 by hand), and on a teacher's own data its central intervals cover at their nominal level."""
 
+
 import numpy as np
 import pytest
 import torch
@@ -19,6 +20,7 @@ from efa.core.families import (
 )
 from efa.generators import attention_teacher, sample
 from efa.training.predictive import interval, predictive_frame, quantile
+from tests.helpers import count_teacher, item_value_data, item_value_model
 
 VALUES = {"count": Poisson(), "temp": Gaussian(), "flag": Bernoulli(),
           "over": NegativeBinomial(3.0), "size": Gamma(), "hits": Binomial(5), "grade": Ordinal(4)}
@@ -177,3 +179,83 @@ def test_a_batch_with_nothing_to_predict_and_a_saturated_probability():
     ones = efa.Sequences.from_lists({"item": [[0, 1]], "y": [[1, 1]]})
     frame = predictive_frame(model, ones, "y")
     assert (frame["residual"] == 0).all() and (frame["sd"] == 0).all()  # y is the mean
+
+
+def test_predictive_distributions_carry_no_autograd_graph():
+    from efa.core.families import HeteroscedasticGaussian
+    model, data = item_value_model(HeteroscedasticGaussian()), item_value_data()
+    assert not model.predictive(data, "y").mean.requires_grad
+
+
+def test_an_ordinal_predictive_has_the_class_index_moments_and_a_category_refuses_them():
+    # torch's Categorical leaves mean / variance NaN: model.predictive(...).mean was NaN for an
+    # ordinal field, whose mean predict_mean gives.
+    from efa.core.families import Ordinal
+    from efa.generators import attention_teacher
+    from efa.generators import sample as draw
+
+    teacher = attention_teacher([efa.Category("item", 5), efa.Value("grade", Ordinal(4))],
+                                max_len=5, seed=0)
+    data = draw(teacher, 4, length=3, seed=0)
+    d = teacher.predictive(data, "grade")
+    k = torch.arange(4, dtype=torch.float64)
+    mean = (d.probs * k).sum(-1)
+    assert torch.allclose(d.mean, mean, atol=1e-12)
+    assert torch.allclose(d.mean, teacher.predict_mean(data)["grade"][data.predicted("grade")],
+                          atol=1e-12)
+    assert torch.allclose(d.variance, (d.probs * (k - mean[:, None]) ** 2).sum(-1), atol=1e-12)
+    with pytest.raises(ValueError, match="not ordered"):
+        teacher.predictive(data, "item").mean  # noqa: B018
+
+
+def test_count_quantiles_of_a_float32_model_take_the_complement_from_the_logits():
+    # scipy got 1 − p with p = sigmoid(z) rounded in float32: the negative binomial's median
+    # at z = 15 (mean ~1e7) was 7.48e6 where the law's is 8.74e6.
+    import numpy as np
+    from scipy import stats
+
+    from efa.core.families import NegativeBinomial
+    from efa.training.predictive import quantile
+
+    family = NegativeBinomial(3.0)
+    for z in (11.0, 15.0):
+        dist = family.distribution(family.link(torch.tensor([[z]], dtype=torch.float32)))
+        exact = stats.nbinom(3.0, 1 / (1 + np.exp(z))).ppf([0.05, 0.5, 0.95])
+        got = [float(quantile(dist, q)) for q in (0.05, 0.5, 0.95)]
+        assert np.allclose(got, exact, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["poisson", "negative_binomial", "binomial", "bernoulli"])
+def test_log_prob_of_integer_counts_is_computed_in_the_models_dtype(name):
+    # torch computed lgamma(y + 1) of an int64 y in float32: Poisson at y = 1e5 in a float64
+    # model was −15.0210 where efa's own log-likelihood is −14.9929.
+    from efa.core.families import Bernoulli, Binomial, NegativeBinomial, Poisson
+
+    family, y = {"poisson": (Poisson(), 100_000), "negative_binomial": (NegativeBinomial(5.0),
+                                                                        50_000),
+                 "binomial": (Binomial(200_000), 100_001), "bernoulli": (Bernoulli(), 1)}[name]
+    eta = family.link(torch.tensor([[11.5 if name == "poisson" else 1e-4]], dtype=torch.float64))
+    dist = family.distribution(eta)
+    got = dist.log_prob(torch.tensor([y]))
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, family.log_prob(torch.tensor([float(y)], dtype=torch.float64),
+                                               eta), rtol=0, atol=1e-9)
+
+
+def test_numpy_numbers_are_taken_by_the_probabilistic_api():
+    # "k must be an integer between 1 and the catalogue's 6 items, got np.int64(2)", and
+    # sample(seed=np.int64(1)) a bare TypeError; efa.fit takes them.
+    import numpy as np
+
+    teacher, data = count_teacher()
+    one = np.int64(1)
+    assert torch.equal(efa.sample(teacher, 2 * one, length=3 * one, sweeps=one, seed=one)
+                       .fields["item"], efa.sample(teacher, 2, length=3, sweeps=1, seed=1)
+                       .fields["item"])
+    assert efa.recommend(teacher, data, k=2 * one).equals(efa.recommend(teacher, data, k=2))
+    assert efa.ranking_metrics(teacher, data, k=3 * one) == efa.ranking_metrics(teacher, data,
+                                                                                k=3)
+    assert efa.calibration(teacher, data, "count", bins=5 * one).pit == \
+        efa.calibration(teacher, data, "count", bins=5).pit
+    assert efa.predictive_frame(teacher, data, "count", level=np.float32(0.5)).equals(
+        efa.predictive_frame(teacher, data, "count", level=0.5))

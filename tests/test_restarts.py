@@ -5,7 +5,7 @@ import torch
 
 import efa
 from efa.training.restarts import Restarts
-from tests.helpers import mixed_data, mixed_fields
+from tests.helpers import item_rows, mixed_data, mixed_fields, one_item_config
 
 CONFIG = efa.EFAConfig(mixed_fields(), num_layers=1, num_heads=2, head_dim=3, max_len=8)
 FIT = {"max_epochs": 3, "progress": False}
@@ -90,3 +90,23 @@ def test_bad_requests_are_refused(tmp_path):
     assert not (tmp_path / "never").exists()  # refused before any fit began
     with pytest.raises(TypeError, match="unknown settings"):
         efa.fit_restarts(_build, train, val, epochs=3)
+
+
+def test_restarts_with_dropout_repeat_whatever_the_callers_random_state():
+    train, val = item_rows(60, 0), item_rows(20, 1)
+    runs = []
+    for noise in (1, 2):
+        torch.manual_seed(noise)  # the caller's state before the call
+        r = efa.fit_restarts(lambda: efa.EFA(one_item_config(dropout=0.3)), train, val, restarts=2,
+                             seed=0, max_epochs=2, progress=False)
+        runs.append([h.best_val for h in r.histories])
+    assert runs[0] == runs[1]
+
+
+def test_restarts_leave_the_callers_random_state_as_it_was():
+    train, val = item_rows(40, 0), item_rows(10, 1)
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    efa.fit_restarts(lambda: efa.EFA(one_item_config(dropout=0.3)), train, val, restarts=2, seed=0,
+                     max_epochs=1, progress=False)
+    assert torch.equal(torch.get_rng_state(), before)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import efa
-from tests.helpers import make_model, mixed_data
+from tests.helpers import make_model, mixed_data, two_row_fields, two_rows
 
 
 def _data(n=20, seed=0):
@@ -70,3 +70,30 @@ def test_save_refuses_what_load_cannot_rebuild(tmp_path):
     with pytest.raises(TypeError, match="got TableEFA.*AttentionTableClassifier itself"):
         efa.save(clf.model_, tmp_path / "m")
     assert not (tmp_path / "m").exists()
+
+
+
+
+def test_save_and_load_keep_the_dtype_and_refuse_weights_that_are_not_finite(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig(two_row_fields(), max_len=3)).double().eval()
+    efa.save(model, tmp_path / "m")
+    back = efa.load(tmp_path / "m")
+    assert next(back.parameters()).dtype == torch.float64
+    assert efa.evaluate(back, two_rows()) == efa.evaluate(model, two_rows())
+    state = load_file(str(tmp_path / "m" / "model.safetensors"))
+    key = next(k for k, v in state.items() if v.is_floating_point())
+    save_file({**state, key: torch.full_like(state[key], float("nan"))},
+              str(tmp_path / "m" / "model.safetensors"))
+    with pytest.raises(ValueError, match=f"tensor '{key}' holds NaN or inf"):
+        efa.load(tmp_path / "m")
+    save_file({**state, key: state[key].bool()}, str(tmp_path / "m" / "model.safetensors"))
+    with pytest.raises(ValueError, match=f"tensor '{key}' is torch.bool"):
+        efa.load(tmp_path / "m")
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    with pytest.raises(ValueError, match="holds NaN or inf"):
+        efa.save(model, tmp_path / "nan")
+    assert not (tmp_path / "nan").exists()

@@ -197,3 +197,43 @@ def test_class_metrics_refuse_a_label_that_is_not_a_class():
     # float32 rounding in a row's sum is not an error
     p = np.array([[0.3, 0.7]] * 4, dtype=np.float32)
     assert class_metrics(np.array(["b"] * 4), p, ["a", "b"])["accuracy"] == 1.0
+
+
+def test_impute_fills_missing_cells_only():
+    import warnings
+
+    from efa import AttentionTableClassifier
+
+    rng = np.random.RandomState(0)
+    X = pd.DataFrame({"a": rng.choice(["x", "y"], 40), "b": rng.choice(["u", "v"], 40)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = AttentionTableClassifier(handle_unknown="unk", missing="mask", max_epochs=2,
+                                     random_state=0).fit(X, rng.choice(["A", "B"], 40))
+    out = m.impute(pd.DataFrame({"a": ["NEW", None], "b": [None, "u"]}))
+    assert out["a"].tolist()[0] == "NEW"  # a level fit never saw is the user's, not missing
+    assert out.notna().all().all()
+
+
+def test_the_table_estimator_warns_of_float_columns_that_are_linear_functions_of_another():
+    # A probe's °F copy of a °C column, with numeric="gaussian": each predicted the other to
+    # the σ floor and the response's test log loss tripled, without a word.
+    import warnings
+
+    import numpy as np
+    import pandas as pd
+
+    from efa.tabular import AttentionTableClassifier
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"c": rng.normal(size=60), "b": rng.normal(size=60), "k": 3.0})
+    y = (X["c"] + X["b"] > 0).astype(int).to_numpy()
+    X["f"] = 1.8 * X["c"] + 32
+    X.loc[5, "f"] = np.nan  # a missing cell does not hide the pair
+    opts = dict(numeric="gaussian", max_epochs=1, random_state=0, missing="mask")
+    with pytest.warns(UserWarning, match=r"'c' ~ 'f'.*numeric='quantile'"):
+        AttentionTableClassifier(**opts).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "float column")  # a constant column alone: no pair
+        AttentionTableClassifier(**opts).fit(X.drop(columns="f"), y)
+        AttentionTableClassifier(**{**opts, "numeric": "quantile"}).fit(X, y)

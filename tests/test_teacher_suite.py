@@ -148,3 +148,12 @@ def test_the_masked_limit_is_exact_with_an_attribute_too():
             want[name] -= float(joint[index[tuple(seq)]] - torch.logsumexp(torch.stack(alts), 0)
                                 ) / 18
     assert masked_bayes_nll(teacher, data) == pytest.approx(want, abs=1e-10)
+
+
+def test_a_teacher_spec_needs_an_integer_seed():
+    from efa.generators.suite import draw
+
+    assert draw(1) == draw(1)
+    for seed in (True, 1.0, -1):
+        with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+            draw(seed)

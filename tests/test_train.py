@@ -1,8 +1,10 @@
 import json
 import os
 import pickle
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,7 +12,14 @@ import efa
 from efa.training import checkpoint as checkpoint_mod
 from efa.training import steps as steps_mod
 from efa.training import train as train_mod
-from tests.helpers import make_model, mixed_data
+from tests.helpers import (
+    item_rows,
+    item_value_data,
+    item_value_model,
+    make_model,
+    mixed_data,
+    one_item_config,
+)
 
 
 def _data(n=40, seed=0):
@@ -565,3 +574,40 @@ def test_history_records_each_epochs_wall_time():
     assert len(hist.epoch_seconds) == hist.epochs_run == 3
     assert all(t > 0 for t in hist.epoch_seconds)
     assert sum(hist.epoch_seconds) <= hist.seconds + 1e-6
+
+
+def test_numpy_numbers_are_taken_as_settings():
+    cfg = efa.TrainConfig(seed=np.int64(3), lr=np.float32(1e-3), batch_size=np.int64(16),
+                          max_epochs=np.int32(2), time_limit=np.int64(30))
+    assert type(cfg.seed) is int and type(cfg.lr) is float and type(cfg.batch_size) is int
+    assert type(cfg.max_epochs) is int and type(cfg.time_limit) is int
+    torch.manual_seed(0)
+    efa.fit(efa.EFA(one_item_config()), item_rows(), None, seed=np.int64(3), max_epochs=np.int64(1),
+            progress=False)
+
+
+def test_a_half_precision_model_is_refused_with_the_way_to_train_it():
+    with pytest.raises(ValueError, match="autocast='fp16'"):
+        efa.fit(efa.EFA(one_item_config()).half(), item_rows(), None, max_epochs=1, progress=False)
+
+
+def test_the_warnings_count_the_best_epoch_as_the_history_does():
+    torch.manual_seed(0)
+    ones = efa.Sequences.from_lists({"item": [[1, 1, 1, 1]] * 40})  # quickly learnt
+    with pytest.warns(efa.training.settings.StillImproving,
+                      match=r"epoch 2 counted from 1, best_epoch=1"):
+        h = efa.fit(efa.EFA(one_item_config()), ones, ones[:10], max_epochs=2, lr=0.01,
+                    progress=False)
+    assert h.best_epoch == 1
+
+
+def test_fit_warns_of_a_fixed_sigma_far_from_the_data_and_of_float32_far_from_zero():
+    from efa.core.families import Gaussian, HeteroscedasticGaussian
+    with pytest.warns(UserWarning, match="fixed sigma 1"):
+        item_value_model(Gaussian()).standardise(item_value_data(scale=1e3))
+    with pytest.warns(UserWarning, match="resolve them to about 1"):
+        item_value_model(HeteroscedasticGaussian()).standardise(item_value_data(offset=1e7))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        item_value_model(HeteroscedasticGaussian()).standardise(item_value_data(scale=1e5))
+        item_value_model(HeteroscedasticGaussian()).double().standardise(item_value_data(offset=1e7))

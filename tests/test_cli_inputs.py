@@ -1,8 +1,8 @@
-"""Probe round 39 (command line and data sets): fractions outside (0, 1), replot --tables on a
-fresh folder and on one written before the runs kept what the tables need, temperature years
-outside the data and overlapping year splits, an empty --out, `efa summary`'s README and
-missing-file errors, what `efa train` says it kept, a number of movies below 1, and loader
-errors that name the file and line (or refuse the path)."""
+"""The command line and the data loaders refuse what they cannot use, naming it: fractions
+outside (0, 1), replot --tables on a fresh folder and on one written before the runs kept what
+the tables need, temperature years outside the data and overlapping year splits, an empty
+--out, `efa summary`'s README and missing-file errors, what `efa train` says it kept, a number
+of movies below 1, and loader errors that name the file and line (or refuse the path)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+import efa
 from efa.cli import app
 from efa.datasets import instacart as ic
 from efa.datasets import movielens as ml
@@ -196,7 +197,6 @@ def test_summary_names_a_folder_a_readme_without_blocks_and_a_missing_results_fi
 
 
 def _saved_model_and_data(tmp_path: Path) -> tuple[Path, Path]:
-    import efa
 
     model = efa.EFA(efa.EFAConfig([efa.Category("item", 4)], num_layers=1, max_len=4))
     efa.save(model, tmp_path / "m")
@@ -295,3 +295,15 @@ def test_an_empty_data_root_is_refused(tmp_path, monkeypatch):
             ml.read_ratings()
     monkeypatch.setenv("EFA_DATA", str(tmp_path))
     assert data_root() == tmp_path.resolve()
+
+
+def test_a_damaged_auto_mpg_file_is_refused_by_line(tmp_path):
+    from efa.datasets.root import data_root
+    from efa.datasets.tabular import auto_mpg
+
+    lines = (data_root() / "tabular" / "auto-mpg.csv").read_text().splitlines(True)
+    blank = list(lines)
+    blank[1] = blank[1][blank[1].index(","):]  # the first row's mpg left empty
+    (tmp_path / "a.csv").write_text("".join(blank))
+    with pytest.raises(ValueError, match="line 2: column 'mpg' holds nan where a number"):
+        auto_mpg(tmp_path / "a.csv")

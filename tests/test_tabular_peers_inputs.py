@@ -1,5 +1,6 @@
-"""Session 39's probe round on the tabular peers (CatBoost, TabM, FT-Transformer): each test fails
-on the code before its fix."""
+"""The tabular peers (CatBoost, TabM, FT-Transformer) on tables they could misread: prediction
+columns unlike the fit's, integer levels arriving as floats, missing numbers, unusable training
+runs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Session 40's probe round on the training objective: each test fails on the code before its
-fix."""
+"""The training objective: the sampled softmax fits the frequencies, bucketed batches weigh every
+position alike, a data-parallel loss counts the penalty once, table encoders and padding codes
+are checked."""
 
 from __future__ import annotations
 
@@ -83,3 +84,26 @@ def test_padding_codes_outside_the_table_are_named():
     model = EFA(EFAConfig([Category("item", 5, dim=4)], num_layers=1, num_heads=1, max_len=3))
     with pytest.raises(ValueError, match="code -1 at sequence 1, position 1, which is padding"):
         efa.evaluate(model, data)
+
+
+def test_bucketing_with_drop_last_drops_random_sequences_not_the_shortest():
+    from efa.training.steps import batches
+
+    lengths = torch.arange(1, 101)  # sequence i has length i + 1
+    gen = torch.Generator().manual_seed(0)
+    seen = set()
+    for _ in range(20):
+        order = torch.randperm(100, generator=gen)
+        for b in batches(order, lengths, 16, 100 // 16, bucket=50, gen=gen):
+            assert len(b) == 16
+            seen |= set(b.tolist())
+    assert {0, 1, 2} <= seen  # before: the shortest ones never met a batch
+
+
+def test_bucketing_without_drop_last_is_unchanged():
+    from efa.training.steps import batches
+
+    lengths = torch.randint(1, 30, (50,), generator=torch.Generator().manual_seed(1))
+    order = torch.randperm(50, generator=torch.Generator().manual_seed(2))
+    cut = batches(order, lengths, 8, 7, bucket=2, gen=torch.Generator().manual_seed(3))
+    assert sorted(torch.cat(cut).tolist()) == list(range(50))

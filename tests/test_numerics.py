@@ -1,12 +1,14 @@
-"""Session 39's probe round on the math core (families, kernels): each test fails on the code
-before its fix."""
+"""The math core at the edges of float32 (families, kernels): Gaussian log-likelihoods that do
+not cancel, finite attention at large α, dual and transport solves that fail loudly, CME's
+downdate near duplicate keys, negative binomial logits past float32's range."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from efa.core.families import Gamma, Gaussian, HeteroscedasticGaussian, LearnedGaussian
+from efa.core.families import Gamma, Gaussian, HeteroscedasticGaussian, LearnedGaussian, Ordinal
+from efa.core.families.base import Family
 from efa.core.kernels.base import KERNELS
 from efa.core.kernels.newton import check_finite
 
@@ -101,3 +103,26 @@ def test_a_negative_binomial_logit_past_float32s_range_stays_finite():
     assert torch.isfinite(lp).all() and torch.isfinite(z.grad).all()  # was −inf and NaN
     assert nb.mean(eta)[0] > 0
     assert eta[1, 0] == torch.nn.functional.logsigmoid(z[1, 0])  # the usual range: unchanged
+
+
+def test_ordinal_log_probabilities_stay_at_or_below_zero_at_large_eta():
+    # The natural form η s_y − logsumexp + b_y cancelled in float32: +1.84 at |η| ~ 1e8.
+    torch.manual_seed(0)
+    family = Ordinal(5)
+    with torch.no_grad():
+        family.raw_steps.copy_(torch.randn(4))
+        family.base.copy_(3 * torch.randn(5))
+    worst = max(family.log_prob(torch.arange(5), torch.full((5, 1), s * float(e))).max().item()
+                for e in torch.logspace(0, 9, 100) for s in (1, -1))
+    assert worst <= 0.0
+    # and it is the same function: float64, against the natural form, broadcasting y
+    family = family.double()
+    eta = 3 * torch.randn(6, 3, 1, dtype=torch.float64)
+    y = torch.randint(0, 5, (6, 3))
+    torch.testing.assert_close(family.log_prob(y, eta), Family.log_prob(family, y, eta),
+                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(family.log_prob(torch.arange(5), eta[:1, :1]),
+                               Family.log_prob(family, torch.arange(5), eta[:1, :1]),
+                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(family.log_prob(y, eta, base_measure=False),
+                               Family.log_prob(family, y, eta, base_measure=False))

@@ -1,5 +1,5 @@
-"""Session 40's probe round on the companion modules (analogy, MoE identity, text, geo,
-embeddings): each test fails on the code before its fix."""
+"""The companion modules (analogy, MoE identity, text, geo, embeddings) on inputs they could
+misread: ties, case folding, switches given as text, unobserved tokens, float rows."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+import efa
 from efa import EFA, Category, EFAConfig, Sequences, Value, analogy
 from efa.core.families import Gaussian
 from efa.datasets.text import lee_background, vocabulary, windows
@@ -149,3 +150,74 @@ def test_clear_messages_for_a_free_mixture_and_a_summary_without_categories():
         CBOWMoE("token", 4)
     with pytest.raises(KeyError, match="lack the columns \\['category', 'group'\\]"):
         analogy.summarise(pd.DataFrame({"correct": [True], "cosine": [0.5]}))
+
+
+def _linear(**kw):
+    torch.manual_seed(0)
+    return efa.EFA(efa.EFAConfig([efa.Category("token", 5, dim=6)], num_layers=1, num_heads=2,
+                                 max_len=4, block="residual_linear", bias=False, out_proj=True,
+                                 **kw)).double().eval()
+
+
+@pytest.mark.parametrize("kw", [dict(direction="unidirectional"), dict(attend_self=False)])
+def test_the_mixture_identity_refuses_models_it_does_not_hold_for(kw):
+    from efa import moe
+
+    with pytest.raises(ValueError, match="direction='bidirectional' and attend_self=True"):
+        moe.mixture(_linear(**kw), efa.Sequences({"token": torch.zeros(1, 4, dtype=torch.long)},
+                                                  torch.tensor([4])))
+    with pytest.raises(ValueError, match="direction='bidirectional' and attend_self=True"):
+        moe.CBOWMoE.tied(_linear(**kw))
+    from efa import embeddings
+
+    bare = efa.EFA(efa.EFAConfig([efa.Category("t", 6, dim=5)], num_layers=1, num_heads=1,
+                                 block="bare", bias=False, max_len=None, attend_self=False))
+    with pytest.raises(ValueError, match="attend_self=False"):
+        embeddings.attention_embeddings(bare)
+    with pytest.raises(ValueError, match="num_heads must be an integer >= 1"):
+        moe.CBOWMoE(efa.Category("t", 5, dim=4), 4, num_heads=0)
+
+
+def test_analogy_questions_need_their_columns():
+    from efa import analogy
+
+    questions = pd.DataFrame({"a": ["man"], "b": ["woman"], "c": ["king"], "d": ["queen"]})
+    with pytest.raises(KeyError, match=r"lack the columns \['category', 'group'\]"):
+        analogy.accuracy(np.eye(4), ["man", "woman", "king", "queen"], questions)
+
+
+def test_the_mixture_identity_refuses_a_field_that_feeds_only_the_skip_path():
+    from efa import moe
+
+    torch.manual_seed(0)
+    fields = [efa.Category("a", 5, dim=4), efa.Category("b", 4, dim=4, feeds=("skip",))]
+    model = efa.EFA(efa.EFAConfig(fields, num_layers=1, num_heads=2, block="residual_linear",
+                                  bias=False, out_proj=True, max_len=6))
+    data = efa.Sequences({"a": torch.zeros(2, 6, dtype=torch.long),
+                          "b": torch.ones(2, 6, dtype=torch.long)}, torch.tensor([6, 4]))
+    with pytest.raises(ValueError, match=r"every field to feed .*'b': \('skip',\)"):
+        moe.mixture(model, data)
+    with pytest.raises(ValueError, match="every field to feed"):
+        moe.CBOWMoE.tied(model)
+
+
+def test_prop9_correlations_refuses_shapes_that_disagree():
+    from efa.embeddings import cooccurrence, prop9_correlations
+
+    counts = cooccurrence([[0, 1, 2], [2, 1, 0], [1, 1, 3]], 4)
+    g = torch.Generator().manual_seed(0)
+    W, C = torch.randn(4, 3, generator=g).numpy(), torch.randn(4, 3, generator=g).numpy()
+    ok = prop9_correlations(W, C, counts)
+    assert ok["pairs"] == 16 and ok["defined"] == int((counts > 0).sum())
+    with pytest.raises(ValueError, match="W and C"):
+        prop9_correlations(W, C[:, :2], counts)  # numpy broadcast or a matmul error before
+    with pytest.raises(ValueError, match="W and C"):
+        prop9_correlations(W[:3], C[:3], counts)
+
+
+def test_attention_statistics_refuses_an_empty_corpus():
+    from efa.embeddings import attention_statistics
+
+    with pytest.raises(ValueError, match="empty"):  # NaN and ZeroDivisionError before
+        attention_statistics([1.0, 2.0, 1.0, 0.5], torch.zeros(0, 3, dtype=torch.long).numpy(),
+                             3)

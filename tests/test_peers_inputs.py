@@ -1,14 +1,19 @@
-"""Session 39's probe round on the peers: each test fails on the code before its fix."""
+"""The peers on inputs they could misread: unobserved items and values kept out of every context,
+NaN scores, ratings beyond the GLM's pairs, counts per category, BERT4Rec's chunk, direction
+names, the Gaussian conditional's shrinkage past a singular α."""
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
+import efa
 from efa.baselines import CBOW, TNPD, CategoricalFM, FlatMLP, NadarayaWatson, RatingGLM, Unigram
 from efa.baselines.recsys import BERT4Rec, ranking_metrics
 from efa.core.data import Sequences
-from efa.core.families import Gaussian, Poisson
+from efa.core.families import Bernoulli, Gaussian, Poisson
 from efa.core.fields import Attribute, Category, Value
 from efa.training.scoring import evaluate, log_likelihoods
 
@@ -105,3 +110,46 @@ def test_the_unigram_needs_a_count_per_category():
 def test_bert4rec_checks_its_chunk(chunk):
     with pytest.raises(ValueError, match="chunk must be an integer >= 1"):
         BERT4Rec(Category("item", 5), max_len=4, chunk=chunk)
+
+
+def test_peers_attributes_and_bernoulli_values():
+    from efa.baselines.glm import ContextLogit
+    from efa.baselines.recsys import BERT4Rec
+
+    cat = efa.Category("item", 6, dim=8, distinct=True)
+    with pytest.raises(ValueError, match="direction must be 'bidirectional' or "
+                                         "'unidirectional', got 'bi'"):
+        BERT4Rec(cat, max_len=5, direction="bi")
+    with pytest.raises(ValueError, match="got 'Bidirectional'"):
+        ContextLogit(cat, "Bidirectional", 5)
+    with_attribute = efa.EFA(efa.EFAConfig([efa.Category("item", 5, dim=4),
+                                            efa.Attribute("a", 1, dim=4)], max_len=3))
+    data = efa.Sequences.from_lists(
+        {"item": [[0, 1, 2], [3, 4]], "a": [[[.1], [.2], [.3]], [[.4], [.5]]]},
+        observed={"a": [[True, False, True], [True, True]]})
+    with pytest.raises(ValueError, match="'a' is an attribute, always observed.*sequence 0, "
+                                         "position 1"):
+        efa.evaluate(with_attribute, data)
+    flags = efa.Sequences.from_lists({"item": [[0, 1, 2]], "z": [[0, 1, 1]]})
+    model = efa.EFA(efa.EFAConfig([efa.Category("item", 5, dim=4),
+                                   efa.Value("z", Bernoulli(), dim=4)], max_len=3)).eval()
+    got = model.predictive(flags, "z").log_prob(flags.fields["z"][flags.predicted("z")])
+    assert torch.allclose(got.double(), efa.log_likelihoods(model, flags)["z"][0])
+
+
+def test_shrinkage_skips_a_singular_alpha_and_refuses_nothing_to_score():
+    from efa.baselines.gaussian import select_shrinkage
+    from efa.spatial import sites_to_sequences
+
+    rng = np.random.RandomState(0)
+    df = pd.DataFrame([(s, t, 10.0 * s, 5.0 * s, 7.0 if s == 2 else rng.randn())
+                       for t in range(10) for s in range(3)],
+                      columns=["site", "time", "lat", "lon", "value"])
+    kw = dict(site="site", time="time", lat="lat", lon="lon", value="value")
+    data = sites_to_sequences(df, **kw)  # site 2 is constant: singular at alpha 0
+    model, curve = select_shrinkage(data[torch.arange(7)], data[torch.arange(7, 10)], "value")
+    assert curve[0.0] == float("inf") and model.alpha > 0
+    df["value"] = np.where(df.time >= 7, np.nan, rng.randn(len(df)))
+    data = sites_to_sequences(df, **kw)
+    with pytest.raises(ValueError, match="no predicted value of 'value'"):
+        select_shrinkage(data[torch.arange(7)], data[torch.arange(7, 10)], "value")

@@ -1,5 +1,7 @@
-"""Session 40's probe round on persistence, resumption and warm starts: each test fails on the
-code before its fix."""
+"""Persistence, resumption and warm starts: a resumed fit equals the uninterrupted one, a
+checkpoint of another start or a config that disagrees with its weights is refused, a warm start
+carries the base's standardisation, old module paths still import, later events are coded
+with the training vocabularies."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ import json
 
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 import efa
 from efa.core.families import Gaussian, LearnedGaussian
+from efa.training import checkpoint
 from tests.helpers import killed_after_saves
 
 
@@ -153,3 +158,51 @@ def test_later_events_are_coded_with_the_training_vocabularies():
         efa.Sequences.from_events(pd.DataFrame(
             {"user": [3, 3], "day": [1, 2], "movie": ["Alien", "Up"]}), "user", "day",
             {"movie": "movie"}, categories=train.vocabularies)
+
+
+def _dropout_item_model():
+    torch.manual_seed(0)
+    return efa.EFA(efa.EFAConfig([efa.Category("item", 50, dim=8)], max_len=6, num_layers=1,
+                                 dropout=0.1))
+
+
+def test_a_checkpoint_keeps_and_restores_the_accelerator_random_state(tmp_path, monkeypatch):
+    # Only torch.get_rng_state (the CPU's) was saved: a GPU fit with dropout resumed with
+    # other masks. No GPU here, so the CUDA generator is stood in for by a counter.
+    device_rng = {"state": torch.arange(16, dtype=torch.uint8)}
+    restored = []
+    monkeypatch.setattr(checkpoint, "_cuda_device", lambda model: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_rng_state",
+                        lambda device=None: device_rng["state"].clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state",
+                        lambda state, device=None: restored.append(state.clone()))
+    data = _items()
+    options = dict(max_epochs=3, seed=3, batch_size=8, progress=False, threads=1)
+
+    def device_drew():  # the device's state moves on after each save
+        device_rng["state"] = device_rng["state"] + 1
+
+    killed_after_saves(monkeypatch, 2, lambda: efa.fit(_dropout_item_model(), data, None,
+                                                       checkpoint_dir=tmp_path, **options),
+                       device_drew)
+    state = checkpoint.load(tmp_path)
+    assert state is not None and "rng/cuda" in state[0]
+    efa.fit(_dropout_item_model(), data, None, checkpoint_dir=tmp_path, **options)
+    # the state written with the second save (the first changed it once) is the one restored
+    assert len(restored) == 1
+    assert torch.equal(restored[0], torch.arange(16, dtype=torch.uint8) + 1)
+
+
+def test_a_malformed_accelerator_random_state_is_refused_before_anything_changes(tmp_path):
+    model = _dropout_item_model()
+    efa.fit(model, _items(), None, checkpoint_dir=tmp_path, max_epochs=1, progress=False,
+            threads=1)
+    path = tmp_path / checkpoint.FILE
+    with safe_open(path, "pt") as f:
+        meta = f.metadata()
+    tensors = load_file(path)
+    tensors["rng/cuda"] = torch.zeros(3, dtype=torch.float32)
+    save_file(tensors, path, metadata=meta)
+    with pytest.raises(ValueError, match="rng/cuda"):
+        efa.fit(_dropout_item_model(), _items(), None, checkpoint_dir=tmp_path, max_epochs=1,
+                progress=False, threads=1)

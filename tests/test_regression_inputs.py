@@ -1,5 +1,6 @@
-"""Session 39's probe round on in-context regression (function tables, the GP generators, the GP
-oracle, GP attention): each test fails on the code before its fix."""
+"""In-context regression on inputs it could misread: function tables in float64 (Unix seconds,
+large y), the GP generators' broadcasts, the GP oracle's padding and refusals, GP attention
+without channels."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+import efa
 from efa.baselines.gp import GPOracle
 from efa.core.data import Sequences
 from efa.generators.gp import NOISY, TNPGP, NoteGP, rbf, sample_note, sample_tnp
@@ -164,3 +166,42 @@ def test_gp_attention_without_channels_builds_and_predicts(channels):
     m, s = predict(model, data[[0, 1]], Sequences({"x": torch.rand(2, 3, 1)},
                                                   torch.tensor([3, 2])))
     assert torch.isfinite(m[:, :2]).all() and torch.isfinite(s[:, :2]).all()
+
+
+def test_a_categorical_function_column_keeps_each_prediction_on_its_row():
+    from efa import regression as R
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame([(f, rng.uniform(0, 5), rng.normal() + o, 0) for f, o in
+                       [("a", 0), ("b", 10), ("c", -10)] for _ in range(5)],
+                      columns=["fn", "x", "y", "ch"])
+    train, _ = R.functions_to_sequences(df, "fn", "x", "y", "ch")
+    torch.manual_seed(0)
+    model = R.regression_efa(train, layers=1, heads=1, x_dim=4, y_dim=4, channel_dim=4,
+                             hidden=8, ffn=8, readout_hidden=8, channels=[0, 1])
+    ctx, tgt = df.groupby("fn").head(4), df.groupby("fn").tail(1)[["fn", "x", "ch"]]
+    plain = R.predict_frame(model, ctx, tgt, "fn", "x", "y", "ch")
+    kind = pd.CategoricalDtype(["c", "b", "a", "unused"])
+    coded = R.predict_frame(model, ctx.astype({"fn": kind}), tgt.astype({"fn": kind}), "fn",
+                            "x", "y", "ch")
+    assert np.allclose(coded["mean"], plain["mean"]) and coded["fn"].dtype == kind
+    with pytest.raises(ValueError, match="channels must be a count or a list of labels"):
+        R.note_efa(train, channels=2.0)
+
+
+def test_the_gp_oracle_refuses_targets_it_would_broadcast():
+    from efa.baselines.gp import GPOracle
+    from efa.generators.gp import TNPGP, NoteGP, sample_note
+
+    spec = NoteGP(length=5, noise=0.1)
+    d = sample_note(spec, 2, 0)
+    k = d.fields["channel"]
+    ctx = efa.Sequences({"x": d.fields["x"][:, :3], "y": d.fields["y"][:, :3],
+                         "channel": k[:, :3]}, torch.tensor([3, 3]))
+    oracle = GPOracle(spec, [])
+    flat = oracle.predict(ctx, d.fields["x"][:, 3:, 0], k[:, 3:])[0]
+    assert torch.equal(oracle.predict(ctx, d.fields["x"][:, 3:], k[:, 3:])[0], flat)
+    with pytest.raises(ValueError, match="x and k must both be"):
+        oracle.predict(ctx, d.fields["x"][:, 3:, 0], k[:, 3:4])
+    with pytest.raises(ValueError, match="max_length must be finite and at least 0.1"):
+        TNPGP(max_length=0.05)
