@@ -151,3 +151,19 @@ def test_calibration_levels_as_an_array_and_a_bad_single_level():
         (0.5, 0.9)
     with pytest.raises(ValueError, match="strictly between 0 and 1, got 0.0"):
         efa.calibration(teacher, data, "count", levels=0.0)
+
+
+def test_calibration_levels_as_a_0d_array_a_tensor_a_string_or_a_table():
+    # A 0-d array (np.asarray(0.9)) raised "iteration over a 0-d array"; a string was read
+    # character by character ("got '0'").
+    import numpy as np
+
+    teacher, data = count_teacher()
+    assert efa.calibration(teacher, data, "count", levels=np.array(0.9)).levels == (0.9,)
+    assert efa.calibration(teacher, data, "count",
+                           levels=torch.tensor([0.5, 0.75], dtype=torch.float64)).levels == \
+        (0.5, 0.75)
+    with pytest.raises(ValueError, match="got the string '0.5'"):
+        efa.calibration(teacher, data, "count", levels="0.5")
+    with pytest.raises(ValueError, match=r"flat sequence, got an array of shape \(1, 2\)"):
+        efa.calibration(teacher, data, "count", levels=np.array([[0.5, 0.9]]))

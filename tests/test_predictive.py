@@ -208,6 +208,20 @@ def test_an_ordinal_predictive_has_the_class_index_moments_and_a_category_refuse
         teacher.predictive(data, "item").mean  # noqa: B018
 
 
+@pytest.mark.parametrize("eta,dtype", [(12.0, torch.float32), (17.0, torch.float32),
+                                       (30.0, torch.float64)])
+def test_an_ordinal_variance_keeps_its_digits_where_the_law_sits_on_the_top_class(eta, dtype):
+    # E[k²] − E[k]² cancelled: +8.6 % at η = 12 in float32, exactly 0 at η = 17 (the frame
+    # then called the law spread-less and refused it).
+    from efa.core.families import Ordinal
+
+    d = Ordinal(4).distribution(torch.tensor([[eta]], dtype=dtype))
+    p, k = d.probs.double(), torch.arange(4, dtype=torch.float64)
+    mean = (p * k).sum(-1, keepdim=True)
+    exact = (p * (k - mean) ** 2).sum(-1)
+    assert exact > 0 and torch.allclose(d.variance.double(), exact, rtol=1e-5, atol=0)
+
+
 def test_count_quantiles_of_a_float32_model_take_the_complement_from_the_logits():
     # scipy got 1 − p with p = sigmoid(z) rounded in float32: the negative binomial's median
     # at z = 15 (mean ~1e7) was 7.48e6 where the law's is 8.74e6.

@@ -274,3 +274,61 @@ def test_a_causal_distinct_field_never_repeats_an_item_observed_after_a_gap(swee
         items = draws.fields["item"]
         assert all(len(set(row.tolist())) == len(row) for row in items)
         model.check(draws)
+
+
+def _distinct_model(k, length):
+    torch.manual_seed(1)
+    model = efa.EFA(efa.EFAConfig([efa.Category("item", k, dim=4, distinct=True),
+                                   efa.Value("flag", Bernoulli(), dim=3)],
+                                  max_len=length, num_layers=1, direction="unidirectional"))
+    with torch.no_grad():  # away from the uniform start: flags that tell about the items
+        for p in model.parameters():
+            p.add_(0.4 * torch.randn_like(p))
+    return model.double().eval()
+
+
+def _posterior(model, k, length, flags, seen):
+    """Exact p(items | the flags at ``seen``), over the sequences of distinct items (codes)."""
+    rows = [(x, y) for x in itertools.permutations(range(k), length)
+            for y in itertools.product(range(2), repeat=length)]
+    table = efa.Sequences({"item": torch.tensor([r[0] for r in rows]),
+                           "flag": torch.tensor([r[1] for r in rows])},
+                          torch.full((len(rows),), length))
+    lls = efa.log_likelihoods(model, table)
+    log_joint = (lls["item"] + lls["flag"]).sum(1)
+    keep = torch.tensor([all(r[1][i] == flags[i] for i in seen) for r in rows])
+    p = torch.where(keep, log_joint, -torch.inf).softmax(0)
+    codes = {x: c for c, x in enumerate(itertools.permutations(range(k), length))}
+    exact = torch.zeros(len(codes), dtype=torch.float64)
+    exact.index_add_(0, torch.tensor([codes[r[0]] for r in rows]), p)
+    return exact, codes
+
+
+@pytest.mark.parametrize("k,length,seen", [(3, 3, (0, 1, 2)), (4, 3, (0,))])
+def test_a_distinct_rows_gaps_reach_their_exact_conditional(k, length, seen):
+    """Every item missing, the flags at ``seen`` observed. A row that holds every item (k =
+    length) could not move before (each gap's other items were held by the other gaps, so the
+    draws stayed the first pass's: p = 0 here); a proposal another gap holds is now swapped
+    with it. With later values unobserved (k = 4), the gaps' target is the joint up to the
+    last observed position and the later values are drawn after them."""
+    model = _distinct_model(k, length)
+    flags = [1, 0, 1][:length]
+    exact, codes = _posterior(model, k, length, flags, seen)
+    n = 3000
+    context = efa.Sequences({"item": torch.zeros(n, length, dtype=torch.long),
+                             "flag": torch.tensor([flags] * n)}, torch.full((n,), length),
+                            {"item": torch.zeros(n, length, dtype=torch.bool),
+                             "flag": torch.tensor([[i in seen for i in range(length)]] * n)})
+    draws = efa.sample(model, context=context, sweeps=15, seed=2)
+    got = torch.tensor([codes[tuple(r)] for r in draws.fields["item"].tolist()])
+    assert _agree(got, exact, n) > 1e-3
+
+
+def test_gibbs_refuses_a_distinct_row_that_holds_every_item():
+    torch.manual_seed(0)
+    model = efa.EFA(efa.EFAConfig([efa.Category("item", 3, dim=4, distinct=True)], max_len=3,
+                                  direction="bidirectional"))
+    with pytest.raises(ValueError, match="holds all its 3 items.*sweeps=0"):
+        efa.sample(model, 10, length=3)
+    assert efa.sample(model, 10, length=3, sweeps=0).fields["item"].shape == (10, 3)
+    assert efa.sample(model, 10, length=2).fields["item"].shape == (10, 2)

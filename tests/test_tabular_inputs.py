@@ -237,3 +237,32 @@ def test_the_table_estimator_warns_of_float_columns_that_are_linear_functions_of
         warnings.filterwarnings("error", "float column")  # a constant column alone: no pair
         AttentionTableClassifier(**opts).fit(X.drop(columns="f"), y)
         AttentionTableClassifier(**{**opts, "numeric": "quantile"}).fit(X, y)
+
+
+def test_the_collinear_warning_sees_pairs_past_sparse_columns_and_at_any_scale():
+    # Candidates were looked for on the rows complete in every float column: one sparse
+    # column (or NaNs staggered over three) hid an exact copy; 1e-200 · c had no r at all.
+    import warnings
+
+    import numpy as np
+    import pandas as pd
+
+    from efa.tabular.fitting import warn_collinear
+
+    rng = np.random.default_rng(0)
+    c, b = rng.normal(size=60), rng.normal(size=60)
+    tables = {
+        "sparse": pd.DataFrame({"c": c, "b": b, "f": 1.8 * c + 32,
+                                "s": np.where(np.arange(60) < 2, 1.0, np.nan)}),
+        "staggered": pd.DataFrame({"c": np.where(np.arange(60) % 3 == 0, np.nan, c),
+                                   "f": np.where(np.arange(60) % 3 == 1, np.nan, 2 * c),
+                                   "b": np.where(np.arange(60) % 3 == 2, np.nan, b)}),
+        "tiny": pd.DataFrame({"c": c, "b": b, "f": 1e-200 * c}),
+        "huge": pd.DataFrame({"c": c, "b": b, "f": 1e200 * c}),
+    }
+    for table in tables.values():
+        with pytest.warns(UserWarning, match="'c' ~ 'f'"):
+            warn_collinear(table)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither a pair nor a RuntimeWarning
+        warn_collinear(pd.DataFrame({"c": c, "b": b, "f": c + 0.01 * b}))

@@ -20,12 +20,19 @@ fields a model reads but does not predict are never drawn: such a model samples 
 A unidirectional model's gap that comes before an observed value is not drawn by ancestral
 sampling alone, which would ignore that later value: after the ancestral pass, ``sweeps``
 Metropolis-within-Gibbs sweeps redraw each such gap with the ancestral conditional
-p(x_i | x_<i) as proposal and the joint as target, so a move is accepted with probability
-min(1, p(later values | x_i') / p(later values | x_i)) (a distinct field's proposal leaves
-out the items the row holds elsewhere, which the joint gives probability 0). Each sweep then
-draws the values after the last observed one again, ancestrally (exactly, given everything
-before them): the chain's stationary law is the exact conditional of every drawn value given
-the observed ones.
+p(x_i | x_<i) as proposal and, as target, the joint of the positions up to the last observed
+one (the values after it sum out of a causal joint), so a move is accepted with probability
+min(1, p(later values up to the last observed | x_i') / p(... | x_i)). A distinct field's
+proposal leaves out the items observed elsewhere in the row (the joint gives them
+probability 0); one that another gap holds is swapped with it, so a row that holds every
+item still moves (the swap changes nothing before i: the causal support already leaves out
+the items before i, so the ratio stays as it is). Each sweep then draws the values after the
+last observed one again, ancestrally (exactly, given everything before them): the chain's
+stationary law is the exact conditional of every drawn value given the observed ones.
+
+A bidirectional model's distinct field whose sequence holds every one of its items has point
+masses as conditionals (the other positions fix each item): no Gibbs sweep can move such a
+row, so ``sample`` refuses sweeps there.
 """
 
 from __future__ import annotations
@@ -115,11 +122,27 @@ def _start(model: ConditionalModel, n: int | None, length: int | None,
     return values, todo, torch.full((len(context),), length)
 
 
+def _check_movable(model: ConditionalModel, todo: dict[str, Tensor], lengths: Tensor) -> None:
+    """Refuse Gibbs sweeps over a distinct field's row that holds every item with two or more
+    of them to draw: each conditional is then a point mass, and no sweep can move."""
+    for f in model.target_fields:
+        if isinstance(f, Category) and f.distinct:
+            stuck = (lengths == f.num_categories) & (todo[f.name].sum(1) >= 2)
+            if stuck.any():
+                raise ValueError(
+                    f"field {f.name!r} is distinct and sequence {int(stuck.nonzero()[0, 0])} "
+                    f"holds all its {f.num_categories} items: a bidirectional model's "
+                    "conditional of each drawn item is then a point mass (the other positions "
+                    "fix it), so Gibbs sweeps cannot move; draw shorter sequences, use a "
+                    "unidirectional model, or pass sweeps=0 to keep the first pass's draws")
+
+
 def _draw(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, Tensor],
           lengths: Tensor, name: str, i: int, rows: Tensor, g: torch.Generator,
-          width: int) -> None:
+          width: int, held: dict[str, Tensor] | None = None) -> None:
     """Redraw ``name`` at position ``i`` of ``rows`` from its conditional given the known
-    values of the first ``width`` positions."""
+    values of the first ``width`` positions; a distinct field's draw leaves out the items
+    ``held`` (default: ``known``) elsewhere in the row."""
     data = Sequences({k: v[rows, :width] for k, v in values.items()},
                      lengths[rows].clamp(max=width),
                      {k: m[rows, :width] for k, m in known.items()})
@@ -130,11 +153,12 @@ def _draw(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, T
     eta = eta.cpu()
     field = cast("Category | Value", model.field(name))
     if isinstance(field, Category) and field.distinct:
-        # Never an item the row holds elsewhere: a causal conditional excludes those before
-        # i, not those observed after it (a repeat has probability 0 under the joint).
-        held = known[name][rows] & (torch.arange(known[name].shape[1]) < lengths[rows, None])
-        held[:, i] = False
-        r, j = held.nonzero(as_tuple=True)
+        # Never an item held elsewhere in the row: a causal conditional excludes those before
+        # i, not those after it (a repeat has probability 0 under the joint).
+        elsewhere = (known if held is None else held)[name][rows] & (
+            torch.arange(known[name].shape[1]) < lengths[rows, None])
+        elsewhere[:, i] = False
+        r, j = elsewhere.nonzero(as_tuple=True)
         eta = eta.clone()
         eta[r, values[name][rows][r, j]] = -torch.inf
     values[name][rows, i] = field.family.sample(eta, generator=g).to(values[name].dtype)
@@ -142,29 +166,42 @@ def _draw(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, T
 
 
 def _rest(model: ConditionalModel, values: dict[str, Tensor], lengths: Tensor, name: str,
-          i: int, rows: Tensor) -> Tensor:
-    """log of the joint of ``rows`` without the factor of ``name`` at position ``i`` (float64;
-    every value known)."""
+          i: int, rows: Tensor, upto: Tensor) -> Tensor:
+    """log of the joint of ``rows``' positions up to ``upto`` without the factor of ``name``
+    at position ``i`` (float64; every value known)."""
     data = Sequences({k: v[rows] for k, v in values.items()}, lengths[rows])
     with torch.no_grad():
         lls = model.position_log_likelihoods(data.to(model.device))
-    total = sum(torch.nansum(v.double(), 1) for v in lls.values())
-    return cast(Tensor, total - lls[name][:, i].double()).cpu()
+    beyond = torch.arange(data.max_len) > upto[rows, None]
+    total = sum(torch.nansum(v.double().cpu().masked_fill(beyond, 0.0), 1) for v in lls.values())
+    return cast(Tensor, total - lls[name][:, i].double().cpu())
 
 
 def _metropolis(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, Tensor],
-                lengths: Tensor, name: str, i: int, rows: Tensor, g: torch.Generator) -> None:
+                observed: dict[str, Tensor], gaps: Tensor, lengths: Tensor, name: str, i: int,
+                rows: Tensor, g: torch.Generator, upto: Tensor) -> None:
     """One Metropolis-within-Gibbs move of a causal model's ``name`` at position ``i``:
-    proposed from p(x_i | x_<i) (for a distinct field, renormalised over the items the row
-    does not hold elsewhere, which leaves the acceptance ratio as it is: the excluded items
-    have probability 0 under the joint), accepted by the factors it changes after it."""
+    proposed from p(x_i | x_<i), accepted by the factors it changes after it up to ``upto``
+    (the last observed position). For a distinct field the proposal leaves out the items
+    ``observed`` elsewhere (probability 0 under the joint: the ratio is as it is), and an
+    item another of the row's ``gaps`` holds (necessarily after i) is swapped with it."""
     old = values[name][rows, i].clone()
-    before = _rest(model, values, lengths, name, i, rows)
-    _draw(model, values, known, lengths, name, i, rows, g, i + 1)
-    after = _rest(model, values, lengths, name, i, rows)
+    before = _rest(model, values, lengths, name, i, rows, upto)
+    _draw(model, values, known, lengths, name, i, rows, g, i + 1, held=observed)
+    new = values[name][rows, i]
+    field = model.field(name)
+    swap = torch.zeros(len(rows), values[name].shape[1], dtype=torch.bool)
+    if isinstance(field, Category) and field.distinct:
+        swap = gaps[rows] & (values[name][rows] == new[:, None])
+        swap[:, i] = False
+        r, j = swap.nonzero(as_tuple=True)
+        values[name][rows[r], j] = old[r]
+    after = _rest(model, values, lengths, name, i, rows, upto)
     u = torch.rand(len(rows), generator=g, dtype=torch.float64)
     # A state of probability 0 (a repeated distinct item) is always left; NaN never kept.
     accept = torch.where(torch.isneginf(before), True, u.log() < after - before)
+    r, j = (swap & ~accept[:, None]).nonzero(as_tuple=True)
+    values[name][rows[r], j] = new[r]
     values[name][rows[~accept], i] = old[~accept]
 
 
@@ -193,7 +230,9 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
         Gibbs sweeps of a bidirectional model after the first pass; for a unidirectional
         model, Metropolis-within-Gibbs sweeps over the gaps of ``context`` that come before an
         observed value, each followed by a fresh ancestral draw of the values after the last
-        observed one (see the module's docstring; none without such gaps).
+        observed one (see the module's docstring; none without such gaps). Refused for a
+        bidirectional model's distinct field in a sequence that holds all its items (no
+        sweep can move it).
     seed : int
         The same seed gives the same draws.
 
@@ -201,6 +240,13 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     -------
     Sequences
         The drawn (or completed) sequences.
+
+    Raises
+    ------
+    ValueError
+        For a bad ``n``, ``length``, ``context``, ``sweeps`` or ``seed``, a model that reads
+        fields it does not predict without a ``context`` holding them, or sweeps that cannot
+        move (above).
 
     Examples
     --------
@@ -213,6 +259,7 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     values, todo, lengths = _start(model, n, length, context)
     width = values[next(iter(values))].shape[1]
     known = {k: ~m for k, m in todo.items()}
+    observed = {k: m.clone() for k, m in known.items()}
     # A causal gap needs the joint's correction where a value observed after it exists.
     position = torch.arange(width)
     seen = torch.stack([m & (position < lengths[:, None]) for m in known.values()]).any(0)
@@ -223,6 +270,8 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     causal = getattr(model, "direction", "bidirectional") == "unidirectional"
     if causal and not any(m.any() for m in before_observed.values()):
         sweeps = 0  # no gap before an observed value: the ancestral pass is exact
+    if not causal and sweeps:
+        _check_movable(model, todo, lengths)
     with evaluating(model):
         for i in range(width):  # the first pass: ancestral for a causal model
             for f in model.target_fields:
@@ -238,7 +287,8 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
                 for f in model.target_fields:
                     gaps = (before_observed if causal else todo)[f.name][:, i].nonzero()[:, 0]
                     if len(gaps) and causal:
-                        _metropolis(model, values, known, lengths, f.name, i, gaps, g)
+                        _metropolis(model, values, known, observed, before_observed[f.name],
+                                    lengths, f.name, i, gaps, g, last_observed)
                     elif len(gaps):
                         _draw(model, values, known, lengths, f.name, i, gaps, g, width)
                     # Exactly from p(later | everything before), ancestrally: with the gaps'

@@ -181,13 +181,16 @@ def warn_collinear(floats: pd.DataFrame) -> None:
         The training table's float columns (NaN: missing).
     """
     v = floats.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
-    # Candidates on at most 1,000 complete rows (a wide table's m² correlations stay cheap),
-    # each confirmed on every row where both are present.
-    full = np.flatnonzero(~np.isnan(v).any(1))
-    sample = v[full[np.linspace(0, len(full) - 1, min(len(full), 1000)).astype(int)]]
-    with np.errstate(divide="ignore", invalid="ignore"):  # a constant column has no r
-        r = np.corrcoef(sample, rowvar=False) if len(sample) >= 3 else np.zeros((0, 0))
-        a, b = np.nonzero(np.triu(np.abs(np.atleast_2d(r)) > 1 - 1e-9, 1))
+    with np.errstate(all="ignore"):  # r is scale-free: at most 1 in size, no square overflows
+        top = np.nanmax(np.abs(v), 0, initial=0)
+        v = v / np.where(np.isfinite(top) & (top > 0), top, 1.0)
+    # Candidates on at most 1,000 rows (a wide table's m² correlations stay cheap), each pair
+    # over the rows where both are present (a sparse column must not hide the others' pairs),
+    # then confirmed on every such row of the table.
+    sample = pd.DataFrame(v[np.linspace(0, len(v) - 1, min(len(v), 1000)).astype(int)])
+    with np.errstate(all="ignore"):  # a constant column has no r; huge values overflow
+        r = sample.corr(min_periods=3).to_numpy()  # NaN where fewer than 3 shared rows
+        a, b = np.nonzero(np.triu(np.abs(r) > 1 - 1e-9, 1))
         found = [(i, j) for i, j in zip(a, b, strict=True)
                  if abs(pd.Series(v[:, i]).corr(pd.Series(v[:, j]))) > 1 - 1e-9]
     if found:

@@ -215,6 +215,14 @@ def calibration(model: ConditionalModel, data: Sequences, field: str,
                          "(its calibration is the reliability curve over `bins` bins)")
     if levels is None:
         levels = () if category else (0.5, 0.8, 0.9, 0.95)
+    elif isinstance(levels, str):
+        raise ValueError(f"levels must be numbers in (0, 1), got the string {levels!r}")
+    elif isinstance(levels, np.ndarray | torch.Tensor):  # a 0-d array is one level
+        flat = np.asarray(levels, dtype=float)
+        if flat.ndim > 1:
+            raise ValueError(f"levels must be one number or a flat sequence, got an array of "
+                             f"shape {flat.shape}")
+        levels = tuple(flat.reshape(-1))
     elif not isinstance(levels, Iterable):  # one level
         levels = (levels,)
     levels = tuple(check_level("level", q) for q in levels)

@@ -491,5 +491,6 @@ class _Ordered(torch.distributions.Categorical):
 
     @property
     def variance(self) -> Tensor:
+        # Centred (two passes): E[k²] − E[k]² cancels where the law sits on a high class.
         k = torch.arange(self._num_events).to(self.probs)
-        return ((self.probs * k**2).sum(-1) - self.mean**2).clamp(min=0)
+        return (self.probs * (k - self.mean[..., None]) ** 2).sum(-1)
