@@ -276,14 +276,14 @@ def test_a_causal_distinct_field_never_repeats_an_item_observed_after_a_gap(swee
         model.check(draws)
 
 
-def _distinct_model(k, length):
-    torch.manual_seed(1)
+def _distinct_model(k, length, seed, scale):
+    torch.manual_seed(seed)
     model = efa.EFA(efa.EFAConfig([efa.Category("item", k, dim=4, distinct=True),
-                                   efa.Value("flag", Bernoulli(), dim=3)],
-                                  max_len=length, num_layers=1, direction="unidirectional"))
+                                   efa.Value("flag", Bernoulli(), dim=3)], max_len=length,
+                                  num_layers=1, num_heads=1, direction="unidirectional"))
     with torch.no_grad():  # away from the uniform start: flags that tell about the items
         for p in model.parameters():
-            p.add_(0.4 * torch.randn_like(p))
+            p.add_(scale * torch.randn_like(p))
     return model.double().eval()
 
 
@@ -304,14 +304,16 @@ def _posterior(model, k, length, flags, seen):
     return exact, codes
 
 
-@pytest.mark.parametrize("k,length,seen", [(3, 3, (0, 1, 2)), (4, 3, (0,))])
-def test_a_distinct_rows_gaps_reach_their_exact_conditional(k, length, seen):
+@pytest.mark.parametrize("k,length,seen,seed,scale", [(3, 3, (0, 1, 2), 1, 0.4),
+                                                     (4, 3, (0,), 3, 0.5)])
+def test_a_distinct_rows_gaps_reach_their_exact_conditional(k, length, seen, seed, scale):
     """Every item missing, the flags at ``seen`` observed. A row that holds every item (k =
     length) could not move before (each gap's other items were held by the other gaps, so the
-    draws stayed the first pass's: p = 0 here); a proposal another gap holds is now swapped
-    with it. With later values unobserved (k = 4), the gaps' target is the joint up to the
-    last observed position and the later values are drawn after them."""
-    model = _distinct_model(k, length)
+    draws stayed the first pass's); a proposal another gap holds is now swapped with it. With
+    values unobserved after the last observed one (k = 4), the gaps' moves were judged against
+    those stale values and stayed at the first pass for 100 sweeps; the target is now the joint
+    up to the last observed position, the later values drawn after the gaps."""
+    model = _distinct_model(k, length, seed, scale)
     flags = [1, 0, 1][:length]
     exact, codes = _posterior(model, k, length, flags, seen)
     n = 3000
