@@ -230,7 +230,9 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
         Gibbs sweeps of a bidirectional model after the first pass; for a unidirectional
         model, Metropolis-within-Gibbs sweeps over the gaps of ``context`` that come before an
         observed value, each followed by a fresh ancestral draw of the values after the last
-        observed one (see the module's docstring; none without such gaps). Refused for a
+        observed one (see the module's docstring; none without such gaps). The proposal
+        does not see the values observed after a gap: where its exact conditional is sharp,
+        the chain needs many more sweeps (compare the draws at two counts). Refused for a
         bidirectional model's distinct field in a sequence that holds all its items (no
         sweep can move it).
     seed : int
