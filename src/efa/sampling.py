@@ -191,7 +191,7 @@ def _metropolis(model: ConditionalModel, values: dict[str, Tensor], known: dict[
     new = values[name][rows, i]
     field = model.field(name)
     swap = torch.zeros(len(rows), values[name].shape[1], dtype=torch.bool)
-    if isinstance(field, Category) and field.distinct:
+    if isinstance(field, Category) and field.distinct:  # the other gap that holds the new item
         swap = gaps[rows] & (values[name][rows] == new[:, None])
         swap[:, i] = False
         r, j = swap.nonzero(as_tuple=True)
@@ -261,7 +261,7 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
     values, todo, lengths = _start(model, n, length, context)
     width = values[next(iter(values))].shape[1]
     known = {k: ~m for k, m in todo.items()}
-    observed = {k: m.clone() for k, m in known.items()}
+    observed = {k: ~m for k, m in todo.items()}  # known grows as values are drawn; not this
     # A causal gap needs the joint's correction where a value observed after it exists.
     position = torch.arange(width)
     seen = torch.stack([m & (position < lengths[:, None]) for m in known.values()]).any(0)

@@ -166,6 +166,13 @@ def learn_layout(est: AttentionTableClassifier, X: pd.DataFrame) -> None:
     est.lookup_[est._target] = lookup(est.classes_)
 
 
+def _unit(x: np.ndarray) -> np.ndarray:
+    """Each column of ``x`` divided by its largest size (r is scale-free; no square of a
+    1e200 overflows, none of a 1e-200 underflows)."""
+    top = np.nanmax(np.abs(x), 0, initial=0)
+    return x / np.where(np.isfinite(top) & (top > 0), top, 1.0)
+
+
 def warn_collinear(floats: pd.DataFrame) -> None:
     """Warn of two float columns that are exact linear functions of each other (an absolute
     correlation above 1 − 1e-9 over the rows where both are present).
@@ -181,18 +188,15 @@ def warn_collinear(floats: pd.DataFrame) -> None:
         The training table's float columns (NaN: missing).
     """
     v = floats.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
-    with np.errstate(all="ignore"):  # r is scale-free: at most 1 in size, no square overflows
-        top = np.nanmax(np.abs(v), 0, initial=0)
-        v = v / np.where(np.isfinite(top) & (top > 0), top, 1.0)
     # Candidates on at most 1,000 rows (a wide table's m² correlations stay cheap), each pair
     # over the rows where both are present (a sparse column must not hide the others' pairs),
-    # then confirmed on every such row of the table.
-    sample = pd.DataFrame(v[np.linspace(0, len(v) - 1, min(len(v), 1000)).astype(int)])
-    with np.errstate(all="ignore"):  # a constant column has no r; huge values overflow
-        r = sample.corr(min_periods=3).to_numpy()  # NaN where fewer than 3 shared rows
+    # then confirmed on every such row of the table. A constant column has no r.
+    rows = np.linspace(0, len(v) - 1, min(len(v), 1000)).astype(int)
+    with np.errstate(all="ignore"):
+        r = pd.DataFrame(_unit(v[rows])).corr(min_periods=3).to_numpy()  # NaN: < 3 shared rows
         a, b = np.nonzero(np.triu(np.abs(r) > 1 - 1e-9, 1))
         found = [(i, j) for i, j in zip(a, b, strict=True)
-                 if abs(pd.Series(v[:, i]).corr(pd.Series(v[:, j]))) > 1 - 1e-9]
+                 if abs(pd.Series(_unit(v[:, i])).corr(pd.Series(_unit(v[:, j])))) > 1 - 1e-9]
     if found:
         pairs = ", ".join(f"{floats.columns[i]!r} ~ {floats.columns[j]!r}" for i, j in found[:5])
         warnings.warn(f"float column(s) that are exact linear functions of another ({pairs}): "
