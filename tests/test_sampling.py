@@ -334,3 +334,41 @@ def test_gibbs_refuses_a_distinct_row_that_holds_every_item():
         efa.sample(model, 10, length=3)
     assert efa.sample(model, 10, length=3, sweeps=0).fields["item"].shape == (10, 3)
     assert efa.sample(model, 10, length=2).fields["item"].shape == (10, 2)
+
+
+class _Rare(efa.core.conditional.ConditionalModel):
+    """An enumerable causal model: x0 is 7 with probability 0.01 (else uniform on 0..6); x1
+    and x2 copy x0 with probability 0.9 (else uniform on the other seven classes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fields, self.max_len, self.direction = [efa.Category("item", 8)], 3, "unidirectional"
+        self.unused = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+
+    def natural_params_at(self, data, at):
+        (name, m), = at.items()
+        b, i = m.nonzero(as_tuple=True)
+        prior = torch.tensor([0.99 / 7] * 7 + [0.01], dtype=torch.float64).log()
+        x0 = data.fields["item"][b, 0]
+        copy = torch.where(x0[:, None] == torch.arange(8), torch.tensor(0.9).log(),
+                           torch.tensor(0.1 / 7).log()).double()
+        return {name: torch.where((i == 0)[:, None], prior.expand(len(b), 8), copy)}
+
+
+def test_a_causal_gaps_sharp_conditional_is_reached_in_the_default_sweeps():
+    # x1 = x2 = 7 observed: p(x0 = 7 | x1, x2) = 0.01·0.81 / (0.01·0.81 + 0.99·(0.1/7)²) = 0.976,
+    # but the ancestral proposal offers 7 once in 100 draws: after the default 20 sweeps of
+    # the Metropolis move, 0.20 of the rows held 7 (0.62 after 100). A class field's gap is
+    # now redrawn from its exact conditional (the joint at each of its 8 classes).
+    model = _Rare()
+    n = 2000
+    ctx = efa.Sequences({"item": torch.tensor([[0, 7, 7]]).repeat(n, 1)}, torch.full((n,), 3),
+                        {"item": torch.tensor([[False, True, True]]).repeat(n, 1)})
+    x0 = torch.arange(8)
+    rest = torch.stack([x0, torch.full((8,), 7), torch.full((8,), 7)], 1)
+    lls = efa.log_likelihoods(model, efa.Sequences({"item": rest}, torch.full((8,), 3)))
+    exact = lls["item"].sum(1).softmax(0)
+    assert abs(float(exact[7]) - 0.976) < 1e-3
+    for sweeps in (1, 20):
+        draws = efa.sample(model, context=ctx, sweeps=sweeps, seed=0)
+        assert _agree(draws.fields["item"][:, 0], exact, n) > 1e-3, sweeps

@@ -19,16 +19,20 @@ fields a model reads but does not predict are never drawn: such a model samples 
 
 A unidirectional model's gap that comes before an observed value is not drawn by ancestral
 sampling alone, which would ignore that later value: after the ancestral pass, ``sweeps``
-Metropolis-within-Gibbs sweeps redraw each such gap with the ancestral conditional
-p(x_i | x_<i) as proposal and, as target, the joint of the positions up to the last observed
-one (the values after it sum out of a causal joint), so a move is accepted with probability
-min(1, p(later values up to the last observed | x_i') / p(... | x_i)). A distinct field's
-proposal leaves out the items observed elsewhere in the row (the joint gives them
-probability 0); one that another gap holds is swapped with it, so a row that holds every
-item still moves (the swap changes nothing before i: the causal support already leaves out
-the items before i, so the ratio stays as it is). Each sweep then draws the values after the
-last observed one again, ancestrally (exactly, given everything before them): the chain's
-stationary law is the exact conditional of every drawn value given the observed ones.
+sweeps redraw each such gap with, as target, the joint of the positions up to the last
+observed one (the values after it sum out of a causal joint). A gap in a category field of at
+most ``EXACT_CATEGORIES`` classes is drawn from that target exactly (Gibbs: the joint at each
+class, normalised); any other gap takes a Metropolis move with the ancestral conditional
+p(x_i | x_<i) as proposal, accepted with probability min(1, p(later values up to the last
+observed | x_i') / p(... | x_i)). That proposal does not see the later values, so where the
+exact conditional is sharp the Metropolis chain mixes slowly. A distinct field's candidates
+leave out the items observed elsewhere in the row (the joint gives them probability 0); its
+Metropolis proposal may be an item another gap holds, and is then swapped with it, so a row
+that holds every item still moves (the swap changes nothing before i: the causal support
+already leaves out the items before i, so the ratio stays as it is); a distinct field takes
+both moves. Each sweep then draws the values after the last observed one again, ancestrally
+(exactly, given everything before them): the chain's stationary law is the exact conditional
+of every drawn value given the observed ones.
 
 A bidirectional model's distinct field whose sequence holds every one of its items has point
 masses as conditionals (the other positions fix each item): no Gibbs sweep can move such a
@@ -49,6 +53,12 @@ from efa.core.fields import Category, Value
 from efa.training.scoring import check_int
 
 __all__ = ["sample"]
+
+#: A causal model's gap in a category field of at most this many classes is redrawn from its
+#: exact conditional (one joint evaluation per class); larger fields and value fields take a
+#: Metropolis move, whose proposal does not see the values observed after the gap.
+EXACT_CATEGORIES = 32
+EXACT_BATCH = 4096  # sequences per model pass while evaluating the candidates
 
 
 def _check_length(model: ConditionalModel, length: object, low: int, lowest: str) -> None:
@@ -165,16 +175,52 @@ def _draw(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, T
     known[name][rows, i] = True
 
 
-def _rest(model: ConditionalModel, values: dict[str, Tensor], lengths: Tensor, name: str,
-          i: int, rows: Tensor, upto: Tensor) -> Tensor:
-    """log of the joint of ``rows``' positions up to ``upto`` without the factor of ``name``
-    at position ``i`` (float64; every value known)."""
-    data = Sequences({k: v[rows] for k, v in values.items()}, lengths[rows])
+def _log_joint(model: ConditionalModel, values: dict[str, Tensor], lengths: Tensor,
+               rows: Tensor, upto: Tensor, leave_out: tuple[str, int] | None = None,
+               setting: tuple[str, int, Tensor] | None = None) -> Tensor:
+    """log of the joint of ``rows``' positions up to ``upto`` (float64; every value known; a
+    row may come more than once), without the factor of ``leave_out`` = (field, position)
+    when given, after ``setting`` = (field, position, values) in the copies when given."""
+    width = int(upto[rows].max()) + 1  # a causal joint's later positions do not enter
+    fields = {k: v[rows, :width] for k, v in values.items()}
+    if setting is not None:
+        fields[setting[0]][:, setting[1]] = setting[2]
+    data = Sequences(fields, lengths[rows].clamp(max=width))
     with torch.no_grad():
         lls = model.position_log_likelihoods(data.to(model.device))
-    beyond = torch.arange(data.max_len) > upto[rows, None]
+    beyond = torch.arange(width) > upto[rows, None]
     total = sum(torch.nansum(v.double().cpu().masked_fill(beyond, 0.0), 1) for v in lls.values())
-    return cast(Tensor, total - lls[name][:, i].double().cpu())
+    if leave_out is not None:
+        total = total - lls[leave_out[0]][:, leave_out[1]].double().cpu()
+    return cast(Tensor, total)
+
+
+def _exact(model: ConditionalModel, values: dict[str, Tensor], lengths: Tensor, name: str,
+           i: int, rows: Tensor, g: torch.Generator, upto: Tensor) -> None:
+    """Redraw a causal model's category ``name`` at position ``i`` of ``rows`` from its exact
+    conditional given every other value up to ``upto`` (the last observed position): the
+    joint evaluated at each of its K classes, normalised. A distinct field's candidates are the
+    items no other position up to ``upto`` holds, and the item it holds."""
+    field = cast(Category, model.field(name))
+    k = field.num_categories
+    allowed = torch.ones(len(rows), k, dtype=torch.bool)
+    if field.distinct:
+        position = torch.arange(values[name].shape[1])
+        others = (position <= upto[rows, None]) & (position < lengths[rows, None])
+        others[:, i] = False
+        r, j = others.nonzero(as_tuple=True)
+        allowed[r, values[name][rows][r, j]] = False
+    row, cls = allowed.nonzero(as_tuple=True)  # one copy of the row per candidate
+    logits = torch.full((len(rows), k), -torch.inf, dtype=torch.float64)
+    for part in torch.arange(len(row)).split(EXACT_BATCH):
+        logits[row[part], cls[part]] = _log_joint(
+            model, values, lengths, rows[row[part]], upto,
+            setting=(name, i, cls[part].to(values[name].dtype)))
+    logits = logits.nan_to_num(nan=-torch.inf)
+    stuck = torch.isneginf(logits).all(1)  # no candidate of positive probability: keep it
+    logits[stuck, 0] = 0.0
+    draw = torch.multinomial(logits.softmax(1), 1, generator=g)[:, 0]
+    values[name][rows, i] = torch.where(stuck, values[name][rows, i], draw.to(values[name].dtype))
 
 
 def _metropolis(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, Tensor],
@@ -186,7 +232,7 @@ def _metropolis(model: ConditionalModel, values: dict[str, Tensor], known: dict[
     ``observed`` elsewhere (probability 0 under the joint: the ratio is as it is), and an
     item another of the row's ``gaps`` holds (necessarily after i) is swapped with it."""
     old = values[name][rows, i].clone()
-    before = _rest(model, values, lengths, name, i, rows, upto)
+    before = _log_joint(model, values, lengths, rows, upto, (name, i))
     _draw(model, values, known, lengths, name, i, rows, g, i + 1, held=observed)
     new = values[name][rows, i]
     field = model.field(name)
@@ -196,7 +242,7 @@ def _metropolis(model: ConditionalModel, values: dict[str, Tensor], known: dict[
         swap[:, i] = False
         r, j = swap.nonzero(as_tuple=True)
         values[name][rows[r], j] = old[r]
-    after = _rest(model, values, lengths, name, i, rows, upto)
+    after = _log_joint(model, values, lengths, rows, upto, (name, i))
     u = torch.rand(len(rows), generator=g, dtype=torch.float64)
     # A state of probability 0 (a repeated distinct item) is always left; NaN never kept.
     accept = torch.where(torch.isneginf(before), True, u.log() < after - before)
@@ -228,13 +274,15 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
         ``length`` are drawn.
     sweeps : int
         Gibbs sweeps of a bidirectional model after the first pass; for a unidirectional
-        model, Metropolis-within-Gibbs sweeps over the gaps of ``context`` that come before an
-        observed value, each followed by a fresh ancestral draw of the values after the last
-        observed one (see the module's docstring; none without such gaps). The proposal
-        does not see the values observed after a gap: where its exact conditional is sharp,
-        the chain needs many more sweeps (compare the draws at two counts). Refused for a
-        bidirectional model's distinct field in a sequence that holds all its items (no
-        sweep can move it).
+        model, sweeps over the gaps of ``context`` that come before an observed value, each
+        followed by a fresh ancestral draw of the values after the last observed one (see the
+        module's docstring; none without such gaps). A gap in a category field of at most
+        ``EXACT_CATEGORIES`` classes is drawn from its exact conditional; any other takes a
+        Metropolis move whose proposal does not see the values observed after it: where its
+        exact conditional is sharp, that chain needs many more sweeps (compare the draws at
+        two counts). An exact move costs one model pass per class. Refused for a
+        bidirectional model's distinct field in a sequence that holds all its items (no sweep
+        can move it).
     seed : int
         The same seed gives the same draws.
 
@@ -288,11 +336,17 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
             for i in range(width):
                 for f in model.target_fields:
                     gaps = (before_observed if causal else todo)[f.name][:, i].nonzero()[:, 0]
-                    if len(gaps) and causal:
-                        _metropolis(model, values, known, observed, before_observed[f.name],
-                                    lengths, f.name, i, gaps, g, last_observed)
-                    elif len(gaps):
+                    if len(gaps) and not causal:
                         _draw(model, values, known, lengths, f.name, i, gaps, g, width)
+                    elif len(gaps):
+                        exact = isinstance(f, Category) and f.num_categories <= EXACT_CATEGORIES
+                        if exact:
+                            _exact(model, values, lengths, f.name, i, gaps, g, last_observed)
+                        if not exact or cast(Category, f).distinct:
+                            # a distinct field's swap with another gap: the move that lets a
+                            # row whose items are all held change their order
+                            _metropolis(model, values, known, observed, before_observed[f.name],
+                                        lengths, f.name, i, gaps, g, last_observed)
                     # Exactly from p(later | everything before), ancestrally: with the gaps'
                     # moves, a blocked Metropolis-within-Gibbs chain on gaps and later values.
                     later = after_observed[f.name][:, i].nonzero()[:, 0]
