@@ -372,3 +372,47 @@ def test_a_causal_gaps_sharp_conditional_is_reached_in_the_default_sweeps():
     for sweeps in (1, 20):
         draws = efa.sample(model, context=ctx, sweeps=sweeps, seed=0)
         assert _agree(draws.fields["item"][:, 0], exact, n) > 1e-3, sweeps
+
+
+class _RareFlag(efa.core.conditional.ConditionalModel):
+    """The same with a Bernoulli value: x0 is 1 with probability 0.01; x1 and x2 copy it with
+    probability 0.9."""
+
+    def __init__(self):
+        super().__init__()
+        self.fields = [efa.Value("flag", Bernoulli())]
+        self.max_len, self.direction = 3, "unidirectional"
+        self.unused = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+
+    def natural_params_at(self, data, at):
+        (name, m), = at.items()
+        b, i = m.nonzero(as_tuple=True)
+        x0 = data.fields["flag"][b, 0].double()
+        copy = (2 * x0 - 1) * torch.tensor(9.0, dtype=torch.float64).log()  # logit of 0.9
+        prior = torch.tensor(1 / 99, dtype=torch.float64).log()  # logit of 0.01
+        return {name: torch.where(i == 0, prior, copy)[:, None]}
+
+
+def test_a_causal_gap_in_a_bernoulli_value_is_drawn_from_its_exact_conditional():
+    # x1 = x2 = 1 observed: p(x0 = 1 | x1, x2) = 0.01·0.81 / (0.01·0.81 + 0.99·0.01) = 0.45;
+    # the Metropolis proposal offers 1 once in 100 draws: 0.155 after 20 sweeps before (0.41
+    # after 100).
+    model = _RareFlag()
+    n = 2000
+    ctx = efa.Sequences({"flag": torch.tensor([[0, 1, 1]]).repeat(n, 1)}, torch.full((n,), 3),
+                        {"flag": torch.tensor([[False, True, True]]).repeat(n, 1)})
+    rest = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    lls = efa.log_likelihoods(model, efa.Sequences({"flag": rest}, torch.full((2,), 3)))
+    exact = lls["flag"].sum(1).softmax(0)
+    assert abs(float(exact[1]) - 0.45) < 1e-9
+    draws = efa.sample(model, context=ctx, sweeps=20, seed=0)
+    assert _agree(draws.fields["flag"][:, 0].long(), exact, n) > 1e-3
+
+
+def test_the_guide_states_the_exact_moves_threshold():
+    from pathlib import Path
+
+    from efa.sampling import EXACT_CATEGORIES
+
+    guide = (Path(__file__).parents[1] / "docs" / "guide" / "probabilistic.md").read_text()
+    assert f"`efa.sampling.EXACT_CATEGORIES` ({EXACT_CATEGORIES})" in guide

@@ -20,9 +20,11 @@ fields a model reads but does not predict are never drawn: such a model samples 
 A unidirectional model's gap that comes before an observed value is not drawn by ancestral
 sampling alone, which would ignore that later value: after the ancestral pass, ``sweeps``
 sweeps redraw each such gap with, as target, the joint of the positions up to the last
-observed one (the values after it sum out of a causal joint). A gap in a category field of at
-most ``EXACT_CATEGORIES`` classes is drawn from that target exactly (Gibbs: the joint at each
-class, normalised); any other gap takes a Metropolis move with the ancestral conditional
+observed one (the values after it sum out of a causal joint). A gap in a field of at most
+``EXACT_CATEGORIES`` possible values (a category's classes, a Bernoulli's 0/1, a binomial's
+0..n) is drawn from that target exactly (Gibbs: the joint at each value, normalised); any
+other gap (counts without bound, continuous values, large vocabularies) takes a Metropolis
+move with the ancestral conditional
 p(x_i | x_<i) as proposal, accepted with probability min(1, p(later values up to the last
 observed | x_i') / p(... | x_i)). That proposal does not see the later values, so where the
 exact conditional is sharp the Metropolis chain mixes slowly. A distinct field's candidates
@@ -50,13 +52,15 @@ from torch import Tensor
 from efa.core.conditional import ConditionalModel, evaluating
 from efa.core.data import Sequences
 from efa.core.fields import Category, Value
+from efa.training.masked import finite_support
 from efa.training.scoring import check_int
 
 __all__ = ["sample"]
 
-#: A causal model's gap in a category field of at most this many classes is redrawn from its
-#: exact conditional (one joint evaluation per class); larger fields and value fields take a
-#: Metropolis move, whose proposal does not see the values observed after the gap.
+#: A causal model's gap in a field of at most this many possible values (the classes of a
+#: category, 0/1 of a Bernoulli value, 0..n of a binomial one) is redrawn from its exact
+#: conditional (one joint evaluation per value); other fields take a Metropolis move, whose
+#: proposal does not see the values observed after the gap.
 EXACT_CATEGORIES = 32
 EXACT_BATCH = 4096  # sequences per model pass while evaluating the candidates
 
@@ -196,30 +200,29 @@ def _log_joint(model: ConditionalModel, values: dict[str, Tensor], lengths: Tens
 
 
 def _exact(model: ConditionalModel, values: dict[str, Tensor], lengths: Tensor, name: str,
-           i: int, rows: Tensor, g: torch.Generator, upto: Tensor) -> None:
-    """Redraw a causal model's category ``name`` at position ``i`` of ``rows`` from its exact
+           i: int, rows: Tensor, g: torch.Generator, upto: Tensor, support: Tensor) -> None:
+    """Redraw a causal model's ``name`` at position ``i`` of ``rows`` from its exact
     conditional given every other value up to ``upto`` (the last observed position): the
-    joint evaluated at each of its K classes, normalised. A distinct field's candidates are the
-    items no other position up to ``upto`` holds, and the item it holds."""
-    field = cast(Category, model.field(name))
-    k = field.num_categories
-    allowed = torch.ones(len(rows), k, dtype=torch.bool)
-    if field.distinct:
+    joint evaluated at each value of its finite ``support``, normalised. A distinct field's
+    candidates are the items no other position up to ``upto`` holds, and the item it holds."""
+    field = model.field(name)
+    allowed = torch.ones(len(rows), len(support), dtype=torch.bool)
+    if isinstance(field, Category) and field.distinct:  # its support is 0..K-1
         position = torch.arange(values[name].shape[1])
         others = (position <= upto[rows, None]) & (position < lengths[rows, None])
         others[:, i] = False
         r, j = others.nonzero(as_tuple=True)
         allowed[r, values[name][rows][r, j]] = False
     row, cls = allowed.nonzero(as_tuple=True)  # one copy of the row per candidate
-    logits = torch.full((len(rows), k), -torch.inf, dtype=torch.float64)
+    logits = torch.full((len(rows), len(support)), -torch.inf, dtype=torch.float64)
     for part in torch.arange(len(row)).split(EXACT_BATCH):
         logits[row[part], cls[part]] = _log_joint(
             model, values, lengths, rows[row[part]], upto,
-            setting=(name, i, cls[part].to(values[name].dtype)))
+            setting=(name, i, support[cls[part]].to(values[name].dtype)))
     logits = logits.nan_to_num(nan=-torch.inf)
     stuck = torch.isneginf(logits).all(1)  # no candidate of positive probability: keep it
     logits[stuck, 0] = 0.0
-    draw = torch.multinomial(logits.softmax(1), 1, generator=g)[:, 0]
+    draw = support[torch.multinomial(logits.softmax(1), 1, generator=g)[:, 0]]
     values[name][rows, i] = torch.where(stuck, values[name][rows, i], draw.to(values[name].dtype))
 
 
@@ -276,11 +279,12 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
         Gibbs sweeps of a bidirectional model after the first pass; for a unidirectional
         model, sweeps over the gaps of ``context`` that come before an observed value, each
         followed by a fresh ancestral draw of the values after the last observed one (see the
-        module's docstring; none without such gaps). A gap in a category field of at most
-        ``EXACT_CATEGORIES`` classes is drawn from its exact conditional; any other takes a
-        Metropolis move whose proposal does not see the values observed after it: where its
-        exact conditional is sharp, that chain needs many more sweeps (compare the draws at
-        two counts). An exact move costs one model pass per class. Refused for a
+        module's docstring; none without such gaps). A gap in a field of at most
+        ``EXACT_CATEGORIES`` possible values is drawn from its exact conditional; any other
+        takes a Metropolis move whose proposal does not see the values observed after it:
+        where its exact conditional is sharp, that chain needs many more sweeps (compare the
+        draws at two counts). An exact move costs one model pass per possible value; gaps
+        that depend on each other still need several sweeps. Refused for a
         bidirectional model's distinct field in a sequence that holds all its items (no sweep
         can move it).
     seed : int
@@ -339,10 +343,12 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
                     if len(gaps) and not causal:
                         _draw(model, values, known, lengths, f.name, i, gaps, g, width)
                     elif len(gaps):
-                        exact = isinstance(f, Category) and f.num_categories <= EXACT_CATEGORIES
+                        support = finite_support(f)
+                        exact = support is not None and len(support) <= EXACT_CATEGORIES
                         if exact:
-                            _exact(model, values, lengths, f.name, i, gaps, g, last_observed)
-                        if not exact or cast(Category, f).distinct:
+                            _exact(model, values, lengths, f.name, i, gaps, g, last_observed,
+                                   cast(Tensor, support).cpu())
+                        if not exact or isinstance(f, Category) and f.distinct:
                             # a distinct field's swap with another gap: the move that lets a
                             # row whose items are all held change their order
                             _metropolis(model, values, known, observed, before_observed[f.name],
