@@ -221,20 +221,27 @@ def test_a_fitted_models_samples_match_its_teachers():
 
 
 class _Copies(efa.core.conditional.ConditionalModel):
-    """An enumerable causal model: x0 uniform on {0, 1}; x1 and x2 each copy x0 w.p. 0.95."""
+    """An enumerable causal model of three positions: x0 drawn from ``prior`` (probabilities
+    of its k values); x1 and x2 each copy x0 with probability ``keep``, else take one of the
+    other k − 1 values uniformly. A Bernoulli value when ``flag`` (k = 2), else a category."""
 
-    def __init__(self):
+    def __init__(self, prior, keep, flag=False):
         super().__init__()
-        self.fields, self.max_len, self.direction = [efa.Category("item", 2)], 3, "unidirectional"
+        self.prior, self.keep, self.flag = torch.tensor(prior, dtype=torch.float64), keep, flag
+        k = len(prior)
+        self.fields = [efa.Value("item", Bernoulli()) if flag else efa.Category("item", k)]
+        self.max_len, self.direction = 3, "unidirectional"
         self.unused = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
 
     def natural_params_at(self, data, at):
         (name, m), = at.items()
         b, i = m.nonzero(as_tuple=True)
-        x0 = data.fields["item"][b, 0]
-        copy = torch.tensor([0.05, 0.95], dtype=torch.float64).log()
-        logits = torch.where(x0[:, None] == torch.arange(2), copy[1], copy[0])
-        return {name: torch.where((i == 0)[:, None], torch.zeros_like(logits), logits)}
+        k = len(self.prior)
+        x0 = data.fields["item"][b, 0].long()
+        copy = torch.tensor([(1 - self.keep) / (k - 1), self.keep], dtype=torch.float64).log()
+        logits = torch.where(x0[:, None] == torch.arange(k), copy[1], copy[0])
+        logits = torch.where((i == 0)[:, None], self.prior.log(), logits)
+        return {name: logits[:, 1:] - logits[:, :1] if self.flag else logits}
 
 
 @pytest.mark.parametrize("continued", [True, False])
@@ -248,7 +255,7 @@ def test_values_after_the_last_observed_one_follow_the_corrected_gap(continued):
                         {"item": torch.tensor([[False, True, False]]).repeat(n, 1)})
     if continued:
         ctx = ctx[torch.arange(n)]  # width 2: x2 is a continuation (length=3)
-    x = efa.sample(_Copies(), context=ctx, length=3 if continued else None, seed=0)
+    x = efa.sample(_Copies([0.5, 0.5], 0.95), context=ctx, length=3 if continued else None, seed=0)
     got = x.fields["item"].double().mean(0)
     sd = lambda p: 4 * (p * (1 - p) / n) ** 0.5  # noqa: E731
     assert abs(got[0] - 0.95) < sd(0.95) + 0.01  # + the chain's autocorrelation
@@ -336,31 +343,12 @@ def test_gibbs_refuses_a_distinct_row_that_holds_every_item():
     assert efa.sample(model, 10, length=2).fields["item"].shape == (10, 2)
 
 
-class _Rare(efa.core.conditional.ConditionalModel):
-    """An enumerable causal model: x0 is 7 with probability 0.01 (else uniform on 0..6); x1
-    and x2 copy x0 with probability 0.9 (else uniform on the other seven classes)."""
-
-    def __init__(self):
-        super().__init__()
-        self.fields, self.max_len, self.direction = [efa.Category("item", 8)], 3, "unidirectional"
-        self.unused = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
-
-    def natural_params_at(self, data, at):
-        (name, m), = at.items()
-        b, i = m.nonzero(as_tuple=True)
-        prior = torch.tensor([0.99 / 7] * 7 + [0.01], dtype=torch.float64).log()
-        x0 = data.fields["item"][b, 0]
-        copy = torch.where(x0[:, None] == torch.arange(8), torch.tensor(0.9).log(),
-                           torch.tensor(0.1 / 7).log()).double()
-        return {name: torch.where((i == 0)[:, None], prior.expand(len(b), 8), copy)}
-
-
 def test_a_causal_gaps_sharp_conditional_is_reached_in_the_default_sweeps():
     # x1 = x2 = 7 observed: p(x0 = 7 | x1, x2) = 0.01·0.81 / (0.01·0.81 + 0.99·(0.1/7)²) = 0.976,
     # but the ancestral proposal offers 7 once in 100 draws: after the default 20 sweeps of
     # the Metropolis move, 0.20 of the rows held 7 (0.62 after 100). A class field's gap is
     # now redrawn from its exact conditional (the joint at each of its 8 classes).
-    model = _Rare()
+    model = _Copies([0.99 / 7] * 7 + [0.01], 0.9)  # x0 = 7 w.p. 0.01
     n = 2000
     ctx = efa.Sequences({"item": torch.tensor([[0, 7, 7]]).repeat(n, 1)}, torch.full((n,), 3),
                         {"item": torch.tensor([[False, True, True]]).repeat(n, 1)})
@@ -374,39 +362,20 @@ def test_a_causal_gaps_sharp_conditional_is_reached_in_the_default_sweeps():
         assert _agree(draws.fields["item"][:, 0], exact, n) > 1e-3, sweeps
 
 
-class _RareFlag(efa.core.conditional.ConditionalModel):
-    """The same with a Bernoulli value: x0 is 1 with probability 0.01; x1 and x2 copy it with
-    probability 0.9."""
-
-    def __init__(self):
-        super().__init__()
-        self.fields = [efa.Value("flag", Bernoulli())]
-        self.max_len, self.direction = 3, "unidirectional"
-        self.unused = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
-
-    def natural_params_at(self, data, at):
-        (name, m), = at.items()
-        b, i = m.nonzero(as_tuple=True)
-        x0 = data.fields["flag"][b, 0].double()
-        copy = (2 * x0 - 1) * torch.tensor(9.0, dtype=torch.float64).log()  # logit of 0.9
-        prior = torch.tensor(1 / 99, dtype=torch.float64).log()  # logit of 0.01
-        return {name: torch.where(i == 0, prior, copy)[:, None]}
-
-
 def test_a_causal_gap_in_a_bernoulli_value_is_drawn_from_its_exact_conditional():
     # x1 = x2 = 1 observed: p(x0 = 1 | x1, x2) = 0.01·0.81 / (0.01·0.81 + 0.99·0.01) = 0.45;
     # the Metropolis proposal offers 1 once in 100 draws: 0.155 after 20 sweeps before (0.41
     # after 100).
-    model = _RareFlag()
+    model = _Copies([0.99, 0.01], 0.9, flag=True)
     n = 2000
-    ctx = efa.Sequences({"flag": torch.tensor([[0, 1, 1]]).repeat(n, 1)}, torch.full((n,), 3),
-                        {"flag": torch.tensor([[False, True, True]]).repeat(n, 1)})
+    ctx = efa.Sequences({"item": torch.tensor([[0, 1, 1]]).repeat(n, 1)}, torch.full((n,), 3),
+                        {"item": torch.tensor([[False, True, True]]).repeat(n, 1)})
     rest = torch.tensor([[0, 1, 1], [1, 1, 1]])
-    lls = efa.log_likelihoods(model, efa.Sequences({"flag": rest}, torch.full((2,), 3)))
-    exact = lls["flag"].sum(1).softmax(0)
+    lls = efa.log_likelihoods(model, efa.Sequences({"item": rest}, torch.full((2,), 3)))
+    exact = lls["item"].sum(1).softmax(0)
     assert abs(float(exact[1]) - 0.45) < 1e-9
     draws = efa.sample(model, context=ctx, sweeps=20, seed=0)
-    assert _agree(draws.fields["flag"][:, 0].long(), exact, n) > 1e-3
+    assert _agree(draws.fields["item"][:, 0].long(), exact, n) > 1e-3
 
 
 def test_the_guide_states_the_exact_moves_threshold():
