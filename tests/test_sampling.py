@@ -381,7 +381,7 @@ def test_a_causal_gap_in_a_bernoulli_value_is_drawn_from_its_exact_conditional()
 def test_the_guide_states_the_exact_moves_threshold():
     from pathlib import Path
 
-    from efa.sampling import EXACT_CATEGORIES
+    from efa.sampling import EXACT_SUPPORT
 
     guide = (Path(__file__).parents[1] / "docs" / "guide" / "probabilistic.md").read_text()
-    assert f"`efa.sampling.EXACT_CATEGORIES` ({EXACT_CATEGORIES})" in guide
+    assert f"`efa.sampling.EXACT_SUPPORT` ({EXACT_SUPPORT})" in guide

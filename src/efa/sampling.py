@@ -21,13 +21,13 @@ A unidirectional model's gap that comes before an observed value is not drawn by
 sampling alone, which would ignore that later value: after the ancestral pass, ``sweeps``
 sweeps redraw each such gap with, as target, the joint of the positions up to the last
 observed one (the values after it sum out of a causal joint). A gap in a field of at most
-``EXACT_CATEGORIES`` possible values (a category's classes, a Bernoulli's 0/1, a binomial's
+``EXACT_SUPPORT`` possible values (a category's classes, a Bernoulli's 0/1, a binomial's
 0..n) is drawn from that target exactly (Gibbs: the joint at each value, normalised); any
 other gap (counts without bound, continuous values, large vocabularies) takes a Metropolis
-move with the ancestral conditional
-p(x_i | x_<i) as proposal, accepted with probability min(1, p(later values up to the last
-observed | x_i') / p(... | x_i)). That proposal does not see the later values, so where the
-exact conditional is sharp the Metropolis chain mixes slowly. A distinct field's candidates
+move with the ancestral conditional p(x_i | x_<i) as proposal, accepted with probability
+min(1, p(later values up to the last observed | x_i') / p(... | x_i)). That proposal does not
+see the later values, so where the exact conditional is sharp the Metropolis chain mixes
+slowly. A distinct field's candidates
 leave out the items observed elsewhere in the row (the joint gives them probability 0); its
 Metropolis proposal may be an item another gap holds, and is then swapped with it, so a row
 that holds every item still moves (the swap changes nothing before i: the causal support
@@ -61,7 +61,7 @@ __all__ = ["sample"]
 #: category, 0/1 of a Bernoulli value, 0..n of a binomial one) is redrawn from its exact
 #: conditional (one joint evaluation per value); other fields take a Metropolis move, whose
 #: proposal does not see the values observed after the gap.
-EXACT_CATEGORIES = 32
+EXACT_SUPPORT = 32
 EXACT_BATCH = 4096  # sequences per model pass while evaluating the candidates
 
 
@@ -280,13 +280,12 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
         model, sweeps over the gaps of ``context`` that come before an observed value, each
         followed by a fresh ancestral draw of the values after the last observed one (see the
         module's docstring; none without such gaps). A gap in a field of at most
-        ``EXACT_CATEGORIES`` possible values is drawn from its exact conditional; any other
+        ``EXACT_SUPPORT`` possible values is drawn from its exact conditional; any other
         takes a Metropolis move whose proposal does not see the values observed after it:
         where its exact conditional is sharp, that chain needs many more sweeps (compare the
         draws at two counts). An exact move costs one model pass per possible value; gaps
-        that depend on each other still need several sweeps. Refused for a
-        bidirectional model's distinct field in a sequence that holds all its items (no sweep
-        can move it).
+        that depend on each other still need several sweeps. Refused for a bidirectional
+        model's distinct field in a sequence that holds all its items (no sweep can move it).
     seed : int
         The same seed gives the same draws.
 
@@ -326,6 +325,11 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
         sweeps = 0  # no gap before an observed value: the ancestral pass is exact
     if not causal and sweeps:
         _check_movable(model, todo, lengths)
+    supports = {}  # the values of each field a gap's exact move sums over (None: Metropolis)
+    for f in model.target_fields:
+        support = finite_support(f)
+        supports[f.name] = (support.cpu() if support is not None
+                            and len(support) <= EXACT_SUPPORT else None)
     with evaluating(model):
         for i in range(width):  # the first pass: ancestral for a causal model
             for f in model.target_fields:
@@ -343,12 +347,11 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
                     if len(gaps) and not causal:
                         _draw(model, values, known, lengths, f.name, i, gaps, g, width)
                     elif len(gaps):
-                        support = finite_support(f)
-                        exact = support is not None and len(support) <= EXACT_CATEGORIES
-                        if exact:
+                        support = supports[f.name]
+                        if support is not None:
                             _exact(model, values, lengths, f.name, i, gaps, g, last_observed,
-                                   cast(Tensor, support).cpu())
-                        if not exact or isinstance(f, Category) and f.distinct:
+                                   support)
+                        if support is None or isinstance(f, Category) and f.distinct:
                             # a distinct field's swap with another gap: the move that lets a
                             # row whose items are all held change their order
                             _metropolis(model, values, known, observed, before_observed[f.name],
