@@ -284,7 +284,9 @@ def sample(model: ConditionalModel, n: int | None = None, length: int | None = N
         takes a Metropolis move whose proposal does not see the values observed after it:
         where its exact conditional is sharp, that chain needs many more sweeps (compare the
         draws at two counts). An exact move costs one model pass per possible value; gaps
-        that depend on each other still need several sweeps. Refused for a bidirectional
+        that depend on each other still need several sweeps, and a joint with separated
+        modes, or a distinct row that holds every item (it moves only by trading items
+        between gaps), many more. Refused for a bidirectional
         model's distinct field in a sequence that holds all its items (no sweep can move it).
     seed : int
         The same seed gives the same draws.
