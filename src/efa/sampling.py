@@ -52,7 +52,7 @@ from torch import Tensor
 from efa.core.conditional import ConditionalModel, evaluating
 from efa.core.data import Sequences
 from efa.core.fields import Category, Value
-from efa.training.masked import finite_support
+from efa.training.masked import finite_support, support_log_joint
 from efa.training.scoring import check_int
 
 __all__ = ["sample"]
@@ -62,7 +62,7 @@ __all__ = ["sample"]
 #: conditional (one joint evaluation per value); other fields take a Metropolis move, whose
 #: proposal does not see the values observed after the gap.
 EXACT_SUPPORT = 32
-EXACT_BATCH = 4096  # sequences per model pass while evaluating the candidates
+EXACT_BATCH = 4096  # sequence copies (one per value) per model pass of an exact move
 
 
 def _check_length(model: ConditionalModel, length: object, low: int, lowest: str) -> None:
@@ -180,47 +180,43 @@ def _draw(model: ConditionalModel, values: dict[str, Tensor], known: dict[str, T
 
 
 def _log_joint(model: ConditionalModel, values: dict[str, Tensor], lengths: Tensor,
-               rows: Tensor, upto: Tensor, leave_out: tuple[str, int] | None = None,
-               setting: tuple[str, int, Tensor] | None = None) -> Tensor:
-    """log of the joint of ``rows``' positions up to ``upto`` (float64; every value known; a
-    row may come more than once), without the factor of ``leave_out`` = (field, position)
-    when given, after ``setting`` = (field, position, values) in the copies when given."""
+               rows: Tensor, upto: Tensor, name: str, i: int) -> Tensor:
+    """log of the joint of ``rows``' positions up to ``upto`` (float64; every value known),
+    without the factor of ``name`` at position ``i``."""
     width = int(upto[rows].max()) + 1  # a causal joint's later positions do not enter
-    fields = {k: v[rows, :width] for k, v in values.items()}
-    if setting is not None:
-        fields[setting[0]][:, setting[1]] = setting[2]
-    data = Sequences(fields, lengths[rows].clamp(max=width))
+    data = Sequences({k: v[rows, :width] for k, v in values.items()},
+                     lengths[rows].clamp(max=width))
     with torch.no_grad():
         lls = model.position_log_likelihoods(data.to(model.device))
     beyond = torch.arange(width) > upto[rows, None]
     total = sum(torch.nansum(v.double().cpu().masked_fill(beyond, 0.0), 1) for v in lls.values())
-    if leave_out is not None:
-        total = total - lls[leave_out[0]][:, leave_out[1]].double().cpu()
-    return cast(Tensor, total)
+    return cast(Tensor, total - lls[name][:, i].double().cpu())
 
 
 def _exact(model: ConditionalModel, values: dict[str, Tensor], lengths: Tensor, name: str,
            i: int, rows: Tensor, g: torch.Generator, upto: Tensor, support: Tensor) -> None:
     """Redraw a causal model's ``name`` at position ``i`` of ``rows`` from its exact
     conditional given every other value up to ``upto`` (the last observed position): the
-    joint evaluated at each value of its finite ``support``, normalised. A distinct field's
-    candidates are the items no other position up to ``upto`` holds, and the item it holds."""
-    field = model.field(name)
+    joint at each value of its finite ``support``, normalised. A distinct field's items held
+    elsewhere up to ``upto`` have probability 0 and are not evaluated."""
+    width = int(upto[rows].max()) + 1  # a causal joint's later positions do not enter
+    scored = torch.arange(width) <= upto[rows, None]  # real positions: upto < length
+    data = Sequences({k: v[rows, :width] for k, v in values.items()},
+                     lengths[rows].clamp(max=width), scored=scored)
     allowed = torch.ones(len(rows), len(support), dtype=torch.bool)
+    field = model.field(name)
     if isinstance(field, Category) and field.distinct:  # its support is 0..K-1
-        position = torch.arange(values[name].shape[1])
-        others = (position <= upto[rows, None]) & (position < lengths[rows, None])
+        others = scored.clone()
         others[:, i] = False
         r, j = others.nonzero(as_tuple=True)
-        allowed[r, values[name][rows][r, j]] = False
-    row, cls = allowed.nonzero(as_tuple=True)  # one copy of the row per candidate
-    logits = torch.full((len(rows), len(support)), -torch.inf, dtype=torch.float64)
-    for part in torch.arange(len(row)).split(EXACT_BATCH):
-        logits[row[part], cls[part]] = _log_joint(
-            model, values, lengths, rows[row[part]], upto,
-            setting=(name, i, support[cls[part]].to(values[name].dtype)))
+        allowed[r, data.fields[name][r, j]] = False
+    device = model.device
+    logits = torch.cat([support_log_joint(model, data[part].to(device), name, i,
+                                          support.to(device), allowed[part].to(device)).cpu()
+                        for part in torch.arange(len(rows)).split(
+                            max(1, EXACT_BATCH // len(support)))])
     logits = logits.nan_to_num(nan=-torch.inf)
-    stuck = torch.isneginf(logits).all(1)  # no candidate of positive probability: keep it
+    stuck = torch.isneginf(logits).all(1)  # no value of positive probability: keep it
     logits[stuck, 0] = 0.0
     draw = support[torch.multinomial(logits.softmax(1), 1, generator=g)[:, 0]]
     values[name][rows, i] = torch.where(stuck, values[name][rows, i], draw.to(values[name].dtype))
@@ -235,7 +231,7 @@ def _metropolis(model: ConditionalModel, values: dict[str, Tensor], known: dict[
     ``observed`` elsewhere (probability 0 under the joint: the ratio is as it is), and an
     item another of the row's ``gaps`` holds (necessarily after i) is swapped with it."""
     old = values[name][rows, i].clone()
-    before = _log_joint(model, values, lengths, rows, upto, (name, i))
+    before = _log_joint(model, values, lengths, rows, upto, name, i)
     _draw(model, values, known, lengths, name, i, rows, g, i + 1, held=observed)
     new = values[name][rows, i]
     field = model.field(name)
@@ -245,7 +241,7 @@ def _metropolis(model: ConditionalModel, values: dict[str, Tensor], known: dict[
         swap[:, i] = False
         r, j = swap.nonzero(as_tuple=True)
         values[name][rows[r], j] = old[r]
-    after = _log_joint(model, values, lengths, rows, upto, (name, i))
+    after = _log_joint(model, values, lengths, rows, upto, name, i)
     u = torch.rand(len(rows), generator=g, dtype=torch.float64)
     # A state of probability 0 (a repeated distinct item) is always left; NaN never kept.
     accept = torch.where(torch.isneginf(before), True, u.log() < after - before)

@@ -115,6 +115,51 @@ def masked_log_likelihoods(model: ConditionalModel, data: Sequences,
     return out
 
 
+@torch.no_grad()
+def support_log_joint(model: ConditionalModel, batch: Sequences, name: str, i: int,
+                      support: torch.Tensor, allowed: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+    """log of a causal model's joint with field ``name`` at position ``i`` set to each value of
+    ``support``, up to a constant per sequence: the factors at positions ≥ i of the values
+    ``batch`` predicts (real, observed and scored), the only ones that depend on x_i.
+
+    Parameters
+    ----------
+    model : ConditionalModel
+        A unidirectional model.
+    batch : Sequences
+        n sequences, on the model's device.
+    name : str
+        A target field of the model.
+    i : int
+        The position set to each value.
+    support : torch.Tensor
+        The S values, on the model's device.
+    allowed : torch.Tensor of bool, optional
+        [n, S]: the values to evaluate per sequence (default: all); the others get -inf
+        without a model pass (values known to have probability 0).
+
+    Returns
+    -------
+    torch.Tensor
+        [n, S] float64: softmax over the values gives p(x_i = v | the predicted values).
+    """
+    n, size = len(batch), len(support)
+    if allowed is None:
+        allowed = torch.ones(n, size, dtype=torch.bool, device=batch.lengths.device)
+    row, col = allowed.nonzero(as_tuple=True)  # a copy of the sequence per value, in order
+    many = batch[row]
+    x = many.fields[name].clone()
+    x[:, i] = support[col].to(x.dtype)
+    lls = model.position_log_likelihoods(dataclasses.replace(many, fields={**many.fields, name: x}))
+    later = torch.zeros((len(row),), dtype=torch.float64, device=x.device)
+    for g, lp in lls.items():
+        later += torch.where(many.predicted(g)[:, i:], lp[:, i:].double(), 0.0).sum(1)
+    out = torch.full((n, size), -torch.inf, dtype=torch.float64, device=x.device)
+    out[row, col] = later
+    return out
+
+
 def _renormalised(model: ConditionalModel, batch: Sequences, name: str, support: torch.Tensor,
                   idx: torch.Tensor) -> torch.Tensor:
     """One batch's [n, I] masked log-probabilities of field ``name`` (NaN where not
@@ -123,22 +168,13 @@ def _renormalised(model: ConditionalModel, batch: Sequences, name: str, support:
     predicted = batch.predicted(name)
     # The joint's factors are every observed value, scored or not: ``scored`` only chooses
     # which positions are reported, and dropping a factor would change the conditional.
-    many = dataclasses.replace(
-        batch[torch.arange(n, device=batch.lengths.device).repeat_interleave(size)], scored=None)
-    scored = {g.name: many.predicted(g.name) for g in model.target_fields}
+    every = dataclasses.replace(batch, scored=None)
     out = torch.full((n, length), float("nan"), dtype=torch.float64)
     for i in range(length):
         rows = predicted[:, i]
         if not rows.any():
             continue
-        x = many.fields[name].clone()
-        x[:, i] = support.repeat(n).to(x.dtype)
-        lls = model.position_log_likelihoods(dataclasses.replace(
-            many, fields={**many.fields, name: x}))
-        later = torch.zeros((n * size,), dtype=torch.float64, device=x.device)
-        for g, lp in lls.items():  # only the factors at positions >= i depend on x_i
-            later += torch.where(scored[g][:, i:], lp[:, i:].double(), 0.0).sum(1)
-        joint = later.view(n, size)
+        joint = support_log_joint(model, every, name, i, support)
         observed = batch.fields[name][:, i].long()
         own = joint.gather(1, observed.clamp(0, size - 1)[:, None])[:, 0]
         bad = rows & ~torch.isfinite(own) | rows & torch.isnan(joint).any(1)
